@@ -1,0 +1,31 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("VFLBENCH_DATA_MIRROR", ROOT.parent / "shared" / "data"))
+os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(MIRROR))
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Make every download fail as it would offline."""
+    import urllib.error
+    import urllib.request
+
+    def boom(*a, **k):
+        raise urllib.error.URLError("network disabled in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", boom)
+
+
+@pytest.fixture
+def tmp_data(tmp_path, monkeypatch, no_network):
+    """An empty data root and no mirror: loaders must read only what the test writes."""
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
+    monkeypatch.delenv("VFLBENCH_DATA_MIRROR", raising=False)
+    return tmp_path / "data"
+
+
+needs_mirror = pytest.mark.skipif(not (MIRROR / "credit_default").exists(), reason="offline data mirror not present")

@@ -1,0 +1,184 @@
+"""Loaders on real mirror data and on small files written here in each official format."""
+
+import gzip
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+from vflbench.datasets import DATASETS, load_dataset
+from vflbench.errors import DataUnavailableError, VFLBenchError
+
+from .conftest import needs_mirror
+
+
+@needs_mirror
+def test_credit_from_mirror_recipe(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    d = load_dataset("credit", download=False)
+    assert d.x_train.shape == (24000, 23) and d.x_test.shape == (6000, 23)
+    # stratified: both splits keep the 22.12% default rate
+    assert abs(d.y_train.mean() - 0.2212) < 0.001 and abs(d.y_test.mean() - 0.2212) < 0.001
+    # standard scaling fitted on train
+    assert np.allclose(d.x_train.mean(0), 0, atol=1e-4) and np.allclose(d.x_train.std(0), 1, atol=1e-3)
+    assert d.feature_names[:2] == ["LIMIT_BAL", "SEX"] and d.feature_names[-1] == "PAY_AMT6"
+    assert d.checksums["default of credit card clients.csv.gz"].startswith("0dd31d64")
+    mm = load_dataset("credit", {"scaler": "minmax", "split_seed": "3"}, download=False)
+    assert mm.x_train.min() >= 0 and mm.x_train.max() <= 1 and mm.options["split_seed"] == 3
+
+
+@needs_mirror
+def test_isolet_phishing_fashion_from_mirror():
+    iso = load_dataset("isolet", download=False)
+    assert iso.x_train.shape == (6238, 617) and iso.x_test.shape == (1559, 617) and iso.y_train.max() == 25
+    ph = load_dataset("phishing", download=False)
+    assert len(ph.y_train) + len(ph.y_test) == 11055 and (np.concatenate([ph.y_train, ph.y_test]) == 1).sum() == 6157
+    fm = load_dataset("fashion-mnist", download=False)
+    assert fm.x_train.shape == (60000, 1, 28, 28) and fm.x_test.shape == (10000, 1, 28, 28)
+    assert np.bincount(fm.y_test).tolist() == [1000] * 10
+
+
+def test_missing_data_offline_names_fetch_and_mirror(tmp_data):
+    for name in ("credit", "isolet", "hapt", "phishing"):
+        with pytest.raises(DataUnavailableError) as e:
+            load_dataset(name)
+        assert f"vflbench data fetch {name}" in str(e.value) and "VFLBENCH_DATA_MIRROR" in str(e.value)
+    with pytest.raises(DataUnavailableError, match="vflbench data fetch fashion-mnist"):
+        load_dataset("fashion-mnist", download=False)
+
+
+def test_corrupt_file_fails_checksum(tmp_data):
+    d = tmp_data / "phishing"
+    d.mkdir(parents=True)
+    (d / "Training Dataset.arff").write_text("@relation x\n@attribute a {0,1}\n@data\n1\n")
+    with pytest.raises(VFLBenchError, match="Checksum mismatch"):
+        load_dataset("phishing")
+
+
+def _write_txt(path, arr, fmt="%.8e"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savetxt(path, arr, fmt=fmt, delimiter=" ")
+
+
+@pytest.mark.parametrize("name,tr,te,classes", [("hapt", "Train", "Test", 12), ("uci-har", "train", "test", 6)])
+def test_har_family_official_layout(tmp_data, name, tr, te, classes):
+    rng = np.random.default_rng(0)
+    root = tmp_data / name
+    Xtr, Xte = rng.uniform(-1, 1, (40, 561)), rng.uniform(-1, 1, (15, 561))
+    _write_txt(root / tr / "X_train.txt", Xtr)
+    _write_txt(root / te / "X_test.txt", Xte)
+    _write_txt(root / tr / "y_train.txt", rng.integers(1, classes + 1, 40)[:, None], "%d")
+    _write_txt(root / te / "y_test.txt", np.arange(15)[:, None] % classes + 1, "%d")
+    d = load_dataset(name)
+    assert d.x_train.shape == (40, 561) and np.allclose(d.x_train, Xtr, atol=1e-6)
+    assert d.y_test.tolist() == (np.arange(15) % classes).tolist()  # labels shifted to 0-based
+    _write_txt(root / te / "X_test.txt", Xte[:, :500])
+    with pytest.raises(VFLBenchError, match="561"):
+        load_dataset(name)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_isolet_official_data_files(tmp_data, compress):
+    rng = np.random.default_rng(1)
+    root = tmp_data / "isolet"
+    root.mkdir(parents=True)
+    for fname, n in (("isolet1+2+3+4.data", 52), ("isolet5.data", 26)):
+        X = np.round(rng.uniform(-1, 1, (n, 617)), 4)
+        y = np.arange(n) % 26 + 1
+        text = "\n".join(", ".join(f"{v:.4f}" for v in row) + f", {c}." for row, c in zip(X, y, strict=True)) + "\n"
+        if compress:
+            with gzip.open(root / (fname + ".gz"), "wt") as f:
+                f.write(text)
+        else:
+            (root / fname).write_text(text)
+    d = load_dataset("isolet", {"scaler": "none"})
+    assert d.x_train.shape == (52, 617) and d.x_test.shape == (26, 617)
+    assert d.y_train[:3].tolist() == [0, 1, 2] and d.y_train.max() == 25
+
+
+def _idx(path, arr):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dims = arr.shape
+    magic = 0x0800 | len(dims)
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + arr.astype(np.uint8).tobytes())
+
+
+@pytest.mark.parametrize("name,cls", [("mnist", "MNIST"), ("fashion-mnist", "FashionMNIST")])
+def test_idx_family_through_torchvision(tmp_data, name, cls):
+    rng = np.random.default_rng(2)
+    raw = tmp_data / name / cls / "raw"
+    imgs = rng.integers(0, 256, (20, 28, 28))
+    _idx(raw / "train-images-idx3-ubyte", imgs)
+    _idx(raw / "train-labels-idx1-ubyte", np.arange(20) % 10)
+    _idx(raw / "t10k-images-idx3-ubyte", imgs[:10])
+    _idx(raw / "t10k-labels-idx1-ubyte", np.arange(10))
+    if name == "fashion-mnist":  # real checksums are verified: fixtures must fail them
+        with pytest.raises(VFLBenchError, match="Checksum"):
+            load_dataset(name)
+        return
+    d = load_dataset(name, {"normalize": "none"})
+    assert d.x_train.shape == (20, 1, 28, 28) and np.allclose(d.x_train[0, 0] * 255, imgs[0])
+    assert d.y_test.tolist() == list(range(10))
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_python_pickles_through_torchvision(tmp_data, monkeypatch, name):
+    import torchvision.datasets as tvd
+
+    rng = np.random.default_rng(3)
+    folder = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}[name]
+    root = tmp_data / name / folder
+    root.mkdir(parents=True)
+    key = "labels" if name == "cifar10" else "fine_labels"
+    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+    files = [f for f, _ in cls.train_list] + [f for f, _ in cls.test_list]
+    for f in files:
+        data = rng.integers(0, 256, (4, 3072), dtype=np.uint8)
+        with open(root / f, "wb") as fh:
+            pickle.dump({"data": data, key: [0, 1, 2, 3]}, fh)
+    with open(root / cls.meta["filename"], "wb") as fh:
+        pickle.dump({cls.meta["key"]: [f"c{i}" for i in range(100)]}, fh)
+    # torchvision checks the official md5 of every batch; our fixtures are only format-true
+    import torchvision.datasets.cifar as tvc
+
+    monkeypatch.setattr(cls, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(tvc, "check_integrity", lambda *a, **k: True)
+    d = load_dataset(name, {"normalize": "none"})
+    n_train = 4 * len(cls.train_list)
+    assert d.x_train.shape == (n_train, 3, 32, 32) and d.x_test.shape == (4, 3, 32, 32)
+    assert d.y_train[:4].tolist() == [0, 1, 2, 3]
+
+
+def test_mimic4_user_supplied_npz_and_csv(tmp_data):
+    import pandas as pd
+
+    with pytest.raises(DataUnavailableError, match="credentialed"):
+        load_dataset("mimic4")
+    root = tmp_data / "mimic4"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame(rng.standard_normal((30, 8)), columns=[f"v{i}" for i in range(8)])
+    df["label"] = np.arange(30) % 2
+    df["split"] = ["train"] * 20 + ["test"] * 10
+    df.to_csv(root / "mimic4.csv", index=False)
+    d = load_dataset("mimic4")
+    assert d.x_train.shape == (20, 8) and d.feature_names[0] == "v0" and d.info.shape == (8,)
+
+
+def test_embedded_sets_and_synthetic_options():
+    dg = load_dataset("digits")
+    assert dg.x_train.shape[1:] == (1, 8, 8)
+    s = load_dataset("synthetic", {"n": "1000", "blocks": "3", "block_width": "5", "informative": "2"})
+    assert s.x_train.shape == (750, 15)
+    with pytest.raises(VFLBenchError, match="no option"):
+        load_dataset("synthetic", {"bogus": 1})
+    with pytest.raises(VFLBenchError, match="expected int"):
+        load_dataset("synthetic", {"n": "many"})
+
+
+def test_every_dataset_has_metadata():
+    for name in DATASETS:
+        info = DATASETS.get(name).info
+        assert info.source and info.license and info.n_classes >= 2 and info.kind in ("tabular", "image")

@@ -1,0 +1,194 @@
+"""Getting raw files onto disk: local data dir, then the offline mirror, then the official source.
+
+Layout: every dataset keeps its raw files under ``<data_root>/<name>/`` (``data/`` in the repository,
+override with ``VFLBENCH_DATA``). A mirror directory (``VFLBENCH_DATA_MIRROR``) holds copies that can be
+used without network; CI points it at ``../shared/data``. Files are verified by sha256 where the
+published checksum is known, and every checksum is recorded in the run manifest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DataUnavailableError, VFLBenchError
+
+MIRROR_ENV = "VFLBENCH_DATA_MIRROR"
+DATA_ENV = "VFLBENCH_DATA"
+
+
+def data_root() -> Path:
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    # the repository's data/ when running from a checkout, else ./data
+    here = Path(__file__).resolve().parents[2]
+    if (here / "pyproject.toml").exists():
+        return here / "data"
+    return Path.cwd() / "data"
+
+
+def mirror_root() -> Path | None:
+    env = os.environ.get(MIRROR_ENV)
+    return Path(env).expanduser() if env else None
+
+
+def sha256_file(path: Path, decompress_gz: bool = False) -> str:
+    h = hashlib.sha256()
+    opener = gzip.open if decompress_gz else open
+    with opener(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """One raw file of a dataset.
+
+    ``path`` is relative to the dataset directory. ``sha256`` is the published checksum of the file's
+    content (of the uncompressed content when ``sha256_of_uncompressed``), or None when unknown.
+    """
+
+    path: str
+    sha256: str | None = None
+    sha256_of_uncompressed: bool = False
+
+    def digest(self, path: Path) -> str:
+        return sha256_file(path, decompress_gz=self.sha256_of_uncompressed and path.suffix == ".gz")
+
+    def verify(self, path: Path) -> str:
+        got = self.digest(path)
+        if self.sha256 and got != self.sha256:
+            raise VFLBenchError(
+                f"Checksum mismatch for {path}: expected sha256 {self.sha256[:12]}..., got {got[:12]}... "
+                f"The file is corrupt or a different version; delete it and run `vflbench data fetch` again."
+            )
+        return got
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A set of raw files that together make the dataset readable (e.g. official xls, or mirror CSV).
+
+    ``mirror_dir`` is the sub-directory of the mirror that holds these files (same relative paths).
+    ``urls`` are the official downloads: one per file, or a single zip whose members end with the
+    files' relative paths (``extract_zip``).
+    """
+
+    name: str
+    files: tuple[RawFile, ...]
+    mirror_dir: str | None = None
+    urls: tuple[str, ...] = ()  # one per file, or one zip archive when extract_zip
+    extract_zip: bool = False
+
+
+def _atomic_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-" + dst.name)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _download(url: str, dst: Path, timeout: float = 30.0) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".dl-" + dst.name)
+    os.close(fd)
+    try:
+        req = urllib.request.Request(url, headers={"User-Agent": "vflbench"})
+        with urllib.request.urlopen(req, timeout=timeout) as r, open(tmp, "wb") as f:
+            shutil.copyfileobj(r, f)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def variant_present(ds_dir: Path, variant: Variant) -> bool:
+    return all((ds_dir / f.path).exists() for f in variant.files)
+
+
+def variant_in_mirror(name: str, variant: Variant) -> Path | None:
+    mirror = mirror_root()
+    if mirror is None or variant.mirror_dir is None:
+        return None
+    src = mirror / variant.mirror_dir
+    if all((src / f.path).exists() for f in variant.files):
+        return src
+    return None
+
+
+def unavailable_message(name: str, what: str = "") -> str:
+    return (
+        f"Dataset '{name}' is not available locally{what}. Run `vflbench data fetch {name}` while online, "
+        f"or set {MIRROR_ENV} to a directory holding an offline copy (e.g. {MIRROR_ENV}=../shared/data)."
+    )
+
+
+def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool = True) -> tuple[Variant, dict[str, str]]:
+    """Make one variant's files present under ``ds_dir``; return it with the files' sha256.
+
+    Order: a variant already on disk; a variant in the mirror (copied); the first variant with a URL
+    (downloaded, when ``download``). Every file is verified against its known checksum.
+    """
+    chosen = next((v for v in variants if variant_present(ds_dir, v)), None)
+    if chosen is None:
+        for v in variants:
+            src = variant_in_mirror(name, v)
+            if src is not None:
+                for f in v.files:
+                    _atomic_copy(src / f.path, ds_dir / f.path)
+                chosen = v
+                break
+    if chosen is None and download:
+        errors = []
+        for v in variants:
+            if not v.urls:
+                continue
+            try:
+                _fetch_url_variant(ds_dir, v)
+                chosen = v
+                break
+            except OSError as e:  # URLError is an OSError
+                errors.append(f"{v.urls[0]}: {e}")
+        if chosen is None:
+            raise DataUnavailableError(unavailable_message(name, " and the download failed (" + "; ".join(errors) + ")"))
+    if chosen is None:
+        raise DataUnavailableError(unavailable_message(name))
+    sums = {}
+    for f in chosen.files:
+        sums[f.path] = f.verify(ds_dir / f.path)
+    return chosen, sums
+
+
+def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
+    if v.extract_zip:
+        import zipfile
+
+        archive = ds_dir / ("download-" + Path(v.urls[0]).name.replace("%20", "_"))
+        if not archive.exists():
+            _download(v.urls[0], archive)
+        with zipfile.ZipFile(archive) as z:
+            names = z.namelist()
+            for f in v.files:
+                member = next((n for n in names if n.endswith("/" + f.path) or n == f.path), None)
+                if member is None:
+                    raise VFLBenchError(f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?")
+                target = ds_dir / f.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    else:
+        for url, f in zip(v.urls, v.files, strict=True):
+            _download(url, ds_dir / f.path)

@@ -1,0 +1,134 @@
+"""Dataset registry: name -> loader, default options and raw-file variants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import VFLBenchError
+from ..registry import Registry
+from .base import Dataset, DatasetInfo
+from .fetch import data_root, ensure_variant, variant_in_mirror, variant_present
+
+
+@dataclass
+class DatasetSpec:
+    info: DatasetInfo
+    # loader(ds_dir, options, checksums) -> Dataset
+    loader: Callable[[Path, dict[str, Any]], Dataset]
+    variants: tuple = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    option_help: dict[str, str] = field(default_factory=dict)
+    # custom availability/fetch (torchvision-backed sets); default uses ``variants``
+    fetcher: Callable[[Path, bool], dict[str, str]] | None = None
+    available_fn: Callable[[Path], bool] | None = None
+
+    def ds_dir(self) -> Path:
+        return data_root() / self.info.name
+
+    def available(self) -> bool:
+        if self.info.offline:
+            return True
+        if self.available_fn is not None:
+            return self.available_fn(self.ds_dir())
+        d = self.ds_dir()
+        return any(variant_present(d, v) or variant_in_mirror(self.info.name, v) for v in self.variants)
+
+    def fetch(self, download: bool = True) -> dict[str, str]:
+        """Ensure raw files are on disk; returns their sha256 checksums."""
+        if self.info.offline:
+            return {}
+        if self.fetcher is not None:
+            return self.fetcher(self.ds_dir(), download)
+        _, sums = ensure_variant(self.info.name, self.ds_dir(), self.variants, download=download)
+        return sums
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    DATASETS.register(spec.info.name)(spec)
+    return spec
+
+
+def _coerce(value: Any, default: Any, key: str, name: str) -> Any:
+    if not isinstance(value, str) or isinstance(default, str):
+        return value
+    low = value.lower()
+    if low in ("none", "null"):
+        return None
+    try:
+        if isinstance(default, bool):
+            if low in ("true", "1", "yes"):
+                return True
+            if low in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except ValueError:
+        raise VFLBenchError(f"Dataset '{name}' option {key}={value!r}: expected {type(default).__name__}.") from None
+    return value
+
+
+def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[str, Any]:
+    options = dict(options or {})
+    unknown = set(options) - set(spec.defaults)
+    if unknown:
+        known = ", ".join(sorted(spec.defaults)) or "none"
+        raise VFLBenchError(f"Dataset '{spec.info.name}' has no option {', '.join(sorted(unknown))}. Known options: {known}.")
+    out = dict(spec.defaults)
+    for k, v in options.items():
+        out[k] = _coerce(v, spec.defaults[k], k, spec.info.name)
+    return out
+
+
+def load_dataset(name: str, options: dict[str, Any] | None = None, download: bool = True) -> Dataset:
+    """Load a dataset by registry name, fetching its raw files first if needed."""
+    spec = DATASETS.get(name)
+    opts = resolve_options(spec, options)
+    sums = spec.fetch(download=download)
+    ds = spec.loader(spec.ds_dir(), opts)
+    ds.options = {**opts, **ds.options}
+    ds.checksums = {**sums, **ds.checksums}
+    return ds
+
+
+# ----------------------------------------------------------------------------- shared helpers
+
+
+def split_scale(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    test_size: float,
+    split_seed: int,
+    stratify: bool,
+    scaler: str,
+    X_test: np.ndarray | None = None,
+    y_test: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split (unless a test set is given) with scikit-learn, then scale with a scaler fitted on train."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+    if X_test is None:
+        if not 0.0 < test_size < 1.0:
+            raise VFLBenchError(f"test_size must be in (0, 1), got {test_size}.")
+        X, X_test, y, y_test = train_test_split(
+            X, y, test_size=test_size, random_state=split_seed, stratify=y if stratify else None
+        )
+    scalers = {"standard": StandardScaler, "minmax": MinMaxScaler}
+    if scaler in scalers:
+        sc = scalers[scaler]().fit(X)
+        X, X_test = sc.transform(X), sc.transform(X_test)
+    elif scaler not in ("none", None):
+        raise VFLBenchError(f"Unknown scaler '{scaler}'. Choices: standard, minmax, none.")
+    return X, y, X_test, y_test

@@ -1,0 +1,20 @@
+"""User-facing errors: one clear message that names the fix, turned into a non-zero exit by the CLI."""
+
+
+class VFLBenchError(Exception):
+    """An error caused by user input or the environment (not a bug).
+
+    The CLI prints ``str(err)`` on one line and exits with status 2, without a traceback.
+    """
+
+
+class DataUnavailableError(VFLBenchError):
+    """A dataset's files are not on disk and cannot be downloaded or copied from the mirror."""
+
+
+def did_you_mean(name: str, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"{hint} Choices: {', '.join(sorted(choices))}."

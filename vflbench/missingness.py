@@ -1,0 +1,301 @@
+"""Missingness mechanisms: which party blocks each sample has.
+
+A mechanism produces a boolean *observed* mask of shape ``[n_samples, K]`` (True = the block is
+available; note FALSE-VFL writes m=1 for missing). Mechanisms are named by compact spec strings,
+usable on the CLI and in YAML:
+
+==================  ===============================================================================
+``none``            every block observed
+``mcar:0.1``        each block missing independently with p = 0.1
+``mcar:.1,.2,.5,0`` per-block missing probabilities (one per party)
+``mcar-beta:2,2``   per-block missing probability drawn once per mask set from Beta(a, b)
+``mar1[:T0,D]``     FALSE-VFL Alg. 1, "stop at the first highly informative piece" (T0=1.1, D=0.15)
+``mar2[:T0,B0,D]``  FALSE-VFL Alg. 2, "accumulate moderately informative pieces" (0.5, 0.7, 0.15)
+``mnar:0.7``        missing with p if the block's mean < 0, else with 1 - p (FALSE-VFL)
+==================  ===============================================================================
+
+MAR and MNAR read the (normalised) block values; MCAR-type mechanisms do not, and only those can be
+drawn per batch (one pattern per consecutive batch of samples, as the LASER-VFL code does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import VFLBenchError
+from .registry import Registry
+
+MECHANISMS: Registry = Registry("missingness mechanism")
+
+
+@dataclass
+class Mechanism:
+    spec: str
+    needs_data = False
+
+    def sample(self, n: int, k: int, rng: np.random.Generator, mean=None, var=None) -> np.ndarray:
+        raise NotImplementedError
+
+    def realised(self) -> dict[str, Any]:
+        return {}
+
+
+def _floats(args: str, spec: str, n: int | None = None) -> list[float]:
+    try:
+        vals = [float(v) for v in args.split(",")] if args else []
+    except ValueError:
+        raise VFLBenchError(f"Bad missingness spec '{spec}': parameters must be numbers.") from None
+    if n is not None and len(vals) not in (0, n):
+        raise VFLBenchError(f"Bad missingness spec '{spec}': expected {n} comma-separated numbers.")
+    return vals
+
+
+def _prob(p: float, spec: str) -> float:
+    if not 0.0 <= p <= 1.0:
+        raise VFLBenchError(f"Bad missingness spec '{spec}': probability {p} is outside [0, 1].")
+    return p
+
+
+@MECHANISMS.register("none")
+@dataclass
+class NoMissing(Mechanism):
+    def sample(self, n, k, rng, mean=None, var=None):
+        return np.ones((n, k), dtype=bool)
+
+
+@MECHANISMS.register("mcar")
+@dataclass
+class MCAR(Mechanism):
+    p: list[float] = field(default_factory=lambda: [0.0])
+
+    @classmethod
+    def parse(cls, spec, args):
+        ps = _floats(args, spec)
+        if not ps:
+            raise VFLBenchError(f"Bad missingness spec '{spec}': write mcar:P or mcar:P1,P2,... (P = missing probability).")
+        return cls(spec, [_prob(p, spec) for p in ps])
+
+    def probs(self, k: int) -> np.ndarray:
+        if len(self.p) == 1:
+            return np.full(k, self.p[0])
+        if len(self.p) != k:
+            raise VFLBenchError(f"Missingness '{self.spec}' gives {len(self.p)} probabilities but there are {k} parties.")
+        return np.asarray(self.p)
+
+    def sample(self, n, k, rng, mean=None, var=None):
+        return rng.random((n, k)) >= self.probs(k)[None, :]
+
+
+@MECHANISMS.register("mcar-beta")
+@dataclass
+class MCARBeta(Mechanism):
+    a: float = 2.0
+    b: float = 2.0
+    drawn: list[float] | None = None
+
+    @classmethod
+    def parse(cls, spec, args):
+        v = _floats(args, spec, 2) or [2.0, 2.0]
+        if min(v) <= 0:
+            raise VFLBenchError(f"Bad missingness spec '{spec}': Beta parameters must be > 0.")
+        return cls(spec, v[0], v[1])
+
+    def sample(self, n, k, rng, mean=None, var=None):
+        if self.drawn is None or len(self.drawn) != k:  # drawn once per mask set
+            self.drawn = rng.beta(self.a, self.b, size=k).tolist()
+        return rng.random((n, k)) >= np.asarray(self.drawn)[None, :]
+
+    def realised(self):
+        return {"p_miss_per_block": self.drawn}
+
+
+@MECHANISMS.register("mnar")
+@dataclass
+class MNAR(Mechanism):
+    p: float = 0.7
+    needs_data = True
+
+    @classmethod
+    def parse(cls, spec, args):
+        v = _floats(args, spec, 1)
+        if not v:
+            raise VFLBenchError(f"Bad missingness spec '{spec}': write mnar:P (e.g. mnar:0.7).")
+        return cls(spec, _prob(v[0], spec))
+
+    def sample(self, n, k, rng, mean=None, var=None):
+        p_miss = np.where(mean < 0, self.p, 1.0 - self.p)
+        return rng.random((n, k)) >= p_miss
+
+
+def _visit_order(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    return np.argsort(rng.random((n, k)), axis=1)  # an independent random permutation per sample
+
+
+def _observe_first(order: np.ndarray, count: np.ndarray) -> np.ndarray:
+    n, k = order.shape
+    seen_rank = np.arange(k)[None, :] < count[:, None]  # [n, K] in visiting order
+    obs = np.zeros((n, k), dtype=bool)
+    np.put_along_axis(obs, order, seen_rank, axis=1)
+    return obs
+
+
+@MECHANISMS.register("mar1")
+@dataclass
+class MAR1(Mechanism):
+    t0: float = 1.1
+    delta: float = 0.15
+    needs_data = True
+
+    @classmethod
+    def parse(cls, spec, args):
+        v = _floats(args, spec, 2) or [1.1, 0.15]
+        return cls(spec, *v)
+
+    def sample(self, n, k, rng, mean=None, var=None):
+        order = _visit_order(n, k, rng)
+        v = np.take_along_axis(var, order, axis=1)
+        thresholds = self.t0 - self.delta * np.arange(k)
+        stop = v > thresholds[None, :]
+        # observed count = position of the first informative piece + 1, or all K
+        count = np.where(stop.any(1), stop.argmax(1) + 1, k)
+        return _observe_first(order, count)
+
+
+@MECHANISMS.register("mar2")
+@dataclass
+class MAR2(Mechanism):
+    t0: float = 0.5
+    b0: float = 0.7
+    delta: float = 0.15
+    needs_data = True
+
+    @classmethod
+    def parse(cls, spec, args):
+        v = _floats(args, spec, 3) or [0.5, 0.7, 0.15]
+        return cls(spec, *v)
+
+    def sample(self, n, k, rng, mean=None, var=None):
+        order = _visit_order(n, k, rng)
+        v = np.take_along_axis(var, order, axis=1)
+        thresholds = self.t0 - self.delta * np.arange(k)
+        spent = np.cumsum(np.where(v > thresholds, v - thresholds, 0.0), axis=1)
+        stop = self.b0 - spent <= 0
+        count = np.where(stop.any(1), stop.argmax(1) + 1, k)
+        return _observe_first(order, count)
+
+
+def parse_mechanism(spec: str) -> Mechanism:
+    """Parse a spec string such as ``mcar:0.1`` into a fresh mechanism object."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise VFLBenchError("Empty missingness spec; use e.g. none, mcar:0.1, mcar-beta:2,2, mar1, mar2, mnar:0.7.")
+    spec = spec.strip()
+    name, _, args = spec.partition(":")
+    cls = MECHANISMS.get(name.strip().lower())
+    if hasattr(cls, "parse"):
+        return cls.parse(spec, args.strip())
+    if args:
+        raise VFLBenchError(f"Bad missingness spec '{spec}': '{name}' takes no parameters.")
+    return cls(spec)
+
+
+@dataclass
+class Masks:
+    observed: np.ndarray  # [n, K] bool
+    spec: str
+    granularity: str
+    info: dict[str, Any]
+    labeled: np.ndarray | None = None  # indices of labeled samples (FALSE-VFL setting), None = all
+
+
+def generate_masks(
+    spec: str,
+    n: int,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    block_mean: np.ndarray | None = None,
+    block_var: np.ndarray | None = None,
+    granularity: str = "sample",
+    batch_size: int | None = None,
+    all_missing: str = "keep",
+) -> Masks:
+    """Draw an observed-mask for ``n`` samples and ``k`` parties.
+
+    ``granularity='batch'`` draws one pattern per consecutive block of ``batch_size`` samples.
+    ``all_missing='resample'`` redraws samples (or batches) with no observed block until none remain;
+    ``'keep'`` leaves them (evaluation skips them). The count is reported in ``info``.
+    """
+    mech = parse_mechanism(spec)
+    if granularity not in ("sample", "batch"):
+        raise VFLBenchError(f"Unknown granularity '{granularity}'. Choices: sample, batch.")
+    if all_missing not in ("keep", "resample"):
+        raise VFLBenchError(f"Unknown all-missing policy '{all_missing}'. Choices: keep, resample.")
+    if mech.needs_data and (block_mean is None or block_var is None):
+        raise ValueError(f"{spec} needs the block statistics")
+    if granularity == "batch":
+        if mech.needs_data:
+            raise VFLBenchError(f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; use --granularity sample.")
+        if not batch_size or batch_size < 1:
+            raise VFLBenchError("Per-batch masks need a positive batch size.")
+        units = -(-n // batch_size)
+    else:
+        units = n
+
+    def draw(idx: np.ndarray | None) -> np.ndarray:
+        m = block_mean if idx is None or block_mean is None else block_mean[idx]
+        v = block_var if idx is None or block_var is None else block_var[idx]
+        size = units if idx is None else len(idx)
+        return mech.sample(size, k, rng, m, v)
+
+    obs = draw(None)
+    resampled = 0
+    if all_missing == "resample":
+        if isinstance(mech, MCAR) and np.all(mech.probs(k) >= 1.0):
+            raise VFLBenchError(f"Under '{spec}' every block is always missing; nothing can be resampled.")
+        for _ in range(10_000):
+            bad = np.flatnonzero(~obs.any(1))
+            if len(bad) == 0:
+                break
+            resampled += len(bad)
+            obs[bad] = draw(bad)
+        else:
+            raise VFLBenchError(f"Could not avoid all-missing patterns under '{spec}'; use --all-missing keep.")
+    if granularity == "batch":
+        obs = np.repeat(obs, batch_size, axis=0)[:n]
+    info = {"mechanism": spec, "granularity": granularity, "all_missing_policy": all_missing, "resampled": int(resampled), **mech.realised()}
+    if granularity == "batch":
+        info["batch_size"] = int(batch_size)
+    return Masks(obs, spec, granularity, info)
+
+
+def labeled_split(n: int, n_labeled: int, n_aligned: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """FALSE-VFL 3.5: a uniformly random labeled subset, and inside it a fully aligned reserve."""
+    if not 0 <= n_aligned <= n_labeled <= n:
+        raise VFLBenchError(f"Need 0 <= aligned ({n_aligned}) <= labeled ({n_labeled}) <= training samples ({n}).")
+    labeled = np.sort(rng.choice(n, size=n_labeled, replace=False))
+    aligned = np.sort(rng.choice(labeled, size=n_aligned, replace=False))
+    return labeled, aligned
+
+
+def apply_aligned_reserve(observed: np.ndarray, aligned: np.ndarray) -> np.ndarray:
+    out = observed.copy()
+    out[aligned] = True
+    return out
+
+
+def mask_stats(observed: np.ndarray, top: int = 8) -> dict[str, Any]:
+    n, k = observed.shape
+    patterns = Counter("".join("1" if b else "0" for b in row) for row in observed) if n <= 200_000 else Counter()
+    return {
+        "n": int(n),
+        "parties": int(k),
+        "observed_rate_per_block": observed.mean(0).round(4).tolist(),
+        "fully_observed_fraction": float(observed.all(1).mean()),
+        "all_missing_count": int((~observed.any(1)).sum()),
+        "mean_observed_blocks": float(observed.sum(1).mean()),
+        "top_patterns": [{"pattern": p, "count": c, "fraction": round(c / n, 4)} for p, c in patterns.most_common(top)],
+    }
