@@ -1,0 +1,34 @@
+"""Ensemble: the Local predictors (trained identically, with their own presets) combined by a
+one-hot majority vote over the observed clients, ties broken uniformly at random."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import METHODS, BatchPrediction
+from .local import Local
+
+
+def majority_vote(preds: torch.Tensor, valid: torch.Tensor, n_classes: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``preds``/``valid`` ``[P, B]`` -> winning class ``[B]`` (random among tied classes) and vote share."""
+    votes = torch.zeros(preds.shape[1], n_classes, device=preds.device)
+    votes.scatter_add_(1, preds.T, valid.T.float())
+    top = votes.max(1, keepdim=True).values
+    tied = (votes == top) & (top > 0)
+    noise = torch.rand(votes.shape, generator=gen, device=votes.device)
+    winner = torch.where(tied, noise, torch.full_like(noise, -1.0)).argmax(1)
+    share = votes / votes.sum(1, keepdim=True).clamp_min(1)
+    return winner, share
+
+
+@METHODS.register("ensemble")
+class Ensemble(Local):
+    name, display, hp_key, f1_rule = "ensemble", "Ensemble", "ensemble", "single"
+
+    @torch.no_grad()
+    def predict_batch(self, blocks, obs):
+        lg = self.logits(blocks, obs)
+        winner, share = majority_vote(lg.argmax(-1), obs.T, self.c, self.gen)
+        scores = share[:, 1][None] if self.c == 2 else None
+        counted = obs.any(1)
+        return BatchPrediction(winner[None], counted[None].clone(), scores, counted)

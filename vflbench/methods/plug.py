@@ -1,0 +1,63 @@
+"""PlugVFL (Sun et al. 2024), as the LASER-VFL baseline: K extractors, concatenation fusion into one
+Linear head, zeros for missing blocks, and party-wise dropout of observed *passive* blocks with
+probability ``p_drop`` during training. The active party (last client) is never dropped; samples
+whose active block is missing are not trained on. At test time such samples are excluded from the
+denominators (``plug_denominator: exclude``, the authors' code) or scored as a uniformly random guess
+(``random``, the clean default)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import VFLBenchError
+from .base import METHODS, BatchPrediction, Method, masked_mean_ce
+
+
+@METHODS.register("plug")
+class PlugVFL(Method):
+    name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
+    option_defaults = {"p_drop": 0.0, "plug_denominator": "random", "granularity": "sample"}
+
+    def build(self) -> None:
+        p = float(self.options["p_drop"])
+        if not 0.0 <= p < 1.0:
+            raise VFLBenchError(f"--p-drop must be in [0, 1), got {p}.")
+        if self.options["plug_denominator"] not in ("exclude", "random"):
+            raise VFLBenchError("plug_denominator must be 'exclude' or 'random'.")
+        self.active_party = self.k - 1
+        self.ext, _ = self.extractors("ext", list(range(self.k)))
+        self.head, _ = self.heads("head", 1, self.k * self.ctx.model.cut)
+
+    def logits(self, blocks, keep: torch.Tensor) -> torch.Tensor:
+        emb = self.ext(blocks, need=keep.any(0)) * keep.T[:, :, None].float()  # zero missing/dropped
+        z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)  # concat in party order
+        return self.head(z[None])[0]
+
+    def loss_and_active(self, blocks, obs, y):
+        has_active = obs[:, self.active_party]
+        keep = obs & has_active[:, None]
+        p = float(self.options["p_drop"])
+        if p > 0:
+            shape = (1, self.k) if self.options["granularity"] == "batch" else tuple(obs.shape)
+            drop = torch.rand(shape, generator=self.gen, device=obs.device) < p
+            drop[:, self.active_party] = False
+            keep = keep & ~drop
+        active = torch.cat([keep.any(0), has_active.any()[None]])
+        if not bool(has_active.any()):
+            return None, active
+        return masked_mean_ce(self.logits(blocks, keep)[None], y, has_active[None])[0], active
+
+    @torch.no_grad()
+    def predict_batch(self, blocks, obs):
+        has_active = obs[:, self.active_party]
+        lg = self.logits(blocks, obs)
+        preds = lg.argmax(-1)
+        sc = self.score(lg)
+        counted = obs.any(1)
+        if self.options["plug_denominator"] == "exclude":
+            counted = counted & has_active
+        else:
+            preds = torch.where(has_active, preds, self.random_classes(has_active.shape))
+            if sc is not None:
+                sc = torch.where(has_active, sc, torch.full_like(sc, 0.5))
+        return BatchPrediction(preds[None], counted[None].clone(), None if sc is None else sc[None], counted)

@@ -1,0 +1,263 @@
+"""Representation models (extractors) and fusion heads, vectorised across parties and predictors.
+
+Tabular MLP extractors of all parties (or of all predictors of a method) live in one
+:class:`ParamStore`: a single flat parameter vector with per-element *member* ids. A forward pass
+computes every member with a chain of batched matrix products (``torch.baddbmm``), so a method with
+32 extractors (Combinatorial, K=4) costs the same number of kernel launches as one with 4. Image
+extractors (torchvision ResNet-18, a small CNN) are ordinary modules held in a :class:`ModuleBank`.
+
+"Members" are the independently trained units of a method (an extractor, a head). The masked
+optimiser steps only members that took part in a batch, which reproduces separate per-model
+optimisers and PyTorch's skipping of parameters that received no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import VFLBenchError
+
+
+class ParamStore(nn.Module):
+    """Many small parameter tensors as views of one flat leaf tensor.
+
+    Each tensor has a leading *member* axis (``members`` gives a global member id per row) or
+    belongs to one member entirely. Views are re-sliced on every forward, so autograd writes a
+    single flat gradient and the optimiser updates everything with a handful of vector ops.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._specs: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._pending: list[tuple[str, tuple[int, ...], torch.Tensor, torch.Tensor]] = []
+        self._total = 0
+        self.flat: nn.Parameter | None = None
+        self.register_buffer("member_of", torch.zeros(0, dtype=torch.long), persistent=False)
+
+    def add(self, name: str, shape: Sequence[int], members: torch.Tensor | int, bound: torch.Tensor | float) -> None:
+        shape = tuple(int(s) for s in shape)
+        n = math.prod(shape)
+        if isinstance(members, int):
+            mem = torch.full(shape, members, dtype=torch.long)
+        else:
+            mem = members.view(-1, *([1] * (len(shape) - 1))).expand(shape).clone()
+        b = torch.as_tensor(bound, dtype=torch.float32)
+        if b.ndim:
+            b = b.view(-1, *([1] * (len(shape) - 1))).expand(shape)
+        self._specs[name] = (self._total, shape)
+        self._pending.append((name, shape, mem, b))
+        self._total += n
+
+    def finalize(self, gen: torch.Generator) -> None:
+        """Initialise every tensor U(-bound, bound) (PyTorch's nn.Linear default) from ``gen``."""
+        flat = torch.empty(self._total)
+        member_of = torch.empty(self._total, dtype=torch.long)
+        for name, shape, mem, bound in self._pending:
+            off, _ = self._specs[name]
+            n = math.prod(shape)
+            u = torch.rand(shape, generator=gen) * 2 - 1
+            flat[off : off + n] = (u * bound).reshape(-1)
+            member_of[off : off + n] = mem.reshape(-1)
+        self.flat = nn.Parameter(flat)
+        self.member_of = member_of
+        self._pending = []
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        off, shape = self._specs[name]
+        return self.flat[off : off + math.prod(shape)].view(shape)
+
+    def n_params(self) -> int:
+        return self._total
+
+
+def linear_bound(fan_in: int | torch.Tensor) -> torch.Tensor | float:
+    if isinstance(fan_in, torch.Tensor):
+        return 1.0 / fan_in.float().clamp_min(1).sqrt()
+    return 1.0 / math.sqrt(max(fan_in, 1))
+
+
+class MLPBank:
+    """M independent MLPs ``width -> hidden... -> out`` (ReLU between layers, none after the last),
+    computed together. Member m reads party ``party_of[m]``; inputs are zero-padded to the widest block."""
+
+    def __init__(self, store: ParamStore, prefix: str, party_of: Sequence[int], member_ids: Sequence[int], widths: Sequence[int], hidden: Sequence[int], out: int):
+        self.store, self.prefix = store, prefix
+        self.party_of = torch.as_tensor(list(party_of), dtype=torch.long)
+        self.m = len(self.party_of)
+        mem = torch.as_tensor(list(member_ids), dtype=torch.long)
+        true_in = torch.as_tensor([widths[p] for p in party_of])
+        self.identity = self.party_of.tolist() == list(range(len(widths)))
+        sizes = [max(widths)] + list(hidden) + [out]
+        self.n_layers = len(sizes) - 1
+        for li in range(self.n_layers):
+            fan = true_in if li == 0 else sizes[li]
+            bound = linear_bound(fan)
+            store.add(f"{prefix}.w{li}", (self.m, sizes[li], sizes[li + 1]), mem, bound)
+            store.add(f"{prefix}.b{li}", (self.m, 1, sizes[li + 1]), mem, bound)
+
+    def __call__(self, xk: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
+        """``xk``: ``[K, B, w]`` stacked party blocks -> ``[M, B, out]``."""
+        if party_of is not None:
+            h = xk[party_of]
+        elif self.identity:
+            h = xk
+        else:
+            if self.party_of.device != xk.device:
+                self.party_of = self.party_of.to(xk.device)
+            h = xk[self.party_of]
+        for li in range(self.n_layers):
+            h = torch.baddbmm(self.store[f"{self.prefix}.b{li}"], h, self.store[f"{self.prefix}.w{li}"])
+            if li < self.n_layers - 1:
+                h = F.relu(h)
+        return h
+
+
+class HeadBank:
+    """H linear heads ``in_dim -> n_classes`` (the fusion models' single Linear)."""
+
+    def __init__(self, store: ParamStore, prefix: str, member_ids: Sequence[int], in_dim: int, n_classes: int):
+        self.store, self.prefix = store, prefix
+        mem = torch.as_tensor(list(member_ids), dtype=torch.long)
+        self.h = len(mem)
+        b = linear_bound(in_dim)
+        store.add(f"{prefix}.w", (self.h, in_dim, n_classes), mem, b)
+        store.add(f"{prefix}.b", (self.h, n_classes), mem, b)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.store[f"{self.prefix}.w"]
+
+    @property
+    def bias(self) -> torch.Tensor:
+        return self.store[f"{self.prefix}.b"]
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """``z``: ``[H, B, in]`` -> ``[H, B, C]`` (head h applied to z[h])."""
+        return torch.baddbmm(self.bias[:, None, :], z, self.weight)
+
+
+# ----------------------------------------------------------------------------- image extractors
+
+
+def _resnet18_small(in_ch: int, half: bool, out: int) -> nn.Module:
+    """torchvision ResNet-18 with the LASER-VFL small-image stems.
+
+    half=True (CIFAR-10): 3x3 stride-1 *padding-0* stem with 32 channels, widths 32-64-128-256.
+    half=False (CIFAR-100): 3x3 stride-1 padding-1 stem with 64 channels, standard widths.
+    Both: no max-pool; fc replaced by Linear(., out) with no activation after it.
+    """
+    from torchvision.models import resnet18
+    from torchvision.models.resnet import BasicBlock
+
+    m = resnet18()
+    if half:
+        m.inplanes = 32
+        m.conv1 = nn.Conv2d(in_ch, 32, 3, 1, 0, bias=False)
+        m.bn1 = nn.BatchNorm2d(32)
+        m.layer1 = m._make_layer(BasicBlock, 32, 2)
+        m.layer2 = m._make_layer(BasicBlock, 64, 2, stride=2)
+        m.layer3 = m._make_layer(BasicBlock, 128, 2, stride=2)
+        m.layer4 = m._make_layer(BasicBlock, 256, 2, stride=2)
+        m.fc = nn.Linear(256, out)
+    else:
+        m.conv1 = nn.Conv2d(in_ch, 64, 3, 1, 1, bias=False)
+        m.fc = nn.Linear(512, out)
+    m.maxpool = nn.Identity()
+    return m
+
+
+def _cnn_small(in_ch: int, out: int) -> nn.Module:
+    """A CPU-sized CNN stand-in for ResNet-18 (about 25k parameters at out=64)."""
+    return nn.Sequential(
+        nn.Conv2d(in_ch, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(), nn.Linear(128, out),
+    )
+
+
+IMAGE_EXTRACTORS = {
+    "resnet18-half": lambda c, out: _resnet18_small(c, True, out),
+    "resnet18": lambda c, out: _resnet18_small(c, False, out),
+    "cnn-small": _cnn_small,
+}
+
+
+class ModuleBank(nn.Module):
+    """M image extractors; member m reads party ``party_of[m]``'s tile."""
+
+    def __init__(self, arch: str, party_of: Sequence[int], member_ids: Sequence[int], in_ch: int, out: int, gen: torch.Generator):
+        super().__init__()
+        if arch not in IMAGE_EXTRACTORS:
+            raise VFLBenchError(f"Unknown image extractor '{arch}'. Choices: {', '.join(IMAGE_EXTRACTORS)}.")
+        self.party_of = list(party_of)
+        self.member_ids = list(member_ids)
+        self.out = out
+        mods = []
+        for _ in self.party_of:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+                mods.append(IMAGE_EXTRACTORS[arch](in_ch, out))
+        self.mods = nn.ModuleList(mods)
+
+    def member_params(self) -> list[tuple[nn.Parameter, int]]:
+        return [(p, mid) for mod, mid in zip(self.mods, self.member_ids, strict=True) for p in mod.parameters()]
+
+    def forward(self, tiles: Sequence[torch.Tensor], need: torch.Tensor | None = None) -> torch.Tensor:
+        """``tiles``: K tensors ``[B, C, h, w]``; ``need`` [M] bool skips members not needed."""
+        b = tiles[0].shape[0]
+        outs = []
+        for i, (mod, p) in enumerate(zip(self.mods, self.party_of, strict=True)):
+            if need is not None and not bool(need[i]):
+                outs.append(tiles[0].new_zeros(b, self.out))
+            else:
+                outs.append(mod(tiles[p]))
+        return torch.stack(outs)
+
+
+@dataclass
+class ModelSpec:
+    """Which extractor to build: ``mlp`` with ``hidden`` sizes, or an image architecture."""
+
+    arch: str  # "mlp" | "resnet18-half" | "resnet18" | "cnn-small"
+    cut: int  # representation size
+    hidden: tuple[int, ...] = ()
+
+    def describe(self) -> dict:
+        return {"arch": self.arch, "cut": self.cut, "hidden": list(self.hidden)}
+
+
+class Extractors:
+    """Uniform front for MLP (tabular, stacked) and module (image) extractor banks."""
+
+    def __init__(self, spec: ModelSpec, store: ParamStore, prefix: str, party_of: Sequence[int], member_ids: Sequence[int], widths: Sequence[int], in_ch: int, gen: torch.Generator):
+        self.spec = spec
+        self.party_of = list(party_of)
+        if spec.arch == "mlp":
+            self.bank = MLPBank(store, prefix, party_of, member_ids, widths, spec.hidden, spec.cut)
+            self.modules = None
+        else:
+            self.bank = None
+            self.modules = ModuleBank(spec.arch, party_of, member_ids, in_ch, spec.cut, gen)
+
+    def __call__(self, blocks, need: torch.Tensor | None = None) -> torch.Tensor:
+        """-> ``[M, B, cut]``. ``blocks`` is ``[K, B, w]`` (tabular) or a list of K image tiles."""
+        if self.bank is not None:
+            return self.bank(blocks)
+        return self.modules(blocks, need)
+
+    def member_params(self) -> list[tuple[nn.Parameter, int]]:
+        return self.modules.member_params() if self.modules is not None else []
+
+    def train(self, mode: bool = True) -> None:
+        if self.modules is not None:
+            self.modules.train(mode)
+
+    def to(self, device) -> None:
+        if self.modules is not None:
+            self.modules.to(device)

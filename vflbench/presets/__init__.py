@@ -1,0 +1,53 @@
+"""Hyper-parameter and model presets stored as YAML data."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import VFLBenchError
+
+
+@lru_cache
+def load_preset(name: str) -> dict[str, Any]:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        text = p.read_text()
+    else:
+        try:
+            text = resources.files(__package__).joinpath(f"{name}.yaml").read_text()
+        except FileNotFoundError:
+            raise VFLBenchError(f"Unknown preset '{name}'. Built in: laser_table1; or pass a path to a YAML file.") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise VFLBenchError(f"Preset '{name}' is not valid YAML: {e}") from None
+
+
+def _p_key(block: dict, p: float | str | None) -> dict:
+    for key in block:
+        if key != "default" and p is not None and not isinstance(p, str):
+            try:
+                if abs(float(key) - float(p)) < 1e-9:
+                    return block[key]
+            except (TypeError, ValueError):
+                pass
+    return block["default"]
+
+
+def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
+    hp = load_preset(preset)["hyperparameters"]
+    ds = hp.get(dataset, hp["default"])
+    block = ds.get(hp_key, ds.get("all"))
+    if block is None:
+        block = hp["default"]["all"]
+    return dict(_p_key(block, p_train))
+
+
+def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
+    models = load_preset(preset)["models"]
+    return dict(models.get(dataset, models[f"default_{kind}"]))
