@@ -43,46 +43,56 @@ class MaskedOptimizer:
     def step(self, active: torch.Tensor) -> None:
         """``active``: bool ``[n_members]``, the members that took part in this batch."""
         active = active.to(self.steps.device)
+        all_active = bool(active.all())
         self.steps += active.float()
         b1, b2 = self.betas
         for (p, mem), st in zip(self.entries, self.state, strict=True):
-            if isinstance(mem, int):
-                if not bool(active[mem]) or p.grad is None:
+            if p.grad is None:
+                continue
+            if isinstance(mem, int):  # a whole tensor owned by one member
+                if not bool(active[mem]):
                     continue
                 a = None
                 t = self.steps[mem]
             else:
-                a = active[mem]
-                t = self.steps[mem]
-            g = p.grad if p.grad is not None else torch.zeros_like(p)
-            if self.wd:
-                g = g.add(p, alpha=self.wd)
+                a = None if all_active else active[mem].to(p.dtype)
+                t = st.get("t")
+                if t is None:
+                    t = st["t"] = torch.zeros_like(p)
+                if a is None:
+                    t.add_(1.0)
+                else:
+                    t.add_(a)
+            g = p.grad if not self.wd else torch.add(p.grad, p, alpha=self.wd)
             if self.name == "sgd":
                 if self.momentum:
-                    buf = st.setdefault("buf", torch.zeros_like(p))
-                    new = buf * self.momentum + g
-                    buf.copy_(new if a is None else torch.where(a, new, buf))
+                    buf = st.get("buf")
+                    if buf is None:
+                        buf = st["buf"] = torch.zeros_like(p)
+                    if a is None:
+                        buf.mul_(self.momentum).add_(g)
+                    else:  # inactive members keep their buffer
+                        buf.add_((buf * (self.momentum - 1.0) + g) * a)
                     g = buf
-                upd = g * self.lr
+                p.add_(g if a is None else g * a, alpha=-self.lr)
             else:
-                m = st.setdefault("m", torch.zeros_like(p))
-                v = st.setdefault("v", torch.zeros_like(p))
-                m_new = m * b1 + g * (1 - b1)
-                v_new = v * b2 + g * g * (1 - b2)
+                m = st.get("m")
+                if m is None:
+                    m = st["m"] = torch.zeros_like(p)
+                    st["v"] = torch.zeros_like(p)
+                v = st["v"]
                 if a is None:
-                    m.copy_(m_new)
-                    v.copy_(v_new)
+                    m.lerp_(g, 1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 else:
-                    m.copy_(torch.where(a, m_new, m))
-                    v.copy_(torch.where(a, v_new, v))
-                tt = t.clamp_min(1)
-                bc1 = 1 - b1**tt
-                bc2 = 1 - b2**tt
-                upd = (m / bc1) * self.lr / (v.sqrt() / bc2.sqrt() + self.eps)
-            if a is None:
-                p.sub_(upd)
-            else:
-                p.sub_(torch.where(a, upd, torch.zeros((), device=p.device)))
+                    m.lerp_(g, (1 - b1) * a)
+                    v.lerp_(g * g, (1 - b2) * a)
+                tt = t.clamp_min(1.0)
+                bc1 = 1 - torch.pow(b1, tt)
+                bc2_sqrt = (1 - torch.pow(b2, tt)).sqrt_()
+                denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+                step = m / denom * (self.lr / bc1)
+                p.sub_(step if a is None else step * a)
 
 
 def cosine_lr(base_lr: float, epoch: int, t_max: int, eta_min_ratio: float) -> float:

@@ -129,6 +129,7 @@ def fit(
 def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int, tta: torch.Generator | None = None):
     """Concatenate the method's batch predictions over a split; returns numpy arrays."""
     method.train(False)
+    method.store.begin()
     parts = []
     for start in range(0, data.n, batch_size):
         idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)

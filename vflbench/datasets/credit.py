@@ -45,6 +45,26 @@ VARIANTS = (
 
 
 def read_raw(ds_dir: Path) -> pd.DataFrame:
+    """Parse the raw file once; later loads read a small .npy cache keyed by the file's size and mtime."""
+    src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
+    if src.exists():
+        st = src.stat()
+        cache = ds_dir / f".parsed-{src.suffix.strip('.')}-{st.st_size}-{int(st.st_mtime)}.npy"
+        if cache.exists():
+            try:
+                return pd.DataFrame(np.load(cache), columns=COLUMNS + [LABEL])
+            except (OSError, ValueError):
+                cache.unlink(missing_ok=True)
+        df = _parse(ds_dir)
+        arr = df[COLUMNS + [LABEL]].to_numpy(np.float64)
+        tmp = cache.with_suffix(".tmp.npy")
+        np.save(tmp, arr)
+        tmp.replace(cache)
+        return pd.DataFrame(arr, columns=COLUMNS + [LABEL])
+    return _parse(ds_dir)
+
+
+def _parse(ds_dir: Path) -> pd.DataFrame:
     if (ds_dir / XLS).exists():
         df = pd.read_excel(ds_dir / XLS, header=1)
     elif (ds_dir / CSV_GZ).exists():
@@ -67,7 +87,7 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
     if bad:
         raise VFLBenchError(f"Unknown Credit columns {bad}. Known: {', '.join(COLUMNS)}.")
     X = df[cols].to_numpy(np.float64)
-    y = df[LABEL].to_numpy(np.int64)
+    y = df[LABEL].to_numpy().astype(np.int64)
     Xtr, ytr, Xte, yte = split_scale(
         X, y, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=opts["stratify"], scaler=opts["scaler"]
     )

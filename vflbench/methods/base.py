@@ -113,6 +113,7 @@ class Method:
 
     # -- shared
     def train_step(self, blocks, obs: torch.Tensor, y: torch.Tensor) -> float | None:
+        self.store.begin()
         loss, active = self.loss_and_active(blocks, obs, y)
         if loss is None or not bool(active.any()):
             return None
@@ -131,6 +132,16 @@ class Method:
         if self.c != 2:
             return None
         return logits.softmax(-1)[..., self.ctx.positive_class if self.ctx.positive_class is not None else 1]
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-element cross-entropy over the last axis (``y`` broadcast to ``logits.shape[:-1]``).
+    For two classes it is softplus of the signed logit gap: the same value, about half the cost."""
+    y = y.expand(logits.shape[:-1])
+    if logits.shape[-1] == 2:
+        gap = logits[..., 1] - logits[..., 0]
+        return F.softplus(torch.where(y == 1, -gap, gap))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(y.shape)
 
 
 def masked_mean_ce(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ expectation this equals the sum over all non-empty S in O of the head-averaged l
 
 
 
-``A[b, i, s, k]``; one einsum fuses, one batched product applies the heads.
+``A[b, i, s, k]``. As heads are linear and fusion is a mean, every head is applied once to every
+representation (one matrix product) and the tasks are fused in class space by a broadcast sum.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
-from .base import METHODS, BatchPrediction, Method
+from .base import METHODS, BatchPrediction, Method, cross_entropy
 
 
 def laser_weights(k: int) -> torch.Tensor:
@@ -111,15 +111,16 @@ class LaserVFL(Method):
         chosen = sample_subsets(obs, self.gen, shared=self.options["laser_subsets"] == "batch", tables=self.tables)
         agg = self.frac[chosen]  # [B, head, size, block]: 1/s on the drawn subset
         emb = self.ext(blocks, need=seen)  # [K, B, D]
-        fused = torch.einsum("bisk,kbd->bisd", agg, emb)
-        b, k, d = fused.shape[0], self.k, fused.shape[-1]
-        # head i applied to all its (sample, size) tasks: [K, B*K, D] @ [K, D, C]
-        z = fused.permute(1, 0, 2, 3).reshape(k, b * k, d)
-        logits = self.head(z).view(k, b, k, self.c)  # [head, B, size, C]
-        ce = F.cross_entropy(logits.reshape(-1, self.c), y[None, :, None].expand(k, b, k).reshape(-1), reduction="none").view(k, b, k)
+        k, b, d = emb.shape
+        # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
+        # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
+        w = self.head.weight  # [head, D, C]
+        proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, k * self.c)).view(k, b, k, self.c)
+        proj = proj.permute(1, 2, 0, 3).contiguous()  # [B, head, block, C]
+        logits = torch.matmul(agg, proj) + self.head.bias[None, :, None, :]  # [B, head, size, C]
+        ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
         pattern = (obs.long() << self.bits).sum(1)
-        w = self.wpat[pattern].permute(1, 0, 2)  # [head, B, size]
-        loss = (ce * w).sum() / rows.sum()
+        loss = (ce * self.wpat[pattern]).sum() / rows.sum()
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:

@@ -1,0 +1,196 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from vflbench.methods import METHODS, MethodContext
+from vflbench.methods.combinatorial import pattern_ids
+from vflbench.methods.ensemble import majority_vote
+from vflbench.methods.laser import laser_weights, sample_subsets, subset_table
+from vflbench.models import ModelSpec, ParamStore
+from vflbench.optim import MaskedOptimizer, cosine_lr
+from vflbench.rng import Streams
+
+
+def ctx(k=3, c=3, options=None, hp=None, width=4):
+    return MethodContext(
+        k=k, n_classes=c, widths=[width] * k, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
+        streams=Streams(0), hp=hp or dict(optimizer="adam", lr=1e-2, weight_decay=0.0), options=options or {}, positive_class=1 if c == 2 else None,
+    )
+
+
+def subsets(mask_bits, k):
+    return [s for s in range(1, 2**k) if s & mask_bits == s]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_laser_table_sampling_is_exactly_unbiased(k):
+    """E[sum_i sum_s w(|O|, s) CE_i(S_is)] = sum_{S <= O, S != {}} (1/|S|) sum_{i in S} CE_i(S), exactly."""
+    table, count = subset_table(k)
+    w = laser_weights(k)
+    rng = np.random.default_rng(k)
+    ce = {(i, s): rng.random() for s in range(1, 2**k) for i in range(k)}
+    for o in range(1, 2**k):
+        n_o = bin(o).count("1")
+        expected = 0.0
+        for i in range(k):
+            if not o >> i & 1:
+                continue
+            for s in range(1, n_o + 1):
+                n = int(count[o, i, s - 1])
+                assert n == math.comb(n_o - 1, s - 1)
+                drawn = [int(table[o, i, s - 1, r]) for r in range(n)]  # each r equally likely
+                assert len(set(drawn)) == n and all(d & o == d and d >> i & 1 and bin(d).count("1") == s for d in drawn)
+                expected += float(w[n_o, s]) * np.mean([ce[(i, d)] for d in drawn])
+        full = sum(ce[(i, S)] / bin(S).count("1") for S in subsets(o, k) for i in range(k) if S >> i & 1)
+        assert expected == pytest.approx(full, rel=1e-6)  # float32 weight table
+
+
+def test_laser_sampler_draws_uniformly_and_respects_batch_sharing():
+    k = 4
+    tables = subset_table(k)
+    obs = torch.tensor([[True, True, True, False]] * 20000)
+    g = torch.Generator().manual_seed(0)
+    chosen = sample_subsets(obs, g, shared=False, tables=tables)
+    # head 0, size 2 from O={0,1,2}: {0,1} or {0,2}, each with probability 1/2
+    picks = chosen[:, 0, 1]
+    assert set(picks.unique().tolist()) == {0b011, 0b101}
+    assert abs((picks == 0b011).float().mean() - 0.5) < 0.02
+    assert (chosen[:, 3] == 0).all()  # head 3 unobserved: nothing drawn
+    assert (chosen[:, 0, 3] == 0).all()  # size 4 > |O|
+    shared = sample_subsets(obs[:64], g, shared=True, tables=tables)
+    assert (shared == shared[0]).all()
+
+
+def _brute_force_laser_loss(m, x, obs, y):
+    """Sum over all non-empty S <= O of (1/|S|) sum_{i in S} CE(head_i(mean emb of S)), averaged over samples."""
+    emb = m.ext(x)  # [K, B, D]
+    total = 0.0
+    for b in range(x.shape[1]):
+        o = int(pattern_ids(obs[b : b + 1])[0])
+        for S in subsets(o, m.k):
+            members = [j for j in range(m.k) if S >> j & 1]
+            z = emb[members, b].mean(0)
+            for i in members:
+                logits = z @ m.head.weight[i] + m.head.bias[i]
+                total += torch.nn.functional.cross_entropy(logits[None], y[b : b + 1]).item() / len(members)
+    return total / x.shape[1]
+
+
+def test_laser_loss_matches_full_subset_loss_in_expectation():
+    m = METHODS.get("laser")(ctx(k=3))
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 4)
+    y = torch.randint(0, 3, (6,))
+    obs = torch.tensor([[1, 1, 1], [1, 0, 1], [0, 1, 0], [1, 1, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.bool)
+    target = _brute_force_laser_loss(m, x, obs, y)
+    with torch.no_grad():
+        est = np.mean([m.loss_and_active(x, obs, y)[0].item() for _ in range(4000)])
+    assert est == pytest.approx(target, rel=0.01)
+
+
+def test_laser_weights_values():
+    w = laser_weights(4)
+    assert w[4, 1] == 1 and w[4, 2] == pytest.approx(1.5) and w[4, 3] == 1 and w[4, 4] == pytest.approx(0.25)
+    assert w[1, 1] == 1 and w[2, 2] == pytest.approx(0.5)
+
+
+def test_masked_optimizer_equals_separate_torch_optimizers():
+    """Two members in one store; member 1 sits out some steps. Each must follow its own torch.optim.Adam
+    that only steps when the member is active (step counts and moments per member)."""
+    for name, kw in (("adam", dict(weight_decay=1e-3)), ("sgd", dict(momentum=0.8, weight_decay=1e-4))):
+        s = ParamStore()
+        s.add("w", (2, 3), torch.tensor([0, 1]), 0.5)
+        s.finalize(torch.Generator().manual_seed(0))
+        refs = [torch.nn.Parameter(s["w"][i].detach().clone()) for i in range(2)]
+        cls = torch.optim.Adam if name == "adam" else torch.optim.SGD
+        ropts = [cls([r], lr=0.01, **kw) for r in refs]
+        opt = MaskedOptimizer(s, [], 2, name=name, lr=0.01, **kw)
+        g = torch.Generator().manual_seed(1)
+        for step in range(12):
+            grad = torch.randn(6, generator=g)
+            active = torch.tensor([True, step % 3 != 0])
+            s.flat.grad = grad.clone()
+            opt.step(active)
+            for i in range(2):
+                if active[i]:
+                    refs[i].grad = grad.view(2, 3)[i].clone()
+                    ropts[i].step()
+        for i in range(2):
+            assert torch.allclose(s["w"][i], refs[i], atol=1e-6), name
+
+
+def test_cosine_schedule_matches_torch():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1)
+    sch = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.1 * 0.02)
+    for e in range(10):
+        assert cosine_lr(0.1, e, 10, 0.02) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9)
+        opt.step()
+        sch.step()
+
+
+def test_ensemble_majority_vote_and_random_ties():
+    preds = torch.tensor([[1, 0, 2], [1, 1, 0], [0, 1, 1]])  # 3 predictors x 3 samples
+    valid = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    g = torch.Generator().manual_seed(0)
+    winners = torch.stack([majority_vote(preds, valid, 3, g)[0] for _ in range(2000)])
+    assert (winners[:, 0] == 1).all()  # 2 votes vs 1
+    assert (winners[:, 2] == 2).all()  # a single valid vote
+    tie = winners[:, 1]  # votes 0 and 1 once each: both win about half the time
+    assert set(tie.unique().tolist()) == {0, 1} and abs((tie == 0).float().mean() - 0.5) < 0.05
+
+
+def test_combinatorial_uses_exact_subset_predictor():
+    m = METHODS.get("combinatorial")(ctx(k=3))
+    assert m.head.h == 7 and m.ext.bank.m == 12  # 2^3-1 predictors, 3*2^2 extractors
+    obs = torch.tensor([[1, 0, 1], [0, 0, 1], [1, 1, 1]], dtype=torch.bool)
+    pred = m.predict_batch(torch.randn(3, 3, 4), obs)
+    answering = pred.valid.float().argmax(0)
+    assert pred.valid.sum(0).tolist() == [1, 1, 1]
+    assert (m.bits[answering] == pattern_ids(obs)).all()
+    cov = m.covers(obs)  # training: predictor S learns from samples that observe all of S
+    assert cov[:, 2].all() and cov[:, 1].sum() == 1
+
+
+def test_plug_denominators_per_protocol():
+    obs = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 1], [0, 0, 0]], dtype=torch.bool)
+    x = torch.randn(3, 4, 4)
+    ex = METHODS.get("plug")(ctx(k=3, options={"plug_denominator": "exclude"})).predict_batch(x, obs)
+    assert ex.counted.tolist() == [True, False, True, False]  # active party (last) missing -> excluded
+    rnd = METHODS.get("plug")(ctx(k=3, options={"plug_denominator": "random"})).predict_batch(x, obs)
+    assert rnd.counted.tolist() == [True, True, True, False]  # scored; only all-missing excluded
+
+
+def test_svfl_guesses_randomly_when_incomplete():
+    m = METHODS.get("svfl")(ctx(k=2, c=10))
+    obs = torch.tensor([[True, False]] * 5000)
+    p = m.predict_batch(torch.randn(2, 5000, 4), obs).preds[0]
+    counts = torch.bincount(p, minlength=10).float() / 5000
+    assert (counts - 0.1).abs().max() < 0.03
+
+
+@pytest.mark.parametrize("name", ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"])
+def test_every_method_learns_an_easy_task(name):
+    from vflbench.runner import RunConfig, execute, resolve
+
+    cfg = RunConfig(dataset="synthetic", method=name, train_missing="mcar:0.1", test_missing=["none", "mcar:0.3"], seed=0,
+                    data_options={"n": 3000, "separation": 1.5}, hp={"epochs": 8, "lr": 3e-3})
+    rows, _ = execute(resolve(cfg), device="cpu")
+    acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
+    assert acc["none"] > 80, acc  # chance is 50%
+    if name != "svfl":
+        assert acc["mcar:0.3"] > 70, acc
+
+
+def test_same_seed_same_numbers_other_seed_differs():
+    from vflbench.runner import RunConfig, execute, resolve
+
+    def go(seed):
+        cfg = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.2", test_missing=["mcar:0.5"], seed=seed, data_options={"n": 1500}, hp={"epochs": 3})
+        return [r["value"] for r in execute(resolve(cfg), device="cpu")[0]]
+
+    a, b = go(0), go(0)
+    assert a == b
+    assert go(1) != a

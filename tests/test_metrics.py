@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from vflbench.metrics import accuracy, auprc, compute_metrics, f1
+
+
+def test_accuracy_averages_over_observed_clients():
+    y = np.array([1, 0, 1])
+    preds = np.array([[1, 0, 0], [0, 0, 0], [1, 1, 1]])  # 3 clients x 3 samples
+    valid = np.array([[1, 1, 1], [1, 0, 1], [0, 1, 1]], dtype=bool)
+    # sample 0: clients 0,1 -> (1 + 0)/2; sample 1: clients 0,2 -> (1 + 0)/2; sample 2: all -> (0+0+1)/3
+    assert accuracy(preds, valid, np.ones(3, bool), y) == pytest.approx(100 * (0.5 + 0.5 + 1 / 3) / 3)
+
+
+def test_accuracy_skips_uncounted_and_all_missing():
+    y = np.array([1, 1, 1])
+    preds = np.array([[1, 0, 0]])
+    valid = np.array([[1, 1, 0]], dtype=bool)  # sample 2: no predictor answers (all-missing)
+    counted = np.array([True, False, True])  # sample 1 excluded (e.g. PlugVFL compat)
+    assert accuracy(preds, valid, counted, y) == 100.0
+
+
+def test_f1_rules():
+    y = np.array([1, 1, 0, 0])
+    preds = np.array([[1, 1, 0, 0], [0, 0, 0, 0]])  # client 0 perfect, client 1 never predicts positive
+    valid = np.ones((2, 4), bool)
+    c = np.ones(4, bool)
+    assert f1(preds, valid, c, y, "per_predictor_mean", 2) == pytest.approx(0.5)  # LASER: mean over all K
+    assert f1(preds, valid, c, y, "per_predictor_nonzero", 2) == pytest.approx(1.0)  # Local/Comb: zeros dropped
+    assert f1(preds[:1], valid[:1], c, y, "single", 2) == pytest.approx(1.0)
+
+
+def test_f1_per_predictor_only_on_its_samples():
+    y = np.array([1, 0, 1, 0])
+    preds = np.array([[1, 1, 0, 0], [1, 0, 1, 0]])
+    valid = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)  # combinatorial-style: one answers each
+    # predictor 0 on samples 0,1: TP=1, FP=1 -> F1 = 2/3 ; predictor 1 on samples 2,3: perfect
+    assert f1(preds, valid, np.ones(4, bool), y, "per_predictor_nonzero", 2) == pytest.approx((2 / 3 + 1) / 2)
+
+
+def test_compute_metrics_reports_counts_and_auprc():
+    y = np.array([1, 0, 1, 0])
+    preds = np.array([[1, 0, 1, 1]])
+    scores = np.array([[0.9, 0.1, 0.8, 0.7]])
+    m = compute_metrics(preds, np.ones((1, 4), bool), scores, np.array([1, 1, 1, 0], bool), y, rule="single", n_classes=2, positive_class=1)
+    assert m["accuracy"] == 100.0 and m["n_counted"] == 3 and m["n_test"] == 4
+    assert m["f1"] == pytest.approx(100.0) and m["auprc"] == pytest.approx(100.0)
+    assert auprc(scores, np.ones((1, 4), bool), np.ones(4, bool), y, "single") == pytest.approx(1.0)
+
+
+def test_multiclass_f1_is_macro():
+    y = np.array([0, 1, 2, 2])
+    preds = np.array([[0, 1, 2, 1]])
+    got = f1(preds, np.ones((1, 4), bool), np.ones(4, bool), y, "single", 3, None)
+    assert got == pytest.approx(np.mean([1.0, 2 / 3, 2 / 3]))
