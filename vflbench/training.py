@@ -105,12 +105,13 @@ def fit(
         else:
             order = torch.arange(n, device=device)
         total, count = 0.0, 0
-        for start in range(0, n, bs):
+        method.begin_epoch(obs, order, bs, per_batch)
+        for j, start in enumerate(range(0, n, bs)):
             idx = order[start : start + bs]
             ob = obs[idx]
             if per_batch:  # the batch carries the pattern of its first sample (authors' collate_fn)
                 ob = ob[:1].expand(len(idx), -1)
-            loss = method.train_step(data.batch(idx, aug), ob, y[idx])
+            loss = method.train_step(data.batch(idx, aug), ob, y[idx], idx=idx, batch_no=j)
             if loss is None:
                 hist.skipped_batches += 1
             else:

@@ -112,7 +112,12 @@ class Method:
         raise NotImplementedError
 
     # -- shared
-    def train_step(self, blocks, obs: torch.Tensor, y: torch.Tensor) -> float | None:
+    def begin_epoch(self, obs: torch.Tensor, order: torch.Tensor, batch_size: int, per_batch: bool) -> None:
+        """Called before each epoch with the full training mask and the epoch's sample order, so a
+        method can draw its per-batch randomness for the whole epoch in one vectorised call."""
+
+    def train_step(self, blocks, obs: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None = None, batch_no: int | None = None) -> float | None:
+        self._where = (idx, batch_no)
         self.store.begin()
         loss, active = self.loss_and_active(blocks, obs, y)
         if loss is None or not bool(active.any()):

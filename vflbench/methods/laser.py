@@ -51,21 +51,25 @@ def subset_table(k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return table, count
 
 
-def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None) -> torch.Tensor:
+def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None) -> torch.Tensor:
     """Draw the LASER tasks. Returns ``chosen[b, i, s-1]``, the bitmask of the subset of size s drawn
     for head i, uniformly among the subsets of O that contain i (independently per head and
     size, like the authors' ``random.sample``). Entries for heads outside O or sizes above |O| are
-    empty (their loss weight is 0). ``shared=True`` draws one subset per (head, size) for the whole
-    batch (the authors' per-batch code; all rows of ``obs`` are then equal)."""
-    b, k = obs.shape
-    table, count = tables if tables is not None else subset_table(k)
-    bits = torch.arange(k, device=obs.device)
-    pattern = (obs.long() << bits).sum(1)  # [B]
-    cnt = count[pattern]  # [B, head, size]
-    u = torch.rand((1 if shared else b, k, k), generator=gen, device=obs.device)
+    empty (0; their loss weight is 0 too). ``shared=True`` draws one subset per (head, size) for the
+    whole batch (the authors' per-batch code): ``obs`` rows must then be equal, and one row comes back."""
+    table, count = tables if tables is not None else subset_table(obs.shape[1])
+    k = table.shape[1]
+    if shared:
+        obs = obs[:1]
+        pattern = None if pattern is None else pattern[:1]
+    if pattern is None:
+        pattern = (obs.long() << torch.arange(k, device=obs.device)).sum(1)  # [B]
+    b, width = pattern.shape[0], table.shape[-1]
+    cnt = count.view(-1, k * k)[pattern]  # [B, head*size]
+    u = torch.rand((b, k * k), generator=gen, device=obs.device)
     r = (u * cnt).long()  # uniform in 0..cnt-1 (u < 1); 0 where cnt = 0 -> the empty entry
-    chosen = table[pattern].gather(-1, r[..., None]).squeeze(-1)  # [B, head, size] bitmask
-    return chosen
+    flat = pattern[:, None] * (k * k * width) + torch.arange(k * k, device=obs.device)[None] * width + r
+    return table.view(-1)[flat].view(b, k, k)
 
 
 def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
@@ -102,14 +106,55 @@ class LaserVFL(Method):
         w = self.wtable[n_obs][:, 1:]  # [B, K sizes]
         return w[:, None, :] * obs[:, :, None].float()
 
+    def begin_epoch(self, obs, order, batch_size, per_batch):
+        """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
+        carries its first sample's pattern). Batches then only slice the precomputed tensors."""
+        shared = self.options["laser_subsets"] == "batch"
+        if per_batch or shared:
+            firsts = order[::batch_size]
+            pattern = (obs[firsts].long() << self.bits).sum(1)  # [n_batches]
+            if not shared:  # per-batch masks but per-sample subsets: expand the batch pattern to rows
+                pattern = pattern.repeat_interleave(batch_size)[: len(order)]
+                self._epoch = ("sample", *self._draw(pattern), torch.empty(0))
+                self._epoch_pos = torch.empty(len(order), dtype=torch.long, device=order.device)
+                self._epoch_pos[order] = torch.arange(len(order), device=order.device)
+                return
+            agg, w = self._draw(pattern)
+            self._epoch = ("batch", agg[:, None], w[:, None], None)
+        else:
+            pattern = (obs.long() << self.bits).sum(1)  # [n] by sample index
+            self._epoch = ("index", *self._draw(pattern), None)
+
+    def _draw(self, pattern):
+        chosen = sample_subsets(pattern[:, None], self.gen, shared=False, tables=self.tables, pattern=pattern)
+        return self.frac[chosen], self.wpat[pattern]
+
+    def _tasks(self, obs):
+        """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size]) for this batch."""
+        idx, batch_no = getattr(self, "_where", (None, None))
+        ep = getattr(self, "_epoch", None)
+        if ep is not None and idx is not None:
+            kind, agg, w, _ = ep
+            if kind == "batch":
+                return agg[batch_no], w[batch_no]
+            if kind == "index":
+                return agg[idx], w[idx]
+            pos = self._epoch_pos[idx]
+            return agg[pos], w[pos]
+        shared = self.options["laser_subsets"] == "batch"
+        pattern = (obs.long() << self.bits).sum(1)
+        if shared:  # per-batch masks: every row has the same pattern
+            pattern = pattern[:1]
+        chosen = sample_subsets(obs, self.gen, shared=shared, tables=self.tables, pattern=pattern)
+        return self.frac[chosen], self.wpat[pattern]
+
     def loss_and_active(self, blocks, obs, y):
         seen = obs.any(0)
         active = torch.cat([seen, seen])
         rows = obs.any(1)
         if not bool(rows.any()):
             return None, active
-        chosen = sample_subsets(obs, self.gen, shared=self.options["laser_subsets"] == "batch", tables=self.tables)
-        agg = self.frac[chosen]  # [B, head, size, block]: 1/s on the drawn subset
+        agg, wts = self._tasks(obs)  # [B or 1, head, size, block]: 1/s on the drawn subset
         emb = self.ext(blocks, need=seen)  # [K, B, D]
         k, b, d = emb.shape
         # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
@@ -119,8 +164,7 @@ class LaserVFL(Method):
         proj = proj.permute(1, 2, 0, 3).contiguous()  # [B, head, block, C]
         logits = torch.matmul(agg, proj) + self.head.bias[None, :, None, :]  # [B, head, size, C]
         ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
-        pattern = (obs.long() << self.bits).sum(1)
-        loss = (ce * self.wpat[pattern]).sum() / rows.sum()
+        loss = (ce * wts).sum() / rows.sum()
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:

@@ -1,0 +1,122 @@
+"""Seconds per training epoch and per evaluation for every method.
+
+    python benchmarks/bench_methods.py                 # Credit (K=4, batch 128) + Fashion-MNIST quadrants
+    python benchmarks/bench_methods.py --full-run      # also time a whole 100-epoch LASER Credit run (CLI)
+
+Credit epochs are timed whole: after a warm-up epoch, one epoch per method per round, interleaved,
+median over ``--rounds``. Fashion-MNIST epochs
+are timed on the first ``--fmnist-batches`` batches and scaled to the 469 batches of a full epoch
+(stated in the table). Evaluation is one pass over the test set under one test setting.
+Not a test: numbers depend on the machine; the README and issue notes quote them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+from vflbench.methods import METHODS, MethodContext  # noqa: E402
+from vflbench.models import ModelSpec  # noqa: E402
+from vflbench.runner import RunConfig, resolve  # noqa: E402
+from vflbench.setup import draw_masks, prepare  # noqa: E402
+from vflbench.training import BlockData, fit, predict  # noqa: E402
+
+METHOD_NAMES = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
+
+
+def bench_dataset(dataset: str, protocol: str, train_missing: str, rounds: int, max_batches: int | None, hp_over: dict) -> list[dict]:
+    """Build every method on the same data and masks, then time one epoch of each method per round,
+    interleaved (so machine-speed drift hits all methods alike); report the median over rounds."""
+    setups = []
+    for name in METHOD_NAMES:
+        r = resolve(RunConfig(dataset=dataset, method=name, train_missing=train_missing, test_missing=["mcar:0.5"], protocol=protocol, hp=hp_over))
+        prep = prepare(dataset, r["data_options"], 4, r["partitioner"], {}, 0)
+        hp, proto = dict(r["hp"]), r["protocol"]
+        bs = int(hp["batch_size"])
+        xtr, ytr = prep.data.x_train, prep.data.y_train
+        full_batches = -(-len(ytr) // bs)
+        if max_batches:
+            xtr, ytr = xtr[: max_batches * bs], ytr[: max_batches * bs]
+        m_tr = draw_masks(prep, train_missing, split="train", granularity=proto["train_granularity"], batch_size=bs)
+        m_te = draw_masks(prep, "mcar:0.5", split="test", granularity=proto["test_granularity"], batch_size=bs)
+        dev = torch.device("cpu")
+        tr, te = BlockData(xtr, prep.partition, dev), BlockData(prep.data.x_test, prep.partition, dev)
+        spec = r["model"]
+        in_ch = int(xtr.shape[1]) if xtr.ndim == 4 else 1
+        ctx = MethodContext(k=4, n_classes=prep.data.n_classes, widths=prep.partition.widths(), in_ch=in_ch, model=ModelSpec(spec["arch"], spec["cut"], tuple(spec.get("hidden", ()))),
+                            device=dev, streams=prep.streams, hp=hp, options=r["method_options"], positive_class=prep.data.info.positive_class)
+        method = METHODS.get(name)(ctx)
+        hp["epochs"] = 1
+        args = (method, tr, torch.as_tensor(ytr), torch.as_tensor(m_tr.observed[: len(ytr)]), hp, proto, prep.streams.seed_for)
+        fit(*args)  # warm-up epoch
+        setups.append((name, r, method, args, te, torch.as_tensor(m_te.observed), full_batches / max_batches if max_batches else 1.0))
+    times: dict[str, list[float]] = {n: [] for n in METHOD_NAMES}
+    evals: dict[str, list[float]] = {n: [] for n in METHOD_NAMES}
+    for _ in range(rounds):
+        for name, r, method, args, te, obs_te, scale in setups:
+            times[name].append(fit(*args).seconds[0] * scale)
+            t = time.perf_counter()
+            predict(method, te, obs_te, r["eval_batch_size"])
+            evals[name].append(time.perf_counter() - t)
+    return [
+        {"dataset": dataset, "method": name, "display": r["method_display"], "s_per_epoch": statistics.median(times[name]),
+         "s_per_eval": statistics.median(evals[name]), "params": method.n_params(), "extrapolated": scale != 1.0}
+        for name, r, method, _, _, _, scale in setups
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="timed epochs per method (interleaved)")
+    ap.add_argument("--fmnist-batches", type=int, default=30)
+    ap.add_argument("--train-missing", default="none")
+    ap.add_argument("--protocol", default="compat")
+    ap.add_argument("--skip-fmnist", action="store_true")
+    ap.add_argument("--full-run", action="store_true", help="also time `vflbench run` for 100-epoch LASER on Credit")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("VFLBENCH_THREADS", torch.get_num_threads())))
+    rows = bench_dataset("credit", args.protocol, args.train_missing, args.rounds, None, {})
+    if not args.skip_fmnist:
+        rows += bench_dataset("fashion-mnist", args.protocol, args.train_missing, 2, args.fmnist_batches, {"batch_size": 128})
+    con = Console()
+    t = Table(title=f"vflbench speed ({args.protocol}, train missing {args.train_missing}, {torch.get_num_threads()} threads, {os.cpu_count()} cores)")
+    for c in ("dataset", "method", "s/epoch", "s/eval", "x SVFL epoch", "params"):
+        t.add_column(c, justify="right" if c not in ("dataset", "method") else "left")
+    for ds in dict.fromkeys(r["dataset"] for r in rows):
+        svfl = next(r for r in rows if r["dataset"] == ds and r["method"] == "svfl")["s_per_epoch"]
+        for r in (r for r in rows if r["dataset"] == ds):
+            r["ratio_to_svfl"] = r["s_per_epoch"] / svfl
+            t.add_row(ds + (" (extrapolated)" if r["extrapolated"] else ""), r["display"], f"{r['s_per_epoch']:.3f}", f"{r['s_per_eval']:.3f}", f"{r['ratio_to_svfl']:.2f}", str(r["params"]))
+    con.print(t)
+    result = {"rows": rows}
+    if args.full_run:
+        cmd = [sys.executable, "-m", "vflbench", "run", "--dataset", "credit", "--method", "laser", "--train-missing", "mcar:0.1",
+               "--test-missing", "none,mcar:0.1,mcar:0.5,mcar-beta:2,2", "--protocol", "compat", "--quiet", "--out", "/tmp/vflbench-bench"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        wall = time.perf_counter() - t0
+        authors = (100 * 2.0 + 100 * 0.4, 100 * 2.9 + 100 * 0.6)  # per-epoch train + per-epoch eval, measured on this machine
+        con.print(f"full 100-epoch LASER Credit run (compat, 4 test settings, process start to exit): {wall:.1f} s; "
+                  f"authors' code {authors[0]:.0f}-{authors[1]:.0f} s -> {authors[0] / wall:.1f}x-{authors[1] / wall:.1f}x faster")
+        result["full_run_s"] = wall
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
