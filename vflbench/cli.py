@@ -262,6 +262,128 @@ def run(
     console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters -> {run_dir}")
 
 
+@app.command()
+@friendly
+def sweep(
+    file: Path = typer.Argument(..., help="experiment YAML (see experiments/)"),
+    datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
+    seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
+    workers: int = typer.Option(1, help="parallel worker processes (each gets cores/workers threads)"),
+    quick: bool = typer.Option(False, "--quick", help="smoke test: few epochs, first seed; output marked QUICK"),
+    out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
+    executor: str = typer.Option("local", help="local | ray"),
+    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would run and exit"),
+):
+    """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes."""
+    import time
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .experiment import load_experiment
+    from .report import make_table
+    from .sweep import execute_plan, finalize, plan
+
+    if workers < 1:
+        raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
+    ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
+    try:
+        sd = [int(s) for s in seeds.split(",")] if seeds else None
+    except ValueError:
+        raise VFLBenchError(f"--seeds must be comma-separated integers, got '{seeds}'.") from None
+    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick)
+    out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
+    p = plan(exp, out)
+    if quick:
+        console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")
+    for d, why in p.skipped.items():
+        console.print(f"[yellow]skipping {d}[/]: {why}")
+    console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
+    if dry_run:
+        for r in p.todo:
+            console.print(f"  {r['dataset']} {r['method']} K={r['parties']} train={r['train_missing']} seed={r['seed']} epochs={r['hp']['epochs']}")
+        return
+    t0 = time.perf_counter()
+    failures = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=err_console) as bar:
+        task = bar.add_task(exp.name, total=len(p.run_ids), completed=len(p.done))
+
+        def done(rec):
+            bar.advance(task)
+            if not rec["ok"]:
+                failures.append(rec)
+                bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
+
+        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done)
+    df = finalize(p, records, time.perf_counter() - t0)
+    console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
+    if exp.layout and len(df):
+        text, _ = make_table(df, exp.layout, exp.reference, "md", title=exp.name)
+        from .runner import atomic_write_text
+
+        atomic_write_text(out / "table.md", text)
+        console.print(f"table -> {out / 'table.md'}")
+    if failures:
+        raise VFLBenchError(f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them.")
+
+
+@app.command()
+@friendly
+def table(
+    results: Path = typer.Argument(..., help="a sweep directory, a results.csv, or a directory of runs"),
+    layout: str = typer.Option("laser-table1", help="laser-table1 | laser-table3 | generic"),
+    reference: str | None = typer.Option(None, help="laser-table1 | laser-table3 | a reference CSV path"),
+    fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
+    out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
+):
+    """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
+    from .report import make_table
+    from .runner import atomic_write_text
+
+    text, _ = make_table(results, layout, reference, fmt)
+    if out:
+        atomic_write_text(out, text)
+        console.print(f"-> {out}")
+    else:
+        print(text)
+
+
+@app.command()
+@friendly
+def plot(
+    kind: str = typer.Argument(..., help="scalability | curves | bars"),
+    results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
+    out: Path = typer.Option(Path("results/figure"), help="output path without extension (.png and .pdf are written)"),
+    metric: str = typer.Option("accuracy", help="metric for scalability plots"),
+    test_missing: str | None = typer.Option(None, help="test setting to plot (scalability)"),
+):
+    """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
+    from .plot import plot_curves, plot_scalability
+
+    if kind == "scalability":
+        paths = plot_scalability(results, out, metric, test_missing)
+    elif kind == "curves":
+        paths = plot_curves(results, out)
+    elif kind == "bars":
+        from .plot import plot_bars
+        from .report import make_table
+
+        _, agg = make_table(results, "generic")
+        paths = plot_bars(agg, out, title=str(results))
+    else:
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
+    for p in paths:
+        console.print(f"-> {p}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -161,11 +161,32 @@ INFOS = {
     "cifar10": DatasetInfo("cifar10", "CIFAR-10", "image", 10, (3, 32, 32), "https://www.cs.toronto.edu/~kriz/cifar.html", "no explicit license (free for research)", "Krizhevsky (2009)"),
     "cifar100": DatasetInfo("cifar100", "CIFAR-100", "image", 100, (3, 32, 32), "https://www.cs.toronto.edu/~kriz/cifar.html", "no explicit license (free for research)", "Krizhevsky (2009)"),
 }
-NORM_HELP = {"normalize": "dataset (fixed per-dataset mean/std) | train (train-set stats) | none ([0,1])"}
+NORM_HELP = {
+    "normalize": "dataset (fixed per-dataset mean/std) | train (train-set stats) | none ([0,1])",
+    "train_subset": "0 = all training images; N = a stratified subset of N (fixed, seed 0)",
+}
+
+
+def _subset(ds: Dataset, n: int) -> Dataset:
+    if not n or n >= len(ds.y_train):
+        return ds
+    from sklearn.model_selection import train_test_split
+
+    idx, _ = train_test_split(np.arange(len(ds.y_train)), train_size=int(n), random_state=0, stratify=ds.y_train)
+    idx = np.sort(idx)
+    ds.x_train, ds.y_train = ds.x_train[idx], ds.y_train[idx]
+    return ds
+
+
+def _with_subset(load):
+    def wrapped(ds_dir: Path, opts: dict) -> Dataset:
+        return _subset(load(ds_dir, opts), opts.get("train_subset", 0))
+
+    return wrapped
 
 for _name, _cls, _sha in (("mnist", "MNIST", None), ("fashion-mnist", "FashionMNIST", FMNIST_SHA)):
     _a, _f, _l = _make_idx_family(_name, _cls, _sha)
-    register(DatasetSpec(INFOS[_name], _l, defaults={"normalize": "dataset"}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
 for _name in CIFAR:
     _a, _f, _l = _make_cifar(_name)
-    register(DatasetSpec(INFOS[_name], _l, defaults={"normalize": "dataset"}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))

@@ -1,0 +1,189 @@
+"""Experiment files: a YAML grid of datasets x methods x parties x train settings x seeds, validated
+on load, expanded into :class:`~vflbench.runner.RunConfig` objects (one per trained model; every run
+evaluates all test settings).
+
+Schema (unknown keys are errors)::
+
+    name: laser-table1                 # required
+    description: free text
+    layout: laser-table1               # default table layout for `vflbench table`
+    reference: laser-table1            # default reference table
+    protocol: compat                   # clean | compat
+    protocol_options: {key: value}
+    preset: laser_table1               # hyper-parameter preset (name or YAML path)
+    seeds: [0, 1, 2, 3, 4]
+    parties: [4]
+    methods: [local, svfl, ensemble, combinatorial, plug, laser]
+    train_missing: [none, mcar:0.1, mcar:0.5]
+    test_missing: [none, mcar:0.1, mcar:0.5]
+    partitioner: contiguous            # optional; default by data kind
+    hp: {epochs: 10}                   # optional overrides for every run
+    model: {arch: cnn-small}           # optional overrides for every run
+    method_options: {plug: {p_drop: 0.2}}
+    lr_by_parties: {laser: {2: 0.1, 5: 0.05}}   # per-method learning rate by K (Figure 2)
+    datasets:                          # required: name -> per-dataset overrides (or null)
+      credit: {data_options: {scaler: minmax}, hp: {...}, model: {...}, partitioner: ..., partition_options: {...}}
+    quick: {epochs: 2, seeds: [0]}     # what --quick uses
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import VFLBenchError
+from .runner import RunConfig
+
+TOP_KEYS = {
+    "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
+    "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
+}
+DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties"}
+QUICK_KEYS = {"epochs", "seeds", "data_options"}
+
+
+@dataclass
+class Experiment:
+    name: str
+    path: Path | None
+    spec: dict[str, Any]
+    quick: bool = False
+    runs: list[RunConfig] = field(default_factory=list)
+
+    @property
+    def layout(self) -> str | None:
+        return self.spec.get("layout")
+
+    @property
+    def reference(self) -> str | None:
+        return self.spec.get("reference")
+
+
+def _fail(path, msg: str) -> None:
+    where = f"{path}: " if path else ""
+    raise VFLBenchError(f"{where}{msg}")
+
+
+def _list(spec, key, typ, path, default=None):
+    v = spec.get(key, default)
+    if v is None:
+        _fail(path, f"'{key}' is required.")
+    if not isinstance(v, list):
+        v = [v]
+    if not v:
+        _fail(path, f"'{key}' must not be empty.")
+    for item in v:
+        if not isinstance(item, typ) or isinstance(item, bool):
+            _fail(path, f"'{key}' entries must be {getattr(typ, '__name__', typ)}; got {item!r}.")
+    return v
+
+
+def _dict(spec, key, path, default=None):
+    v = spec.get(key, default if default is not None else {})
+    if v is None:
+        v = {}
+    if not isinstance(v, dict):
+        _fail(path, f"'{key}' must be a mapping, got {type(v).__name__}.")
+    return v
+
+
+def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False) -> Experiment:
+    p = Path(path)
+    if not p.exists():
+        candidates = sorted(x.name for x in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
+        hint = f" Available in experiments/: {', '.join(candidates)}." if candidates else ""
+        raise VFLBenchError(f"Experiment file {p} does not exist.{hint}")
+    try:
+        spec = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise VFLBenchError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}. Fix the file's syntax.") from None
+    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick)
+
+
+def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False) -> Experiment:
+    from .datasets import DATASETS
+    from .methods import METHODS
+    from .missingness import parse_mechanism
+    from .protocols import get_protocol
+
+    if not isinstance(spec, dict):
+        _fail(path, "the file must be a YAML mapping with keys such as name, datasets, methods.")
+    unknown = set(spec) - TOP_KEYS
+    if unknown:
+        _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
+    if not isinstance(spec.get("name"), str):
+        _fail(path, "'name' (a string) is required.")
+    methods = _list(spec, "methods", str, path)
+    for m in methods:
+        if m not in METHODS:
+            _fail(path, f"unknown method '{m}'. Choices: {', '.join(METHODS.names())}.")
+    train = _list(spec, "train_missing", str, path)
+    test = _list(spec, "test_missing", str, path)
+    try:
+        for s in train + test:
+            parse_mechanism(s)
+        get_protocol(spec.get("protocol", "clean"), _dict(spec, "protocol_options", path))
+    except VFLBenchError as e:
+        _fail(path, str(e))
+    file_seeds = _list(spec, "seeds", int, path, [0])
+    parties = _list(spec, "parties", int, path, [4])
+    ds_spec = _dict(spec, "datasets", path)
+    if not ds_spec:
+        _fail(path, "'datasets' must list at least one dataset.")
+    for name, over in ds_spec.items():
+        if name not in DATASETS:
+            _fail(path, f"unknown dataset '{name}'. Choices: {', '.join(DATASETS.names())}.")
+        if over is not None and not isinstance(over, dict):
+            _fail(path, f"datasets.{name} must be a mapping of overrides or empty.")
+        bad = set(over or {}) - DATASET_KEYS
+        if bad:
+            _fail(path, f"datasets.{name}: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(DATASET_KEYS))}.")
+    quick_spec = _dict(spec, "quick", path)
+    bad = set(quick_spec) - QUICK_KEYS
+    if bad:
+        _fail(path, f"quick: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(QUICK_KEYS))}.")
+    lr_by_k = _dict(spec, "lr_by_parties", path)
+    method_opts = _dict(spec, "method_options", path)
+
+    chosen = list(ds_spec)
+    if datasets:
+        missing = [d for d in datasets if d not in ds_spec]
+        if missing:
+            _fail(path, f"--datasets {', '.join(missing)} not in this experiment (it has {', '.join(ds_spec)}).")
+        chosen = [d for d in chosen if d in datasets]
+    run_seeds = list(seeds) if seeds else file_seeds
+    hp_all = _dict(spec, "hp", path)
+    if quick:
+        run_seeds = list(seeds) if seeds else list(quick_spec.get("seeds", file_seeds[:1]))
+        hp_all = {**hp_all, "epochs": int(quick_spec.get("epochs", 2))}
+
+    runs = []
+    for ds in chosen:
+        over = ds_spec[ds] or {}
+        ds_methods = over.get("methods", methods)
+        ds_parties = over.get("parties", parties)
+        data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
+        for k in ds_parties:
+            for m in ds_methods:
+                for tr in train:
+                    for seed in run_seeds:
+                        hp = {**hp_all, **_dict(over, "hp", path)}
+                        if quick:
+                            hp["epochs"] = hp_all["epochs"]
+                        lr_table = lr_by_k.get(m) or {}
+                        if k in lr_table:
+                            hp["lr"] = float(lr_table[k])
+                        runs.append(RunConfig(
+                            dataset=ds, method=m, parties=int(k), partitioner=over.get("partitioner", spec.get("partitioner")),
+                            train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
+                            protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
+                            data_options=data_opts, partition_options={**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)},
+                            method_options=dict(method_opts.get(m, {}) or {}), hp=hp,
+                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset", "laser_table1"),
+                        ))
+    return Experiment(spec["name"], path, spec, quick, runs)

@@ -1,0 +1,108 @@
+"""Figures: scalability (metric and time per epoch against K) and training curves, via matplotlib."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import VFLBenchError
+from .report import DISPLAY, METHOD_ORDER, load_results
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _manifests(path: Path) -> list[dict]:
+    runs = path / "runs" if (path / "runs").is_dir() else path
+    out = [json.loads(f.read_text()) for f in sorted(runs.glob("*/manifest.json"))]
+    if not out:
+        raise VFLBenchError(f"No run manifests under {path}.")
+    return out
+
+
+def _save(fig, out: Path) -> list[Path]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in (".png", ".pdf"):
+        p = out.with_suffix(ext)
+        fig.savefig(p, dpi=150, bbox_inches="tight")
+        paths.append(p)
+    return paths
+
+
+def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_missing: str | None = None) -> list[Path]:
+    """Metric (mean +- std over seeds) and seconds per training epoch against the number of parties."""
+    plt = _plt()
+    df = load_results(results)
+    df = df[df["metric"] == metric]
+    if test_missing:
+        df = df[df["test_missing"] == test_missing]
+    timing = pd.DataFrame([{"method": m["config"]["method"], "parties": m["config"]["parties"], "seed": m["config"]["seed"], "s_per_epoch": m["timings"]["seconds_per_epoch"]} for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m in [x for x in METHOD_ORDER if x in set(df["method"])]:
+        g = df[df["method"] == m].groupby("parties")["value"]
+        k = np.array(sorted(g.groups))
+        a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=DISPLAY[m])
+        t = timing[timing["method"] == m].groupby("parties")["s_per_epoch"].mean()
+        a2.plot(t.index, t.values, marker="o", label=DISPLAY[m])
+    a1.set(xlabel="number of parties K", ylabel=metric, title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""))
+    a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    a2.grid(alpha=0.3)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def plot_curves(results: Path, out: Path) -> list[Path]:
+    """Training loss per epoch, mean over seeds, one panel per (dataset, train setting)."""
+    plt = _plt()
+    mans = _manifests(Path(results))
+    groups = sorted({(m["config"]["dataset"], m["config"]["train_missing"]) for m in mans})
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.5), squeeze=False)
+    for ax, (ds, tr) in zip(axes[0], groups, strict=True):
+        for meth in METHOD_ORDER:
+            curves = [m["history"]["loss"] for m in mans if m["config"]["dataset"] == ds and m["config"]["train_missing"] == tr and m["config"]["method"] == meth]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            arr = np.array([c[:n] for c in curves])
+            ax.plot(np.arange(1, n + 1), arr.mean(0), label=DISPLAY[meth])
+        ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
+    """Grouped bars of a table (one group per test condition), for the demo."""
+    plt = _plt()
+    conds = list(dict.fromkeys(zip(agg["train_missing"], agg["test_missing"], strict=True)))
+    methods = [m for m in METHOD_ORDER if m in set(agg["method"])]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(conds)), 3.8))
+    w = 0.8 / max(len(methods), 1)
+    for j, m in enumerate(methods):
+        vals = [agg[(agg["method"] == m) & (agg["train_missing"] == tr) & (agg["test_missing"] == te)] for tr, te in conds]
+        means = [v["mean"].iloc[0] if len(v) else np.nan for v in vals]
+        stds = [v["std"].iloc[0] if len(v) else 0 for v in vals]
+        ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=DISPLAY[m])
+    ax.set_xticks(np.arange(len(conds)) + 0.4 - w / 2, [f"train {a}\ntest {b}" for a, b in conds], fontsize=8)
+    ax.set(ylabel=agg["metric"].iloc[0], title=title)
+    lo = np.nanmin(agg["mean"]) - 10
+    ax.set_ylim(max(0, lo), None)
+    ax.legend(fontsize=7, ncol=3)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths

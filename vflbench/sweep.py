@@ -1,0 +1,186 @@
+"""Sweeps: run an experiment's grid in parallel, resumably.
+
+Each run is keyed by a hash of its resolved configuration and lives in ``<out>/runs/<run_id>/``. A
+run is *done* when its ``manifest.json`` exists; it is written (atomically) after ``results.csv``.
+A sweep killed at any moment and started again therefore skips finished runs, recomputes
+unfinished ones from scratch, and the combined ``results.csv`` is rebuilt from the run directories:
+nothing lost, nothing duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .errors import VFLBenchError
+from .experiment import Experiment
+from .runner import atomic_write_text, execute, resolve, run_id, versions, write_outputs
+
+
+@dataclass
+class SweepPlan:
+    experiment: Experiment
+    out: Path
+    todo: list[dict[str, Any]] = field(default_factory=list)  # resolved configs to run
+    done: list[str] = field(default_factory=list)  # run ids already finished
+    skipped: dict[str, str] = field(default_factory=dict)  # dataset -> reason
+    run_ids: list[str] = field(default_factory=list)  # every run of the grid that can run
+
+
+def plan(exp: Experiment, out: Path) -> SweepPlan:
+    from .datasets import DATASETS
+
+    p = SweepPlan(exp, Path(out))
+    for cfg in exp.runs:
+        if cfg.dataset in p.skipped:
+            continue
+        spec = DATASETS.get(cfg.dataset)
+        if not spec.available():
+            p.skipped[cfg.dataset] = (
+                f"not available locally or in the mirror (run `vflbench data fetch {cfg.dataset}` online"
+                + (", or supply data/mimic4/ as documented" if cfg.dataset == "mimic4" else "") + ")"
+            )
+            continue
+        r = resolve(cfg)
+        rid = run_id(r)
+        p.run_ids.append(rid)
+        if (p.out / "runs" / rid / "manifest.json").exists():
+            p.done.append(rid)
+        else:
+            p.todo.append(r)
+    return p
+
+
+def _worker_init(threads: int) -> None:
+    try:  # die with the parent (SIGKILL of the sweep must not leave orphans computing)
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - non-Linux
+        pass
+    os.environ["VFLBENCH_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_one(resolved: dict[str, Any], out: str, device: str) -> dict[str, Any]:
+    """Execute one run and write its outputs; returns a status record (never raises)."""
+    t = time.perf_counter()
+    rid = run_id(resolved)
+    try:
+        rows, manifest = execute(resolved, device=device)
+        write_outputs(Path(out) / "runs", rows, manifest)
+        return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t}
+    except VFLBenchError as e:
+        return {"run_id": rid, "ok": False, "error": str(e), "seconds": time.perf_counter() - t}
+    except Exception:  # a bug: keep the sweep going, report it
+        return {"run_id": rid, "ok": False, "error": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t}
+
+
+def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None) -> list[dict[str, Any]]:
+    """Run the pending runs; ``on_done(record)`` after each. Returns the status records."""
+    if not p.todo:
+        return []
+    cores = os.cpu_count() or 1
+    workers = max(1, min(workers, len(p.todo)))
+    threads = max(1, cores // workers)
+    records = []
+    if executor == "ray":
+        return _execute_ray(p, threads, device, address, on_done)
+    if executor != "local":
+        raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
+    if workers == 1:
+        _worker_init_local(threads)
+        for r in p.todo:
+            rec = run_one(r, str(p.out), device)
+            records.append(rec)
+            if on_done:
+                on_done(rec)
+        return records
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads,)) as pool:
+        pending = {pool.submit(run_one, r, str(p.out), device) for r in p.todo}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                rec = f.result()
+                records.append(rec)
+                if on_done:
+                    on_done(rec)
+    return records
+
+
+def _worker_init_local(threads: int) -> None:
+    import torch
+
+    os.environ.setdefault("VFLBENCH_THREADS", str(threads))
+    torch.set_num_threads(int(os.environ["VFLBENCH_THREADS"]))
+
+
+def _execute_ray(p: SweepPlan, threads: int, device: str, address: str | None, on_done) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise VFLBenchError("--executor ray needs Ray: pip install 'vflbench[ray]'.") from None
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    gpus = 1 if device == "cuda" else 0
+
+    @ray.remote(num_cpus=threads, num_gpus=gpus)
+    def remote_run(resolved, out, device, threads):
+        _worker_init_local(threads)
+        return run_one(resolved, out, device)
+
+    refs = [remote_run.remote(r, str(p.out.resolve()), device, threads) for r in p.todo]
+    records = []
+    while refs:
+        ready, refs = ray.wait(refs, num_returns=1)
+        rec = ray.get(ready[0])
+        records.append(rec)
+        if on_done:
+            on_done(rec)
+    return records
+
+
+def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
+    """The tidy results of the given runs: exactly one row set per finished run."""
+    frames = []
+    for rid in dict.fromkeys(run_ids):
+        d = Path(out) / "runs" / rid
+        if (d / "manifest.json").exists():
+            frames.append(pd.read_csv(d / "results.csv"))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.DataFrame:
+    df = collect(p.out, p.run_ids)
+    if p.experiment.quick and len(df):
+        df["quick"] = True
+    atomic_write_text(p.out / "results.csv", df.to_csv(index=False))
+    meta = {
+        "experiment": p.experiment.name,
+        "file": str(p.experiment.path) if p.experiment.path else None,
+        "spec": p.experiment.spec,
+        "quick": p.experiment.quick,
+        "runs_total": len(p.run_ids),
+        "runs_finished": int(sum((p.out / "runs" / r / "manifest.json").exists() for r in p.run_ids)),
+        "runs_failed": [r for r in records if not r["ok"]],
+        "skipped_datasets": p.skipped,
+        "wall_seconds_this_invocation": wall,
+        "run_seconds_this_invocation": sum(r["seconds"] for r in records),
+        "versions": versions(),
+        "run_ids": p.run_ids,
+    }
+    atomic_write_text(p.out / "sweep.json", json.dumps(meta, indent=2, default=str))
+    return df
