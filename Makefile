@@ -1,27 +1,46 @@
-# vflbench developer and reproduction targets. `make test` installs first if needed.
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# vflbench developer and reproduction targets. Every target installs first if needed.
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+EXTRAS   ?= dev,ray
+WORKERS  ?= 2
+DATASETS ?=
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-fmnist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install vflbench with dev extras (idempotent)
+install: $(STAMP)  ## create .venv and install vflbench with its dev and ray extras (idempotent)
 
-test: $(STAMP)  ## run the test suite
+test: $(STAMP)  ## the test suite (about 5 minutes on 2 cores)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check vflbench tests benchmarks
+	$(BIN)/ruff check vflbench tests benchmarks scripts
 
-bench: $(STAMP)  ## seconds per epoch / evaluation for every method
-	$(BIN)/python benchmarks/bench_methods.py
+bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST)
+	$(BIN)/python benchmarks/bench_methods.py --full-run
+
+demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
+	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo
+	$(BIN)/vflbench plot bars results/demo --out results/demo/f1_by_setting
+	$(BIN)/vflbench plot curves results/demo --out results/demo/training_curves
+	@echo "table: results/demo/table.md   plots: results/demo/f1_by_setting.png, results/demo/training_curves.png"
+
+reproduce-table1: $(STAMP)  ## LASER-VFL Table 1 (GPU advised); DATASETS=credit for one row
+	$(BIN)/vflbench sweep experiments/laser_table1.yaml --workers $(WORKERS) $(if $(DATASETS),--datasets $(DATASETS)) --out results/laser_table1/compat
+
+reproduce-credit-clean: $(STAMP)  ## the Credit grid under the clean protocol
+	$(BIN)/vflbench sweep experiments/laser_table1_clean.yaml --workers $(WORKERS) --out results/laser_table1/clean
+
+reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-sized CNN
+	$(BIN)/vflbench sweep experiments/laser_table1_fmnist.yaml --workers $(WORKERS) --out results/laser_table1/fmnist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -16,8 +16,8 @@ from .errors import VFLBenchError
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks.")
 data_app = typer.Typer(no_args_is_help=True, help="Manage raw dataset files.")
 app.add_typer(data_app, name="data")
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def friendly(fn):

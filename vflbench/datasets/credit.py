@@ -49,18 +49,21 @@ def read_raw(ds_dir: Path) -> pd.DataFrame:
     src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
     if src.exists():
         st = src.stat()
-        cache = ds_dir / f".parsed-{src.suffix.strip('.')}-{st.st_size}-{int(st.st_mtime)}.npy"
+        cache = ds_dir / f".parsed-v2-{src.suffix.strip('.')}-{st.st_size}-{int(st.st_mtime)}.npy"
+        cols = ["ID"] + COLUMNS + [LABEL]
         if cache.exists():
             try:
-                return pd.DataFrame(np.load(cache), columns=COLUMNS + [LABEL])
+                return pd.DataFrame(np.load(cache), columns=cols)
             except (OSError, ValueError):
                 cache.unlink(missing_ok=True)
         df = _parse(ds_dir)
-        arr = df[COLUMNS + [LABEL]].to_numpy(np.float64)
+        if "ID" not in df.columns:
+            df.insert(0, "ID", np.arange(1, len(df) + 1))
+        arr = df[cols].to_numpy(np.float64)
         tmp = cache.with_suffix(".tmp.npy")
         np.save(tmp, arr)
         tmp.replace(cache)
-        return pd.DataFrame(arr, columns=COLUMNS + [LABEL])
+        return pd.DataFrame(arr, columns=cols)
     return _parse(ds_dir)
 
 
@@ -82,7 +85,10 @@ def _parse(ds_dir: Path) -> pd.DataFrame:
 
 def load(ds_dir: Path, opts: dict) -> Dataset:
     df = read_raw(ds_dir)
-    cols = COLUMNS if opts["columns"] == "all" else [c.strip() for c in str(opts["columns"]).split(",")]
+    if opts["columns"] == "all":
+        cols = COLUMNS
+    else:
+        cols = [c.strip() for c in str(opts["columns"]).split(",")]
     bad = [c for c in cols if c not in COLUMNS]
     if bad:
         raise VFLBenchError(f"Unknown Credit columns {bad}. Known: {', '.join(COLUMNS)}.")

@@ -1,0 +1,138 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.experiment import load_experiment
+
+runner = CliRunner()
+
+TINY = {
+    "name": "tiny",
+    "layout": "generic",
+    "protocol": "clean",
+    "seeds": [0, 1],
+    "parties": [4],
+    "methods": ["local", "laser"],
+    "train_missing": ["mcar:0.1"],
+    "test_missing": ["none", "mcar:0.5"],
+    "hp": {"epochs": 2},
+    "datasets": {"synthetic": {"data_options": {"n": 1200}}},
+}
+
+
+def write(tmp_path, spec, name="exp.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(spec) if not isinstance(spec, str) else spec)
+    return p
+
+
+def test_grid_expansion_and_quick(tmp_path):
+    exp = load_experiment(write(tmp_path, TINY))
+    assert len(exp.runs) == 4 and {r.seed for r in exp.runs} == {0, 1}
+    q = load_experiment(write(tmp_path, {**TINY, "quick": {"epochs": 1}}), quick=True)
+    assert len(q.runs) == 2 and all(r.hp["epochs"] == 1 for r in q.runs)
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("name: x\nmethods: [laser\n", "malformed YAML (line"),
+        (yaml.safe_dump({**TINY, "bogus": 1}), "unknown key(s) bogus"),
+        (yaml.safe_dump({**TINY, "methods": ["laserr"]}), "unknown method 'laserr'"),
+        (yaml.safe_dump({**TINY, "datasets": {"nope": {}}}), "unknown dataset 'nope'"),
+        (yaml.safe_dump({**TINY, "train_missing": ["mcar:3"]}), "outside [0, 1]"),
+        (yaml.safe_dump({**TINY, "seeds": ["a"]}), "'seeds' entries must be int"),
+        (yaml.safe_dump({**TINY, "datasets": {"synthetic": {"epochs": 3}}}), "datasets.synthetic: unknown key"),
+        ("- just\n- a list\n", "must be a YAML mapping"),
+    ],
+)
+def test_yaml_validation_errors_are_clear(tmp_path, text, needle):
+    r = runner.invoke(app, ["sweep", str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_missing_experiment_file(tmp_path):
+    r = runner.invoke(app, ["sweep", str(tmp_path / "none.yaml")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def _rows_per_run(df):
+    return df.groupby("run_id").size()
+
+
+def test_sweep_resumes_after_sigkill_without_loss_or_duplicates(tmp_path):
+    spec = {**TINY, "seeds": [0, 1, 2], "methods": ["local", "svfl", "laser"], "hp": {"epochs": 4}}
+    exp = write(tmp_path, spec)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "vflbench", "sweep", str(exp), "--out", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        done = list((out / "runs").glob("*/manifest.json")) if (out / "runs").exists() else []
+        if len(done) >= 2:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-sweep, possibly mid-run or mid-write
+    proc.wait()
+    n_before = len(list((out / "runs").glob("*/manifest.json")))
+    assert 2 <= n_before < 9, n_before
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"{n_before} already finished" in r.stdout.replace("\n", " ")
+    df = pd.read_csv(out / "results.csv")
+    assert df["run_id"].nunique() == 9
+    per_run = _rows_per_run(df)
+    assert (per_run == per_run.iloc[0]).all()  # exactly one row set per run
+    assert not df.duplicated(subset=["run_id", "test_missing", "metric"]).any()
+    # a third invocation runs nothing and leaves the same table
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert "0 to run" in r.stdout.replace("\n", " ")
+    assert pd.read_csv(out / "results.csv").equals(df)
+
+
+def test_parallel_workers_match_serial(tmp_path):
+    exp = write(tmp_path, TINY)
+    for w in ("1", "2"):
+        r = runner.invoke(app, ["sweep", str(exp), "--out", str(tmp_path / f"w{w}"), "--workers", w])
+        assert r.exit_code == 0, r.output
+    a = pd.read_csv(tmp_path / "w1" / "results.csv").sort_values(["run_id", "test_missing", "metric"]).reset_index(drop=True)
+    b = pd.read_csv(tmp_path / "w2" / "results.csv").sort_values(["run_id", "test_missing", "metric"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)  # same seeds, same numbers, whatever the parallelism
+
+
+def test_ray_executor_tiny_sweep(tmp_path):
+    ray = pytest.importorskip("ray")
+    exp = write(tmp_path, {**TINY, "seeds": [0]})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        r = runner.invoke(app, ["sweep", str(exp), "--out", str(tmp_path / "ray"), "--executor", "ray"])
+    finally:
+        ray.shutdown()
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "ray" / "results.csv")
+    assert df["run_id"].nunique() == 2
+    serial = tmp_path / "serial"
+    runner.invoke(app, ["sweep", str(exp), "--out", str(serial)])
+    s = pd.read_csv(serial / "results.csv")
+    assert sorted(df["value"].round(10)) == sorted(s["value"].round(10))
+
+
+def test_unavailable_dataset_is_skipped_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "empty"))
+    spec = {**TINY, "seeds": [0], "methods": ["local"], "datasets": {"synthetic": {"data_options": {"n": 600}}, "hapt": {}}}
+    r = runner.invoke(app, ["sweep", str(write(tmp_path, spec)), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "skipping hapt" in r.output and "vflbench data fetch hapt" in r.output
+    assert Path(tmp_path / "o" / "results.csv").exists()
