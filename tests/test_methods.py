@@ -194,3 +194,32 @@ def test_same_seed_same_numbers_other_seed_differs():
     a, b = go(0), go(0)
     assert a == b
     assert go(1) != a
+
+
+def test_sum_fusion_option():
+    mean = METHODS.get("laser")(ctx(k=3))
+    summ = METHODS.get("laser")(ctx(k=3, options={"fusion": "sum"}))
+    assert summ.frac[0b011].tolist() == [1.0, 1.0, 0.0] and mean.frac[0b011].tolist() == [0.5, 0.5, 0.0]
+    x, obs = torch.randn(3, 5, 4), torch.ones(5, 3, dtype=torch.bool)
+    emb = mean.ext(x)
+    assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)
+    from vflbench.errors import VFLBenchError
+
+    with pytest.raises(VFLBenchError, match="fusion"):
+        METHODS.get("svfl")(ctx(k=3, options={"fusion": "concat"}))
+
+
+def test_cifar_resnet_extractors_match_the_authors_shapes():
+    from vflbench.models import IMAGE_EXTRACTORS
+
+    half = IMAGE_EXTRACTORS["resnet18-half"](3, 1024)
+    full = IMAGE_EXTRACTORS["resnet18"](3, 1024)
+    n_half = sum(p.numel() for p in half.parameters())
+    n_full = sum(p.numel() for p in full.parameters())
+    assert abs(n_half - 3.06e6) / 3.06e6 < 0.02 and abs(n_full - 11.69e6) / 11.69e6 < 0.02
+    assert half.conv1.padding == (0, 0) and half.conv1.out_channels == 32 and isinstance(half.maxpool, torch.nn.Identity)
+    assert full.conv1.kernel_size == (3, 3) and full.conv1.stride == (1, 1)
+    q = torch.randn(2, 3, 16, 16)  # a CIFAR quadrant
+    assert half(q).shape == (2, 1024) and full(q).shape == (2, 1024)
+    grey = IMAGE_EXTRACTORS["resnet18"](1, 64)
+    assert grey(torch.randn(2, 1, 14, 14)).shape == (2, 64)

@@ -50,3 +50,11 @@ def test_run_bad_input_exits_cleanly(tmp_path):
         assert r.exit_code == 2, (args, r.output)
         assert needle in r.output, (args, r.output)
     assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_split_seed_can_follow_the_run_seed():
+    from vflbench.runner import RunConfig, resolve
+
+    r = resolve(RunConfig(dataset="credit", method="laser", seed=3, data_options={"split_seed": "run"}))
+    assert r["data_options"]["split_seed"] == 3
+    assert resolve(RunConfig(dataset="credit", method="laser", seed=3))["data_options"]["split_seed"] == 0

@@ -200,6 +200,7 @@ def run(
     momentum: float | None = typer.Option(None, help="SGD momentum"),
     schedule: str | None = typer.Option(None, help="none | cosine"),
     p_drop: float | None = typer.Option(None, help="PlugVFL party-wise dropout probability"),
+    fusion: str | None = typer.Option(None, help="mean | sum fusion before the head (svfl, combinatorial, laser)"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
@@ -226,7 +227,7 @@ def run(
         test_missing=split_specs(test_missing), seed=seed, protocol=protocol,
         protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
-        method_options={} if p_drop is None else {"p_drop": p_drop},
+        method_options={k: v for k, v in (("p_drop", p_drop), ("fusion", fusion)) if v is not None},
         hp={k: v for k, v in hp.items() if v is not None}, model={k: v for k, v in model.items() if v is not None},
         preset=preset, device=device,
     )
@@ -377,7 +378,8 @@ def plot(
         from .report import make_table
 
         _, agg = make_table(results, "generic")
-        paths = plot_bars(agg, out, title=str(results))
+        seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))
+        paths = plot_bars(agg, out, title=f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds")
     else:
         raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
     for p in paths:

@@ -77,7 +77,7 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
                 continue
             n = min(len(c) for c in curves)
             arr = np.array([c[:n] for c in curves])
-            ax.plot(np.arange(1, n + 1), arr.mean(0), label=DISPLAY[meth])
+            ax.plot(np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=DISPLAY[meth])
         ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
@@ -99,7 +99,8 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
         stds = [v["std"].iloc[0] if len(v) else 0 for v in vals]
         ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=DISPLAY[m])
     ax.set_xticks(np.arange(len(conds)) + 0.4 - w / 2, [f"train {a}\ntest {b}" for a, b in conds], fontsize=8)
-    ax.set(ylabel=agg["metric"].iloc[0], title=title)
+    names = {"f1": "F1 x 100", "accuracy": "accuracy (%)", "auprc": "AUPRC x 100"}
+    ax.set(ylabel=names.get(agg["metric"].iloc[0], agg["metric"].iloc[0]), title=title)
     lo = np.nanmin(agg["mean"]) - 10
     ax.set_ylim(max(0, lo), None)
     ax.legend(fontsize=7, ncol=3)

@@ -97,8 +97,6 @@ def resolve(cfg: RunConfig) -> dict[str, Any]:
     if unknown:
         raise VFLBenchError(f"Unknown hyper-parameter(s) {', '.join(sorted(unknown))}. Known: {', '.join(HP_KEYS)}.")
     hp.update({k: v for k, v in cfg.hp.items() if v is not None})
-    if "momentum" in cfg.hp or "optimizer" in cfg.hp:
-        pass
     hp.setdefault("weight_decay", 0.0)
     hp.setdefault("momentum", 0.0)
     if int(hp["epochs"]) < 1 or int(hp["batch_size"]) < 1:
@@ -120,9 +118,12 @@ def resolve(cfg: RunConfig) -> dict[str, Any]:
         method_opts["granularity"] = p["train_granularity"]
     if "laser_subsets" in method_opts:
         method_opts["laser_subsets"] = p["laser_subsets"]
+    data_options = dict(cfg.data_options)
+    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
+        data_options["split_seed"] = int(cfg.seed)
     out = {
         "dataset": cfg.dataset,
-        "data_options": resolve_options(spec, cfg.data_options),
+        "data_options": resolve_options(spec, data_options),
         "method": cfg.method,
         "method_display": mcls.display,
         "method_options": method_opts,

@@ -93,6 +93,15 @@ class Method:
         ids = self.new_members(n)
         return HeadBank(self.store, prefix, ids, in_dim, self.c), ids
 
+    def fusion_is_mean(self) -> bool:
+        """Fusion of representations before a Linear head: 'mean' (the papers' default) or 'sum'."""
+        f = self.options.get("fusion", "mean")
+        if f not in ("mean", "sum"):
+            from ..errors import VFLBenchError
+
+            raise VFLBenchError(f"fusion must be 'mean' or 'sum' for {self.display}, got {f!r} (PlugVFL always concatenates).")
+        return f == "mean"
+
     def n_params(self) -> int:
         return self.store.n_params() + sum(p.numel() for e in self.extractor_sets for p, _ in e.member_params())
 

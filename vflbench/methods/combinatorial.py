@@ -17,6 +17,7 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
+    option_defaults = {"fusion": "mean"}
 
     def build(self) -> None:
         k = self.k
@@ -36,7 +37,7 @@ class Combinatorial(Method):
         owner_t = torch.as_tensor(owner)
         size = torch.bincount(owner_t).float()
         agg = torch.zeros(len(self.bits), len(party_of))
-        agg[owner_t, torch.arange(len(party_of))] = 1.0 / size[owner_t]
+        agg[owner_t, torch.arange(len(party_of))] = 1.0 / size[owner_t] if self.fusion_is_mean() else 1.0
         self.agg = agg.to(self.device)
         self.owner = owner_t.to(self.device)
         self.bits = self.bits.to(self.device)

@@ -80,12 +80,11 @@ def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
 @METHODS.register("laser")
 class LaserVFL(Method):
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
-    option_defaults = {"laser_subsets": "sample"}
+    option_defaults = {"laser_subsets": "sample", "fusion": "mean"}
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.head, _ = self.heads("head", self.k, self.ctx.model.cut)
-        self.wtable = laser_weights(self.k).to(self.device)
         if self.k > 12:
             from ..errors import VFLBenchError
 
@@ -94,17 +93,12 @@ class LaserVFL(Method):
         masks = torch.arange(2**self.k)
         member = bitmask_members(masks, self.k).float()
         # bitmask -> fusion weights (1/|S| on the members of S): agg = frac[chosen]
-        self.frac = (member / member.sum(1, keepdim=True).clamp_min(1)).to(self.device)
+        self.mean = self.fusion_is_mean()
+        self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
         # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
         n_obs = member.sum(1).long()
         self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
         self.bits = torch.arange(self.k, device=self.device)
-
-    def task_weights(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[B, K(head), K(size)]`` loss weights: C(|O|-1, s-1)/s where head in O and s <= |O|."""
-        n_obs = obs.sum(1)
-        w = self.wtable[n_obs][:, 1:]  # [B, K sizes]
-        return w[:, None, :] * obs[:, :, None].float()
 
     def begin_epoch(self, obs, order, batch_size, per_batch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
@@ -170,7 +164,7 @@ class LaserVFL(Method):
     def exact_logits(self, blocks, obs) -> torch.Tensor:
         emb = self.ext(blocks, need=obs.any(0))  # [K, B, D]
         o = obs.float()
-        fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1), emb)
+        fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1) if self.mean else o, emb)
         return self.head(fused[None].expand(self.k, -1, -1))  # every head on mean(emb of O): [K, B, C]
 
     @torch.no_grad()

@@ -11,13 +11,16 @@ from .base import METHODS, BatchPrediction, Method, masked_mean_ce
 @METHODS.register("svfl")
 class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
+    option_defaults = {"fusion": "mean"}
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.head, _ = self.heads("head", 1, self.ctx.model.cut)
+        self.mean = self.fusion_is_mean()
 
     def logits(self, blocks) -> torch.Tensor:
-        return self.head(self.ext(blocks).mean(0, keepdim=True))[0]  # [B, C]
+        emb = self.ext(blocks)
+        return self.head(emb.mean(0, keepdim=True) if self.mean else emb.sum(0, keepdim=True))[0]  # [B, C]
 
     def loss_and_active(self, blocks, obs, y):
         full = obs.all(1)
