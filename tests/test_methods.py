@@ -223,3 +223,37 @@ def test_cifar_resnet_extractors_match_the_authors_shapes():
     assert half(q).shape == (2, 1024) and full(q).shape == (2, 1024)
     grey = IMAGE_EXTRACTORS["resnet18"](1, 64)
     assert grey(torch.randn(2, 1, 14, 14)).shape == (2, 64)
+
+
+def image_ctx(method_options=None):
+    return MethodContext(k=4, n_classes=10, widths=[16] * 4, in_ch=1, model=ModelSpec("cnn-small", 8), device=torch.device("cpu"),
+                         streams=Streams(0), hp=dict(optimizer="sgd", lr=0.01, momentum=0.5), options=method_options or {})
+
+
+@pytest.mark.parametrize("name", ["local", "laser", "combinatorial", "plug", "svfl"])
+def test_image_extractors_never_read_missing_tiles(name):
+    """Missing blocks' pixels must not reach an extractor (e.g. its BatchNorm statistics)."""
+    m = METHODS.get(name)(image_ctx())
+    tiles = [torch.randn(16, 1, 4, 4) for _ in range(4)]
+    obs = torch.ones(16, 4, dtype=torch.bool)
+    obs[:8, 0] = False
+    tiles[0][:8] = 1e6  # poison the missing half of block 0
+    m.train(True)
+    m.train_step(tiles, obs, torch.randint(0, 10, (16,)))
+    for mod in m.ext.modules.mods:
+        for bn in (x for x in mod.modules() if isinstance(x, torch.nn.BatchNorm2d)):
+            assert bn.running_mean.abs().max() < 100 and bn.running_var.max() < 1e4
+    m.train(False)
+    pred = m.predict_batch(tiles, obs)
+    assert pred.preds.shape[1] == 16
+
+
+@pytest.mark.parametrize("name", ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"])
+def test_image_methods_run_end_to_end(name):
+    from vflbench.runner import RunConfig, execute, resolve
+
+    cfg = RunConfig(dataset="digits", method=name, train_missing="mcar:0.2", test_missing=["none", "mcar:0.5"], hp={"epochs": 2, "lr": 3e-3})
+    rows, man = execute(resolve(cfg), device="cpu")
+    acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
+    assert man["partition"]["blocks"] == [[0, 4, 0, 4], [0, 4, 4, 8], [4, 8, 0, 4], [4, 8, 4, 8]]
+    assert acc["none"] > 30, acc  # 10 classes: chance is 10%

@@ -220,14 +220,21 @@ class ModuleBank(nn.Module):
         return [(p, mid) for mod, mid in zip(self.mods, self.member_ids, strict=True) for p in mod.parameters()]
 
     def forward(self, tiles: Sequence[torch.Tensor], need: torch.Tensor | None = None) -> torch.Tensor:
-        """``tiles``: K tensors ``[B, C, h, w]``; ``need`` [M] bool skips members not needed."""
+        """``tiles``: K tensors ``[B, C, h, w]``. ``need``: ``[M]`` bool (members to compute) or
+        ``[M, B]`` bool (the samples each member may see). A member never reads a sample it does not
+        need, so a missing block's pixels never enter its BatchNorm statistics; its outputs there are 0."""
         b = tiles[0].shape[0]
         outs = []
         for i, (mod, p) in enumerate(zip(self.mods, self.party_of, strict=True)):
-            if need is not None and not bool(need[i]):
+            rows = None if need is None else need[i]
+            if rows is not None and not bool(rows.any()):
                 outs.append(tiles[0].new_zeros(b, self.out))
-            else:
+            elif rows is None or rows.ndim == 0 or bool(rows.all()):
                 outs.append(mod(tiles[p]))
+            else:
+                out = tiles[0].new_zeros(b, self.out)
+                out[rows] = mod(tiles[p][rows])
+                outs.append(out)
         return torch.stack(outs)
 
 
@@ -257,7 +264,9 @@ class Extractors:
             self.modules = ModuleBank(spec.arch, party_of, member_ids, in_ch, spec.cut, gen)
 
     def __call__(self, blocks, need: torch.Tensor | None = None) -> torch.Tensor:
-        """-> ``[M, B, cut]``. ``blocks`` is ``[K, B, w]`` (tabular) or a list of K image tiles."""
+        """-> ``[M, B, cut]``. ``blocks`` is ``[K, B, w]`` (tabular) or a list of K image tiles;
+        ``need`` (``[M]`` or ``[M, B]`` bool) lets image extractors skip members or samples. MLP banks
+        compute everything (no batch statistics; unneeded outputs are masked by the method)."""
         if self.bank is not None:
             return self.bank(blocks)
         return self.modules(blocks, need)

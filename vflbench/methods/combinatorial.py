@@ -42,8 +42,9 @@ class Combinatorial(Method):
         self.owner = owner_t.to(self.device)
         self.bits = self.bits.to(self.device)
 
-    def logits(self, blocks, need_subsets: torch.Tensor) -> torch.Tensor:
-        emb = self.ext(blocks, need=need_subsets[self.owner])  # [M, B, D]
+    def logits(self, blocks, rows: torch.Tensor) -> torch.Tensor:
+        """``rows`` [H, B]: the samples each subset model may see."""
+        emb = self.ext(blocks, need=rows[self.owner])  # [M, B, D]
         fused = torch.einsum("hm,mbd->hbd", self.agg, emb)
         return self.head(fused)  # [H, B, C]
 
@@ -58,10 +59,10 @@ class Combinatorial(Method):
         active = torch.cat([used[self.owner], used])
         if not bool(used.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks, used), y, w).sum(), active
+        return masked_mean_ce(self.logits(blocks, w), y, w).sum(), active
 
     @torch.no_grad()
     def predict_batch(self, blocks, obs):
         exact = self.bits[:, None] == pattern_ids(obs)[None, :]  # [H, B]
-        lg = self.logits(blocks, exact.any(1))
+        lg = self.logits(blocks, exact)
         return BatchPrediction(lg.argmax(-1), exact, self.score(lg), obs.any(1))

@@ -149,7 +149,7 @@ class LaserVFL(Method):
         if not bool(rows.any()):
             return None, active
         agg, wts = self._tasks(obs)  # [B or 1, head, size, block]: 1/s on the drawn subset
-        emb = self.ext(blocks, need=seen)  # [K, B, D]
+        emb = self.ext(blocks, need=obs.T)  # [K, B, D]
         k, b, d = emb.shape
         # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
         # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
@@ -162,7 +162,7 @@ class LaserVFL(Method):
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:
-        emb = self.ext(blocks, need=obs.any(0))  # [K, B, D]
+        emb = self.ext(blocks, need=obs.T)  # [K, B, D]
         o = obs.float()
         fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1) if self.mean else o, emb)
         return self.head(fused[None].expand(self.k, -1, -1))  # every head on mean(emb of O): [K, B, C]

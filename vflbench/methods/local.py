@@ -19,7 +19,7 @@ class Local(Method):
         self.ext_ids, self.head_ids = ext_ids, head_ids
 
     def logits(self, blocks, obs) -> torch.Tensor:
-        return self.head(self.ext(blocks, need=obs.any(0)))  # [K, B, C]
+        return self.head(self.ext(blocks, need=obs.T))  # [K, B, C]
 
     def loss_and_active(self, blocks, obs, y):
         w = obs.T  # model k learns from samples that observe block k

@@ -29,7 +29,7 @@ class PlugVFL(Method):
         self.head, _ = self.heads("head", 1, self.k * self.ctx.model.cut)
 
     def logits(self, blocks, keep: torch.Tensor) -> torch.Tensor:
-        emb = self.ext(blocks, need=keep.any(0)) * keep.T[:, :, None].float()  # zero missing/dropped
+        emb = self.ext(blocks, need=keep.T) * keep.T[:, :, None].float()  # zero missing/dropped
         z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)  # concat in party order
         return self.head(z[None])[0]
 

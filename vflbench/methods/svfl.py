@@ -18,8 +18,8 @@ class StandardVFL(Method):
         self.head, _ = self.heads("head", 1, self.ctx.model.cut)
         self.mean = self.fusion_is_mean()
 
-    def logits(self, blocks) -> torch.Tensor:
-        emb = self.ext(blocks)
+    def logits(self, blocks, full: torch.Tensor) -> torch.Tensor:
+        emb = self.ext(blocks, need=full[None].expand(self.k, -1))  # only complete samples are read
         return self.head(emb.mean(0, keepdim=True) if self.mean else emb.sum(0, keepdim=True))[0]  # [B, C]
 
     def loss_and_active(self, blocks, obs, y):
@@ -27,12 +27,12 @@ class StandardVFL(Method):
         active = torch.full((self.n_members,), bool(full.any()), device=obs.device)
         if not bool(full.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks)[None], y, full[None])[0], active
+        return masked_mean_ce(self.logits(blocks, full)[None], y, full[None])[0], active
 
     @torch.no_grad()
     def predict_batch(self, blocks, obs):
         full = obs.all(1)
-        lg = self.logits(blocks)
+        lg = self.logits(blocks, full)
         guess = self.random_classes(full.shape)
         preds = torch.where(full, lg.argmax(-1), guess)
         scores = None
