@@ -184,7 +184,7 @@ def _resnet18_small(in_ch: int, half: bool, out: int) -> nn.Module:
 
 
 def _cnn_small(in_ch: int, out: int) -> nn.Module:
-    """A CPU-sized CNN stand-in for ResNet-18 (about 25k parameters at out=64)."""
+    """A CPU-sized CNN stand-in for ResNet-18 (about 13k parameters for one input channel at out=64)."""
     return nn.Sequential(
         nn.Conv2d(in_ch, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
