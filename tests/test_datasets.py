@@ -182,3 +182,11 @@ def test_every_dataset_has_metadata():
     for name in DATASETS:
         info = DATASETS.get(name).info
         assert info.source and info.license and info.n_classes >= 2 and info.kind in ("tabular", "image")
+
+
+def test_corrupt_unverifiable_credit_xls_is_a_clear_error(tmp_data):
+    d = tmp_data / "credit"
+    d.mkdir(parents=True)
+    (d / "default of credit card clients.xls").write_bytes(b"not an excel file")
+    with pytest.raises(VFLBenchError, match="could not be read"):
+        load_dataset("credit")

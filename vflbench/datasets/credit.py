@@ -68,12 +68,13 @@ def read_raw(ds_dir: Path) -> pd.DataFrame:
 
 
 def _parse(ds_dir: Path) -> pd.DataFrame:
-    if (ds_dir / XLS).exists():
-        df = pd.read_excel(ds_dir / XLS, header=1)
-    elif (ds_dir / CSV_GZ).exists():
-        df = pd.read_csv(ds_dir / CSV_GZ)
-    else:
+    src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
+    if not src.exists():
         raise VFLBenchError(f"No Credit file under {ds_dir}; run `vflbench data fetch credit`.")
+    try:
+        df = pd.read_excel(src, header=1) if src.suffix == ".xls" else pd.read_csv(src)
+    except Exception as e:  # xlrd, pandas and gzip raise many types on damaged files
+        raise VFLBenchError(f"{src} could not be read ({type(e).__name__}: {e}); delete it and run `vflbench data fetch credit`.") from None
     df = df.rename(columns={"default.payment.next.month": LABEL})
     missing = [c for c in COLUMNS + [LABEL] if c not in df.columns]
     if missing:
