@@ -136,3 +136,14 @@ def test_unavailable_dataset_is_skipped_with_a_note(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "skipping hapt" in r.output and "vflbench data fetch hapt" in r.output
     assert Path(tmp_path / "o" / "results.csv").exists()
+
+
+def test_sweep_json_keeps_earlier_invocations(tmp_path):
+    import json
+
+    exp = write(tmp_path, {**TINY, "seeds": [0], "methods": ["local"]})
+    out = tmp_path / "o"
+    for _ in range(2):
+        assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
+    inv = json.loads((out / "sweep.json").read_text())["invocations"]
+    assert [i["runs_executed"] for i in inv] == [1, 0]  # the run that did the work stays on record

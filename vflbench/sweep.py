@@ -168,6 +168,17 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
     if p.experiment.quick and len(df):
         df["quick"] = True
     atomic_write_text(p.out / "results.csv", df.to_csv(index=False))
+    previous = []
+    old_path = p.out / "sweep.json"
+    if old_path.exists():  # keep the record of earlier invocations (e.g. the one that did the work)
+        try:
+            old = json.loads(old_path.read_text())
+            previous = old.get("invocations") or [
+                {k: old[k] for k in ("wall_seconds_this_invocation", "run_seconds_this_invocation") if k in old}
+            ]
+        except (OSError, ValueError):
+            previous = []
+    this = {"wall_seconds_this_invocation": wall, "run_seconds_this_invocation": sum(r["seconds"] for r in records), "runs_executed": len(records)}
     meta = {
         "experiment": p.experiment.name,
         "file": str(p.experiment.path) if p.experiment.path else None,
@@ -177,8 +188,8 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
         "runs_finished": int(sum((p.out / "runs" / r / "manifest.json").exists() for r in p.run_ids)),
         "runs_failed": [r for r in records if not r["ok"]],
         "skipped_datasets": p.skipped,
-        "wall_seconds_this_invocation": wall,
-        "run_seconds_this_invocation": sum(r["seconds"] for r in records),
+        **this,
+        "invocations": previous + [this],
         "versions": versions(),
         "run_ids": p.run_ids,
     }
