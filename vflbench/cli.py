@@ -37,6 +37,13 @@ def friendly(fn):
     return wrapper
 
 
+# options shared by `masks` and `run` (the same flags mean the same thing in both)
+PARTIES_OPT = typer.Option(4, help="number of parties K")
+PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | tiles | grid (default by data kind)")
+DATA_OPT = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable)")
+PART_OPT = typer.Option(None, "--part-opt", help="partitioner option key=value, e.g. alpha=0.5 (repeatable)")
+
+
 def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
     out = {}
     for item in items or []:
@@ -100,8 +107,8 @@ def data_fetch(name: str = typer.Argument(..., help="dataset name (see `vflbench
 @friendly
 def masks(
     dataset: str = typer.Option(..., help="dataset name"),
-    parties: int = typer.Option(4, help="number of parties K"),
-    partitioner: str | None = typer.Option(None, help="contiguous | random | importance | tiles | grid (default by data kind)"),
+    parties: int = PARTIES_OPT,
+    partitioner: str | None = PARTITIONER_OPT,
     missing: str = typer.Option("mcar:0.1", help="missingness spec, e.g. mcar:0.5, mcar-beta:2,2, mar1, mar2, mnar:0.7"),
     granularity: str = typer.Option("sample", help="sample | batch"),
     batch_size: int = typer.Option(128, help="batch size for per-batch masks"),
@@ -110,24 +117,21 @@ def masks(
     seed: int = typer.Option(0, help="run seed"),
     labeled: int | None = typer.Option(None, help="number of labeled training samples (FALSE-VFL)"),
     aligned: int = typer.Option(0, help="fully aligned reserve inside the labeled set"),
-    data_opt: list[str] | None = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable)"),
-    part_opt: list[str] | None = typer.Option(None, "--part-opt", help="partitioner option key=value, e.g. alpha=0.5"),
+    data_opt: list[str] | None = DATA_OPT,
+    part_opt: list[str] | None = PART_OPT,
     fmt: str = typer.Option("table", "--format", help="table | json"),
 ):
     """Draw masks exactly as a run would and print their realised statistics."""
+    from .missingness import mask_stats, parse_mechanism
     from .setup import draw_masks, prepare
 
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     if split not in ("train", "test"):
         raise VFLBenchError(f"Unknown split '{split}'. Choices: train, test.")
-    from .missingness import parse_mechanism
-
     parse_mechanism(missing)  # validate before loading data
     prep = prepare(dataset, parse_kv(data_opt, "--data-opt"), parties, partitioner, parse_kv(part_opt, "--part-opt"), seed)
     m = draw_masks(prep, missing, split=split, granularity=granularity, batch_size=batch_size, all_missing=all_missing, labeled=labeled, aligned=aligned)
-    from .missingness import mask_stats
-
     stats = mask_stats(m.observed)
     stats["info"] = m.info
     stats["partition"] = {k: v for k, v in prep.partition.describe().items() if k != "blocks"}
@@ -186,8 +190,8 @@ def _num(v: str):
 def run(
     dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
     method: str = typer.Option(..., help="local | svfl | ensemble | combinatorial | plug | laser"),
-    parties: int = typer.Option(4, help="number of parties K"),
-    partitioner: str | None = typer.Option(None, help="contiguous | random | importance | tiles | grid"),
+    parties: int = PARTIES_OPT,
+    partitioner: str | None = PARTITIONER_OPT,
     train_missing: str = typer.Option("none", help="training missingness spec, e.g. mcar:0.1"),
     test_missing: str = typer.Option("none,mcar:0.1,mcar:0.5", help="comma-separated test settings"),
     seed: int = typer.Option(0, help="run seed (all named streams derive from it)"),
@@ -205,8 +209,8 @@ def run(
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
     preset: str = typer.Option("laser_table1", help="hyper-parameter preset name or YAML path"),
-    data_opt: list[str] | None = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable)"),
-    part_opt: list[str] | None = typer.Option(None, "--part-opt", help="partitioner option key=value"),
+    data_opt: list[str] | None = DATA_OPT,
+    part_opt: list[str] | None = PART_OPT,
     protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     out: Path = typer.Option(Path("results/runs"), help="output directory"),

@@ -112,11 +112,9 @@ class MLPBank:
             store.add(f"{prefix}.w{li}", (self.m, sizes[li], sizes[li + 1]), mem, bound)
             store.add(f"{prefix}.b{li}", (self.m, 1, sizes[li + 1]), mem, bound)
 
-    def __call__(self, xk: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, xk: torch.Tensor) -> torch.Tensor:
         """``xk``: ``[K, B, w]`` stacked party blocks -> ``[M, B, out]``."""
-        if party_of is not None:
-            h = xk[party_of]
-        elif self.identity:
+        if self.identity:
             h = xk
         else:
             if self.party_of.device != xk.device:

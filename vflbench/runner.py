@@ -137,11 +137,10 @@ def resolve(cfg: RunConfig) -> dict[str, Any]:
         "preset": cfg.preset,
         "hp": hp,
         "model": model,
-        "eval_batch_size": int(cfg.eval_batch_size or max(int(hp["batch_size"]), 1024 if p["test_granularity"] == "sample" else 0)),
+        # per-batch test masks are drawn with the training batch size, so evaluate in those batches
+        "eval_batch_size": int(hp["batch_size"]) if p["test_granularity"] == "batch" else int(cfg.eval_batch_size or max(int(hp["batch_size"]), 1024)),
         "vflbench_version": __version__,
     }
-    if p["test_granularity"] == "batch":
-        out["eval_batch_size"] = int(hp["batch_size"])
     return out
 
 
@@ -185,13 +184,9 @@ def execute(resolved: dict[str, Any], device: str = "auto", progress=None) -> tu
     timings["load_and_partition_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     if proto["permute_once"]:  # the authors' HAPT loader permutes rows once with the seed
-        rng = prep.streams.numpy("permute")
-        ptr, pte = rng.permutation(len(y_tr)), rng.permutation(len(y_te))
-        x_tr, y_tr, x_te, y_te = x_tr[ptr], y_tr[ptr], x_te[pte], y_te[pte]
-        prep.data.x_train, prep.data.y_train, prep.data.x_test, prep.data.y_test = x_tr, y_tr, x_te, y_te
-        prep._stats.clear()
+        prep.permute_rows(prep.streams.numpy("permute"))
+    x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     bs = int(hp["batch_size"])
     train_masks = draw_masks(prep, resolved["train_missing"], split="train", granularity=proto["train_granularity"], batch_size=bs, all_missing=proto["all_missing"])
     test_masks = {

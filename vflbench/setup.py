@@ -30,6 +30,13 @@ class Prepared:
     streams: Streams
     _stats: dict[str, tuple[np.ndarray, np.ndarray]]
 
+    def permute_rows(self, rng: np.random.Generator) -> None:
+        """Permute train and test rows once (the authors' HAPT loader); block statistics follow."""
+        d = self.data
+        ptr, pte = rng.permutation(len(d.y_train)), rng.permutation(len(d.y_test))
+        d.x_train, d.y_train, d.x_test, d.y_test = d.x_train[ptr], d.y_train[ptr], d.x_test[pte], d.y_test[pte]
+        self._stats.clear()
+
     def block_stats(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         if split not in self._stats:
             x = self.data.x_train if split == "train" else self.data.x_test

@@ -103,21 +103,17 @@ class LaserVFL(Method):
     def begin_epoch(self, obs, order, batch_size, per_batch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
         carries its first sample's pattern). Batches then only slice the precomputed tensors."""
-        shared = self.options["laser_subsets"] == "batch"
-        if per_batch or shared:
-            firsts = order[::batch_size]
-            pattern = (obs[firsts].long() << self.bits).sum(1)  # [n_batches]
-            if not shared:  # per-batch masks but per-sample subsets: expand the batch pattern to rows
-                pattern = pattern.repeat_interleave(batch_size)[: len(order)]
-                self._epoch = ("sample", *self._draw(pattern), torch.empty(0))
-                self._epoch_pos = torch.empty(len(order), dtype=torch.long, device=order.device)
-                self._epoch_pos[order] = torch.arange(len(order), device=order.device)
+        self._batch_size = batch_size
+        if per_batch or self.options["laser_subsets"] == "batch":
+            pattern = (obs[order[::batch_size]].long() << self.bits).sum(1)  # [n_batches]
+            if self.options["laser_subsets"] == "batch":
+                agg, w = self._draw(pattern)
+                self._epoch = ("batch", agg[:, None], w[:, None])
                 return
-            agg, w = self._draw(pattern)
-            self._epoch = ("batch", agg[:, None], w[:, None], None)
+            # per-batch masks, per-sample subsets: position p of the epoch carries its batch's pattern
+            self._epoch = ("position", *self._draw(pattern.repeat_interleave(batch_size)[: len(order)]))
         else:
-            pattern = (obs.long() << self.bits).sum(1)  # [n] by sample index
-            self._epoch = ("index", *self._draw(pattern), None)
+            self._epoch = ("index", *self._draw((obs.long() << self.bits).sum(1)))  # by sample index
 
     def _draw(self, pattern):
         chosen = sample_subsets(pattern[:, None], self.gen, shared=False, tables=self.tables, pattern=pattern)
@@ -128,13 +124,13 @@ class LaserVFL(Method):
         idx, batch_no = getattr(self, "_where", (None, None))
         ep = getattr(self, "_epoch", None)
         if ep is not None and idx is not None:
-            kind, agg, w, _ = ep
+            kind, agg, w = ep
             if kind == "batch":
                 return agg[batch_no], w[batch_no]
             if kind == "index":
                 return agg[idx], w[idx]
-            pos = self._epoch_pos[idx]
-            return agg[pos], w[pos]
+            start = batch_no * self._batch_size
+            return agg[start : start + len(idx)], w[start : start + len(idx)]
         shared = self.options["laser_subsets"] == "batch"
         pattern = (obs.long() << self.bits).sum(1)
         if shared:  # per-batch masks: every row has the same pattern
