@@ -22,7 +22,7 @@ test: $(STAMP)  ## the test suite (about a minute on 2 cores)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check vflbench tests benchmarks scripts
+	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
 
 bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST)
 	$(BIN)/python benchmarks/bench_methods.py --full-run

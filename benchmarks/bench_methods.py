@@ -28,53 +28,44 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
-from vflbench.methods import METHODS, MethodContext  # noqa: E402
-from vflbench.models import ModelSpec  # noqa: E402
-from vflbench.runner import RunConfig, resolve  # noqa: E402
-from vflbench.setup import draw_masks, prepare  # noqa: E402
-from vflbench.training import BlockData, fit, predict  # noqa: E402
-
-METHOD_NAMES = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
+from vflbench import pipeline  # noqa: E402
+from vflbench.config import RunConfig, resolve  # noqa: E402
+from vflbench.methods import METHODS  # noqa: E402
+from vflbench.training import StageHP, TrainSet, fit, predict  # noqa: E402
 
 
 def bench_dataset(dataset: str, protocol: str, train_missing: str, rounds: int, max_batches: int | None, hp_over: dict) -> list[dict]:
-    """Build every method on the same data and masks, then time one epoch of each method per round,
-    interleaved (so machine-speed drift hits all methods alike); report the median over rounds."""
+    """Build every method through the run pipeline (same data and masks), then time one epoch of
+    each method per round, interleaved (so machine-speed drift hits all methods alike); report the
+    median over rounds."""
     setups = []
-    for name in METHOD_NAMES:
-        r = resolve(RunConfig(dataset=dataset, method=name, train_missing=train_missing, test_missing=["mcar:0.5"], protocol=protocol, hp=hp_over))
-        prep = prepare(dataset, r["data_options"], 4, r["partitioner"], {}, 0)
-        hp, proto = dict(r["hp"]), r["protocol"]
-        bs = int(hp["batch_size"])
-        xtr, ytr = prep.data.x_train, prep.data.y_train
-        full_batches = -(-len(ytr) // bs)
-        if max_batches:
-            xtr, ytr = xtr[: max_batches * bs], ytr[: max_batches * bs]
-        m_tr = draw_masks(prep, train_missing, split="train", granularity=proto["train_granularity"], batch_size=bs)
-        m_te = draw_masks(prep, "mcar:0.5", split="test", granularity=proto["test_granularity"], batch_size=bs)
-        dev = torch.device("cpu")
-        tr, te = BlockData(xtr, prep.partition, dev), BlockData(prep.data.x_test, prep.partition, dev)
-        spec = r["model"]
-        in_ch = int(xtr.shape[1]) if xtr.ndim == 4 else 1
-        ctx = MethodContext(k=4, n_classes=prep.data.n_classes, widths=prep.partition.widths(), in_ch=in_ch, model=ModelSpec(spec["arch"], spec["cut"], tuple(spec.get("hidden", ()))),
-                            device=dev, streams=prep.streams, hp=hp, options=r["method_options"], positive_class=prep.data.info.positive_class)
-        method = METHODS.get(name)(ctx)
-        hp["epochs"] = 1
-        args = (method, tr, torch.as_tensor(ytr), torch.as_tensor(m_tr.observed[: len(ytr)]), hp, proto, prep.streams.seed_for)
+    names = [m for m in METHODS.names() if METHODS.get(m).__module__.startswith("vflbench.")]
+    for name in names:
+        run = resolve(RunConfig(dataset=dataset, method=name, train_missing=train_missing, test_missing=["mcar:0.5"], protocol=protocol, hp=hp_over))
+        inputs = pipeline.prepare(run, "cpu")
+        method = pipeline.build(run, inputs)
+        tr = inputs.train
+        full_batches = -(-tr.blocks.n // run.hp.batch_size)
+        if max_batches:  # time the first batches only (image data), scaled to a full epoch below
+            m = min(tr.blocks.n, max_batches * run.hp.batch_size)
+            tr = TrainSet(tr.blocks.head(m), tr.y[:m], tr.obs[:m], None)
+        one_epoch = {k: StageHP(**{**hp.as_dict(), "epochs": 1}) for k, hp in run.stage_hp.items()}
+        args = (method, tr, one_epoch, pipeline.policy(run), inputs.prep.streams.seed_for)
         fit(*args)  # warm-up epoch
-        setups.append((name, r, method, args, te, torch.as_tensor(m_te.observed), full_batches / max_batches if max_batches else 1.0))
-    times: dict[str, list[float]] = {n: [] for n in METHOD_NAMES}
-    evals: dict[str, list[float]] = {n: [] for n in METHOD_NAMES}
+        obs_te = torch.as_tensor(inputs.test_masks["mcar:0.5"].observed)
+        setups.append((name, run, method, args, inputs.test, obs_te, full_batches / max_batches if max_batches else 1.0))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    evals: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(rounds):
-        for name, r, method, args, te, obs_te, scale in setups:
-            times[name].append(fit(*args).seconds[0] * scale)
+        for name, run, method, args, te, obs_te, scale in setups:
+            times[name].append(sum(fit(*args).seconds) * scale)
             t = time.perf_counter()
-            predict(method, te, obs_te, r["eval_batch_size"])
+            predict(method, te, obs_te, run.eval_batch_size)
             evals[name].append(time.perf_counter() - t)
     return [
-        {"dataset": dataset, "method": name, "display": r["method_display"], "s_per_epoch": statistics.median(times[name]),
+        {"dataset": dataset, "method": name, "display": run.method_display, "s_per_epoch": statistics.median(times[name]),
          "s_per_eval": statistics.median(evals[name]), "params": method.n_params(), "extrapolated": scale != 1.0}
-        for name, r, method, _, _, _, scale in setups
+        for name, run, method, _, _, _, scale in setups
     ]
 
 

@@ -39,7 +39,8 @@ def one(args):
     import torch
 
     torch.set_num_threads(1)
-    from vflbench.runner import RunConfig, execute, resolve
+    from vflbench.config import RunConfig, resolve
+    from vflbench.pipeline import execute
 
     cfg = RunConfig(dataset="credit", method="laser", train_missing=train, test_missing=["none", "mcar:0.1", "mcar:0.5"], seed=seed,
                     protocol="compat", protocol_options=proto_opts, data_options=data_opts)

@@ -53,8 +53,8 @@ def test_run_bad_input_exits_cleanly(tmp_path):
 
 
 def test_split_seed_can_follow_the_run_seed():
-    from vflbench.runner import RunConfig, resolve
+    from vflbench.config import RunConfig, resolve
 
     r = resolve(RunConfig(dataset="credit", method="laser", seed=3, data_options={"split_seed": "run"}))
-    assert r["data_options"]["split_seed"] == 3
-    assert resolve(RunConfig(dataset="credit", method="laser", seed=3))["data_options"]["split_seed"] == 0
+    assert r.data_options["split_seed"] == 3
+    assert resolve(RunConfig(dataset="credit", method="laser", seed=3)).data_options["split_seed"] == 0

@@ -16,6 +16,20 @@ from .errors import VFLBenchError
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks.")
 data_app = typer.Typer(no_args_is_help=True, help="Manage raw dataset files.")
 app.add_typer(data_app, name="data")
+
+
+@app.callback()
+def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Python file that registers a method (repeatable; also $VFLBENCH_PLUGINS)")):
+    """Reproducible VFL benchmarks with missing feature blocks."""
+    if plugin:
+        from . import plugins
+
+        try:
+            for p in plugin:
+                plugins.add(p)
+        except VFLBenchError as e:
+            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -185,26 +199,64 @@ def _num(v: str):
             return v
 
 
+class _StageProgress:
+    """A progress bar per training stage (a trainer callback)."""
+
+    def __init__(self, bar, label: str):
+        self.bar, self.label, self.task = bar, label, None
+
+    def on_stage_start(self, loop):
+        name = f" [{loop.stage.name}]" if len(loop.method.stages) > 1 else ""
+        self.task = self.bar.add_task(f"{self.label}{name}", total=loop.epochs, loss="-")
+
+    def before_step(self, loop, batch, loss):
+        pass
+
+    def after_step(self, loop, batch, loss):
+        pass
+
+    def on_epoch_end(self, loop):
+        self.bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.epoch_loss:.4f}")
+
+    def on_stage_end(self, loop):
+        pass
+
+
+def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """``--hp lr=0.01`` (every stage) and ``--hp stage1.epochs=5`` (one stage)."""
+    every: dict[str, str] = {}
+    stages: dict[str, dict[str, str]] = {}
+    for key, value in parse_kv(items, "--hp").items():
+        stage, dot, name = key.rpartition(".")
+        if dot:
+            stages.setdefault(stage, {})[name] = value
+        else:
+            every[key] = value
+    return every, stages
+
+
 @app.command()
 @friendly
 def run(
     dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
-    method: str = typer.Option(..., help="local | svfl | ensemble | combinatorial | plug | laser"),
+    method: str = typer.Option(..., help="method name (see `vflbench methods`)"),
     parties: int = PARTIES_OPT,
     partitioner: str | None = PARTITIONER_OPT,
     train_missing: str = typer.Option("none", help="training missingness spec, e.g. mcar:0.1"),
     test_missing: str = typer.Option("none,mcar:0.1,mcar:0.5", help="comma-separated test settings"),
     seed: int = typer.Option(0, help="run seed (all named streams derive from it)"),
     protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code)"),
-    epochs: int | None = typer.Option(None, help="override the preset's epochs"),
+    epochs: int | None = typer.Option(None, help="override the preset's epochs (every stage)"),
     lr: float | None = typer.Option(None, help="override the preset's learning rate"),
     batch_size: int | None = typer.Option(None, help="override the preset's batch size"),
     optimizer: str | None = typer.Option(None, help="adam | sgd"),
     weight_decay: float | None = typer.Option(None, help="coupled L2 weight decay"),
     momentum: float | None = typer.Option(None, help="SGD momentum"),
     schedule: str | None = typer.Option(None, help="none | cosine"),
-    p_drop: float | None = typer.Option(None, help="PlugVFL party-wise dropout probability"),
-    fusion: str | None = typer.Option(None, help="mean | sum fusion before the head (svfl, combinatorial, laser)"),
+    hp_opt: list[str] | None = typer.Option(None, "--hp", help="hyper-parameter key=value; stage.key=value for one stage (repeatable)"),
+    method_opt: list[str] | None = typer.Option(None, "--method-opt", help="method option key=value (repeatable; `vflbench methods` lists them)"),
+    labeled: int | None = typer.Option(None, help="semi-supervised run: number of labeled training samples"),
+    aligned: int = typer.Option(0, help="fully observed reserve inside the labeled set (with --labeled)"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
@@ -217,9 +269,12 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
-    from .runner import RunConfig, execute, resolve, write_outputs
+    from .config import RunConfig, resolve
+    from .outputs import write_outputs
+    from .pipeline import execute
 
-    hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
+    every, per_stage = parse_hp(hp_opt)
+    hp = {**every, "epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
     model = {"arch": arch, "cut": cut}
     if hidden is not None:
         try:
@@ -231,12 +286,11 @@ def run(
         test_missing=split_specs(test_missing), seed=seed, protocol=protocol,
         protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
-        method_options={k: v for k, v in (("p_drop", p_drop), ("fusion", fusion)) if v is not None},
-        hp={k: v for k, v in hp.items() if v is not None}, model={k: v for k, v in model.items() if v is not None},
-        preset=preset, device=device,
+        method_options=parse_kv(method_opt, "--method-opt"),
+        hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, model={k: v for k, v in model.items() if v is not None},
+        preset=preset, device=device, labeled=labeled, aligned=aligned,
     )
     resolved = resolve(cfg)
-    epochs_total = int(resolved["hp"]["epochs"])
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -250,21 +304,52 @@ def run(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
     ) as bar:
-        task = bar.add_task(f"{method} on {dataset} (seed {seed})", total=epochs_total, loss="-")
-        rows, manifest = execute(resolved, device=device, progress=lambda e, n, loss: bar.update(task, completed=e, loss=f"{loss:.4f}"))
+        rows, manifest = execute(resolved, device=device, callbacks=[_StageProgress(bar, f"{method} on {dataset} (seed {seed})")])
     run_dir = write_outputs(out, rows, manifest)
-    t = Table(title=f"{resolved['method_display']} | {dataset} | K={parties} | train {train_missing} | {resolved['protocol']['name']} | seed {seed}")
+    t = Table(title=f"{resolved.method_display} | {dataset} | K={parties} | train {resolved.train_missing} | {resolved.protocol['name']} | seed {seed}")
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:
         t.add_column(m, justify="right")
     t.add_column("counted", justify="right")
-    for s in resolved["test_missing"]:
+    for s in resolved.test_missing:
         vals = {r["metric"]: r for r in rows if r["test_missing"] == s}
         t.add_row(s, *[f"{vals[m]['value']:.2f}" for m in metrics], f"{vals[metrics[0]]['n_counted']}/{vals[metrics[0]]['n_test']}")
     console.print(t)
     tm = manifest["timings"]
-    console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters -> {run_dir}")
+    ex = manifest["extras"]
+    console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters, "
+                  f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> {run_dir}")
+
+
+@app.command()
+@friendly
+def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
+    """List the registered methods: name, display name, paper, stages and options."""
+    from .methods import METHODS
+
+    rows = []
+    for name in METHODS:
+        c = METHODS.get(name)
+        rows.append({"name": name, "display": c.display, "paper": c.paper, "hp_key": c.hp_key, "f1_rule": c.f1_rule,
+                     "stages": [{"name": s.name, "samples": s.samples, "labels": s.labels} for s in c.stages],
+                     "options": [o.describe() for o in c.option_specs]})
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+        return
+    if fmt != "table":
+        raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
+    t = Table(title="vflbench methods (set options with --method-opt key=value)")
+    for col in ("name", "display", "paper", "stages", "options"):
+        t.add_column(col)
+    for r in rows:
+        opts = "\n".join(
+            f"{o['name']}={o['default']}" + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
+            + (f" [default from protocol {o['protocol_default']}]" if "protocol_default" in o else "") + f": {o['help']}"
+            for o in r["options"]) or "-"
+        stages = ", ".join(f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"])
+        t.add_row(r["name"], r["display"], r["paper"], stages, opts)
+    console.print(t)
 
 
 @app.command()
@@ -314,7 +399,7 @@ def sweep(
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if dry_run:
         for r in p.todo:
-            console.print(f"  {r['dataset']} {r['method']} K={r['parties']} train={r['train_missing']} seed={r['seed']} epochs={r['hp']['epochs']}")
+            console.print(f"  {r.dataset} {r.method} K={r.parties} train={r.train_missing} seed={r.seed} epochs={r.hp.epochs}")
         return
     t0 = time.perf_counter()
     failures = []
@@ -332,7 +417,7 @@ def sweep(
     console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
     if exp.layout and len(df):
         text, _ = make_table(df, exp.layout, exp.reference, "md", title=exp.name)
-        from .runner import atomic_write_text
+        from .outputs import atomic_write_text
 
         atomic_write_text(out / "table.md", text)
         console.print(f"table -> {out / 'table.md'}")
@@ -350,8 +435,8 @@ def table(
     out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
+    from .outputs import atomic_write_text
     from .report import make_table
-    from .runner import atomic_write_text
 
     text, _ = make_table(results, layout, reference, fmt)
     if out:

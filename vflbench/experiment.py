@@ -1,5 +1,5 @@
 """Experiment files: a YAML grid of datasets x methods x parties x train settings x seeds, validated
-on load, expanded into :class:`~vflbench.runner.RunConfig` objects (one per trained model; every run
+on load, expanded into :class:`~vflbench.config.RunConfig` objects (one per trained model; every run
 evaluates all test settings).
 
 Schema (unknown keys are errors)::
@@ -19,7 +19,11 @@ Schema (unknown keys are errors)::
     partitioner: contiguous            # optional; default by data kind
     hp: {epochs: 10}                   # optional overrides for every run
     model: {arch: cnn-small}           # optional overrides for every run
-    method_options: {plug: {p_drop: 0.2}}
+    method_options: {plug: {p_drop: 0.2}}   # per method, typed and validated (`vflbench methods`)
+    stage_hp: {stage1: {epochs: 5}}    # per-stage hyper-parameter overrides (multi-stage methods)
+    labeled: 500                       # semi-supervised runs: labeled training samples ...
+    aligned: 100                       # ... of which this many are fully observed
+    plugins: [my_method.py]            # method files to load (paths relative to this file)
     lr_by_parties: {laser: {2: 0.1, 5: 0.05}}   # per-method learning rate by K (Figure 2)
     datasets:                          # required: name -> per-dataset overrides (or null)
       credit: {data_options: {scaler: minmax}, hp: {...}, model: {...}, partitioner: ..., partition_options: {...}}
@@ -34,14 +38,15 @@ from typing import Any
 
 import yaml
 
+from .config import RunConfig
 from .errors import VFLBenchError
-from .runner import RunConfig
 
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
+    "stage_hp", "labeled", "aligned", "plugins",
 }
-DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties"}
+DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp", "labeled", "aligned"}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -118,6 +123,10 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
     if not isinstance(spec.get("name"), str):
         _fail(path, "'name' (a string) is required.")
+    from . import plugins
+
+    for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:
+        plugins.add(Path(path).parent / plug if path is not None and not Path(plug).is_absolute() else plug)
     methods = _list(spec, "methods", str, path)
     for m in methods:
         if m not in METHODS:
@@ -183,7 +192,9 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options={**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)},
-                            method_options=dict(method_opts.get(m, {}) or {}), hp=hp,
+                            method_options={**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {})}, hp=hp,
+                            stage_hp={**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)},
+                            labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset", "laser_table1"),
                         ))
     return Experiment(spec["name"], path, spec, quick, runs)

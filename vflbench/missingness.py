@@ -188,6 +188,32 @@ class MAR2(Mechanism):
         return _observe_first(order, count)
 
 
+def canonical(spec: str) -> str:
+    """The one label of a setting: lower-case name, parameters as shortest numbers
+    (``MCAR:0.10`` -> ``mcar:0.1``, ``mcar:.1,.2`` -> ``mcar:0.1,0.2``). Validates the spec."""
+    parse_mechanism(spec)
+    name, _, args = spec.strip().partition(":")
+    name = name.strip().lower()
+    if not args.strip():
+        return name
+    return name + ":" + ",".join(f"{float(v):g}" for v in args.split(","))
+
+
+def p_key(spec: str) -> float | str:
+    """The missing probability a setting is known by in presets, CSV columns and the papers' tables:
+    ``none`` -> 0.0, ``mcar:0.1`` -> 0.1, ``mcar-beta:2,2`` -> ``beta(2,2)``, any other -> its label."""
+    label = canonical(spec)
+    name, _, args = label.partition(":")
+    if name == "none":
+        return 0.0
+    if name == "mcar" and args and "," not in args:
+        return float(args)
+    if name == "mcar-beta":
+        a, b = (args or "2,2").split(",")
+        return f"beta({a},{b})"
+    return label
+
+
 def parse_mechanism(spec: str) -> Mechanism:
     """Parse a spec string such as ``mcar:0.1`` into a fresh mechanism object."""
     if not isinstance(spec, str) or not spec.strip():

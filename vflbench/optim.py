@@ -18,7 +18,8 @@ from .models import ParamStore
 
 
 class MaskedOptimizer:
-    def __init__(self, store: ParamStore | None, module_params: list[tuple[torch.nn.Parameter, int]], n_members: int, *, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, store: ParamStore | None, module_params: list[tuple[torch.nn.Parameter, int]], n_members: int, *, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8,
+                 groups: list[int] | None = None, trainable: torch.Tensor | None = None):
         if name not in ("adam", "sgd"):
             raise VFLBenchError(f"Unknown optimizer '{name}'. Choices: adam, sgd.")
         if lr <= 0:
@@ -30,10 +31,21 @@ class MaskedOptimizer:
         self.entries += module_params
         self.n_members = n_members
         self.steps = torch.zeros(n_members)
+        self.groups = torch.as_tensor(groups if groups is not None else [0] * n_members, dtype=torch.long)
+        self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
 
     def to(self, device) -> None:
         self.steps = self.steps.to(device)
+        self.groups = self.groups.to(device)
+        if self.trainable is not None:
+            self.trainable = self.trainable.to(device)
+
+    def effective(self, active: torch.Tensor) -> torch.Tensor:
+        """The members this step updates: the active ones, restricted to the trainable ones."""
+        if self.trainable is not None:
+            active = active & self.trainable
+        return active
 
     def zero_grad(self) -> None:
         for p, _ in self.entries:
@@ -42,7 +54,7 @@ class MaskedOptimizer:
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
         """``active``: bool ``[n_members]``, the members that took part in this batch."""
-        active = active.to(self.steps.device)
+        active = self.effective(active.to(self.steps.device))
         all_active = bool(active.all())
         self.steps += active.float()
         b1, b2 = self.betas

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import VFLBenchError
-from .report import DISPLAY, METHOD_ORDER, load_results
+from .report import display, load_results, method_order
 
 
 def _plt():
@@ -48,12 +48,12 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
         df = df[df["test_missing"] == test_missing]
     timing = pd.DataFrame([{"method": m["config"]["method"], "parties": m["config"]["parties"], "seed": m["config"]["seed"], "s_per_epoch": m["timings"]["seconds_per_epoch"]} for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for m in [x for x in METHOD_ORDER if x in set(df["method"])]:
+    for m in method_order(df["method"]):
         g = df[df["method"] == m].groupby("parties")["value"]
         k = np.array(sorted(g.groups))
-        a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=DISPLAY[m])
+        a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=display(m))
         t = timing[timing["method"] == m].groupby("parties")["s_per_epoch"].mean()
-        a2.plot(t.index, t.values, marker="o", label=DISPLAY[m])
+        a2.plot(t.index, t.values, marker="o", label=display(m))
     a1.set(xlabel="number of parties K", ylabel=metric, title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""))
     a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
     a1.legend(fontsize=8)
@@ -71,13 +71,13 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
     groups = sorted({(m["config"]["dataset"], m["config"]["train_missing"]) for m in mans})
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.5), squeeze=False)
     for ax, (ds, tr) in zip(axes[0], groups, strict=True):
-        for meth in METHOD_ORDER:
+        for meth in method_order(m["config"]["method"] for m in mans):
             curves = [m["history"]["loss"] for m in mans if m["config"]["dataset"] == ds and m["config"]["train_missing"] == tr and m["config"]["method"] == meth]
             if not curves:
                 continue
             n = min(len(c) for c in curves)
             arr = np.array([c[:n] for c in curves])
-            ax.plot(np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=DISPLAY[meth])
+            ax.plot(np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=display(meth))
         ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
@@ -90,14 +90,14 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
     """Grouped bars of a table (one group per test condition), for the demo."""
     plt = _plt()
     conds = list(dict.fromkeys(zip(agg["train_missing"], agg["test_missing"], strict=True)))
-    methods = [m for m in METHOD_ORDER if m in set(agg["method"])]
+    methods = method_order(agg["method"])
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(conds)), 3.8))
     w = 0.8 / max(len(methods), 1)
     for j, m in enumerate(methods):
         vals = [agg[(agg["method"] == m) & (agg["train_missing"] == tr) & (agg["test_missing"] == te)] for tr, te in conds]
         means = [v["mean"].iloc[0] if len(v) else np.nan for v in vals]
         stds = [v["std"].iloc[0] if len(v) else 0 for v in vals]
-        ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=DISPLAY[m])
+        ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=display(m))
     ax.set_xticks(np.arange(len(conds)) + 0.4 - w / 2, [f"train {a}\ntest {b}" for a, b in conds], fontsize=8)
     names = {"f1": "F1 x 100", "accuracy": "accuracy (%)", "auprc": "AUPRC x 100"}
     ax.set(ylabel=names.get(agg["metric"].iloc[0], agg["metric"].iloc[0]), title=title)

@@ -14,8 +14,18 @@ import pandas as pd
 
 from .errors import VFLBenchError
 
-METHOD_ORDER = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
-DISPLAY = {"local": "Local", "svfl": "Standard VFL", "ensemble": "Ensemble", "combinatorial": "Combinatorial", "plug": "PlugVFL", "laser": "LASER-VFL"}
+
+def method_order(names) -> list[str]:
+    """Methods in registry order (the only list of methods), unknown names after, sorted."""
+    from .methods import method_order as order
+
+    return order(names)
+
+
+def display(name: str) -> str:
+    from .methods import display_name
+
+    return display_name(name)
 
 
 @dataclass
@@ -39,14 +49,13 @@ REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.
 def ref_key(spec: str) -> str:
     """Setting spec -> the reference tables' p_miss label: none -> 0.0, mcar:0.1 -> 0.1, mcar-beta:2,2 -> beta(2,2)."""
     s = spec.strip().lower()
-    if s == "none":
-        return "0.0"
-    if s.startswith("mcar:") and "," not in s:
-        return str(float(s.split(":")[1]))
-    if s.startswith("mcar-beta:"):
-        a, b = (float(x) for x in s.split(":")[1].split(","))
-        return f"beta({a:g},{b:g})"
-    return s
+    try:
+        from .missingness import p_key
+
+        k = p_key(s)
+    except VFLBenchError:
+        return s
+    return str(k)
 
 
 def label(spec: str) -> str:
@@ -109,7 +118,7 @@ def attach_reference(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     ref = ref.copy()
     ref["key"] = ref["dataset"] + "|" + ref["method"] + "|" + ref["p_miss_train"].map(_norm_p) + "|" + ref["p_miss_test"].map(_norm_p)
     lookup = ref.set_index("key")[["mean", "std"]]
-    keys = agg["dataset"] + "|" + agg["method"].map(lambda m: DISPLAY.get(m, m)) + "|" + agg["train_missing"].map(ref_key) + "|" + agg["test_missing"].map(ref_key)
+    keys = agg["dataset"] + "|" + agg["method"].map(display) + "|" + agg["train_missing"].map(ref_key) + "|" + agg["test_missing"].map(ref_key)
     agg = agg.copy()
     agg["paper_mean"] = keys.map(lookup["mean"]) if len(agg) else []
     agg["paper_std"] = keys.map(lookup["std"]) if len(agg) else []
@@ -162,14 +171,14 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
     if title and fmt == "md":
         lines += [f"# {title}", ""]
     for ds, g in agg.groupby("dataset", sort=False):
-        methods = [m for m in METHOD_ORDER if m in set(g["method"])] + sorted(set(g["method"]) - set(METHOD_ORDER))
+        methods = method_order(g["method"])
         trains = layout.train or list(dict.fromkeys(g["train_missing"]))
         tests = layout.test or list(dict.fromkeys(g["test_missing"]))
         metric = g["metric"].iloc[0]
         mlabel = "F1 x 100" if metric == "f1" else ("AUPRC x 100" if metric == "auprc" else "accuracy (%)")
         seeds = sorted(set(g["n_seeds"]))
         head = f"{ds}: {mlabel}, mean ± population std over {'/'.join(map(str, seeds))} seeds" + (f" ({protocol} protocol)" if protocol else "")
-        cols = ["p_miss train", "p_miss test"] + [DISPLAY.get(m, m) for m in methods]
+        cols = ["p_miss train", "p_miss test"] + [display(m) for m in methods]
         rows = []
         for tr in trains:
             for te in tests:
@@ -203,7 +212,7 @@ def summary_lines(g: pd.DataFrame, with_ref: bool, fmt: str) -> list[str]:
     v = laser_verdicts(g)
     if v:
         ok = sum(x["ok"] for x in v)
-        fails = [f"{label(x['train'])}->{label(x['test'])} (best {DISPLAY.get(x['best'], x['best'])}, +{x['gap']:.1f})" for x in v if not x["ok"]]
+        fails = [f"{label(x['train'])}->{label(x['test'])} (best {display(x['best'])}, +{x['gap']:.1f})" for x in v if not x["ok"]]
         line = f"{pre}LASER-VFL best or within one std of the best: {ok}/{len(v)} conditions" + (f"; not in {', '.join(fails)}" if fails else "") + "."
         out.append(line)
     return out

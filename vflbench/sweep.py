@@ -20,16 +20,17 @@ from typing import Any
 
 import pandas as pd
 
+from .config import ResolvedRun, resolve
 from .errors import VFLBenchError
 from .experiment import Experiment
-from .runner import atomic_write_text, execute, resolve, run_id, versions, write_outputs
+from .outputs import atomic_write_text, versions, write_outputs
 
 
 @dataclass
 class SweepPlan:
     experiment: Experiment
     out: Path
-    todo: list[dict[str, Any]] = field(default_factory=list)  # resolved configs to run
+    todo: list[ResolvedRun] = field(default_factory=list)  # resolved runs to execute
     done: list[str] = field(default_factory=list)  # run ids already finished
     skipped: dict[str, str] = field(default_factory=dict)  # dataset -> reason
     run_ids: list[str] = field(default_factory=list)  # every run of the grid that can run
@@ -50,7 +51,7 @@ def plan(exp: Experiment, out: Path) -> SweepPlan:
             )
             continue
         r = resolve(cfg)
-        rid = run_id(r)
+        rid = r.run_id
         p.run_ids.append(rid)
         if (p.out / "runs" / rid / "manifest.json").exists():
             p.done.append(rid)
@@ -73,10 +74,12 @@ def _worker_init(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_one(resolved: dict[str, Any], out: str, device: str) -> dict[str, Any]:
+def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
     """Execute one run and write its outputs; returns a status record (never raises)."""
+    from .pipeline import execute
+
     t = time.perf_counter()
-    rid = run_id(resolved)
+    rid = resolved.run_id
     try:
         rows, manifest = execute(resolved, device=device)
         write_outputs(Path(out) / "runs", rows, manifest)

@@ -1,8 +1,13 @@
-"""Training and prediction loops. Data stays in memory as tensors on the run's device; the only
-Python loop is over batches (and epochs)."""
+"""The trainer: stages, then epochs, then batches; backward, the optimiser step and the schedule;
+callbacks around the step and at the end of each epoch. Data stays in memory as tensors on the
+run's device; the only Python loop is over batches (and epochs and stages).
+
+A method (:mod:`vflbench.methods`) supplies only the maths: the loss of a :class:`Batch` at a stage
+and the members it trains, and predictions. :func:`fit` below is the whole loop."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .methods import Method
-from .optim import cosine_lr
+from .methods import Batch, Epoch, Method, Stage
+from .optim import MaskedOptimizer, cosine_lr
 from .partitioners import Partition
 
 
@@ -33,6 +38,20 @@ class BlockData:
         else:
             self.x = xt.to(device)
             self.n = len(xt)
+
+    @classmethod
+    def stacked(cls, x: torch.Tensor) -> BlockData:
+        """Tabular blocks already stacked as ``[K, n, w]`` (tests, synthetic data)."""
+        out = cls.__new__(cls)
+        out.partition, out.kind, out.x, out.n = None, "features", x, x.shape[1]
+        return out
+
+    def head(self, m: int) -> BlockData:
+        """The first ``m`` samples (a view; for timing a few batches)."""
+        out = copy.copy(self)
+        out.x = self.x[:, :m] if self.kind == "features" else self.x[:m]
+        out.n = min(m, self.n)
+        return out
 
     def batch(self, idx: torch.Tensor, augment: torch.Generator | None = None):
         if self.kind == "features":
@@ -64,64 +83,168 @@ def _gen(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
+@dataclass(frozen=True)
+class StageHP:
+    """The hyper-parameters the trainer needs for one stage."""
+
+    optimizer: str
+    lr: float
+    weight_decay: float
+    momentum: float
+    batch_size: int
+    epochs: int
+    schedule: str = "none"
+    eta_min_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainPolicy:
+    """The protocol's say in training (see docs/PROTOCOLS.md)."""
+
+    per_batch_masks: bool
+    shuffle: bool
+    balanced_sampler: bool
+    augment: bool
+
+
+@dataclass
+class TrainSet:
+    """The training split as the trainer sees it. ``labeled`` ``[n]`` bool (None: all labeled)."""
+
+    blocks: BlockData
+    y: torch.Tensor
+    obs: torch.Tensor
+    labeled: torch.Tensor | None = None
+
+    def pool(self, stage: Stage) -> torch.Tensor | None:
+        """The sample indices a stage trains on (None: every sample, in index order)."""
+        lab = self.labeled
+        if stage.samples == "all":
+            return None
+        keep = lab if lab is not None else None
+        if stage.samples == "aligned":
+            full = self.obs.all(1)
+            keep = full if keep is None else keep & full
+        return None if keep is None else keep.nonzero().view(-1)
+
+
+class Callback:
+    """Hooks around the step; override what you need. ``loop`` is the :class:`Loop` state."""
+
+    def on_stage_start(self, loop: Loop) -> None: ...
+    def before_step(self, loop: Loop, batch: Batch, loss: torch.Tensor) -> None: ...
+    def after_step(self, loop: Loop, batch: Batch, loss: float) -> None: ...
+    def on_epoch_end(self, loop: Loop) -> None: ...
+    def on_stage_end(self, loop: Loop) -> None: ...
+
+
 @dataclass
 class History:
     loss: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
+    stage: list[str] = field(default_factory=list)
     skipped_batches: int = 0
 
 
-def fit(
-    method: Method,
-    data: BlockData,
-    y: torch.Tensor,
-    obs: torch.Tensor,
-    hp: dict,
-    proto: dict,
-    seeds: Callable[[str], int],
-    on_epoch: Callable[[int, float], None] | None = None,
-) -> History:
-    """Train ``method`` for ``hp['epochs']`` epochs. ``obs`` is the ``[n, K]`` training mask."""
-    device = obs.device
-    n, bs, epochs = data.n, int(hp["batch_size"]), int(hp["epochs"])
-    batching = _gen(device, seeds("batching"))
-    aug = _gen(device, seeds("augment")) if proto["augment"] else None
-    weights = None
-    if proto["balanced_sampler"]:
-        counts = torch.bincount(y, minlength=int(y.max()) + 1).float()
-        weights = (1.0 / counts)[y]
-    per_batch = proto["train_granularity"] == "batch"
+@dataclass
+class Loop:
+    """What callbacks can read: the method, the stage, its optimiser, the epoch, the history."""
+
+    method: Method
+    stage: Stage
+    hp: StageHP
+    optimizer: MaskedOptimizer
+    history: History
+    epoch: int = 0
+    epochs: int = 0
+    epoch_loss: float = float("nan")
+
+
+def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
+    opt = MaskedOptimizer(
+        method.store, method.module_params(), method.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
+        momentum=hp.momentum, groups=method.member_group, trainable=method.trainable(stage),
+    )
+    opt.to(method.device)
+    return opt
+
+
+def epoch_order(pool: torch.Tensor | None, n: int, weights: torch.Tensor | None, shuffle: bool, gen: torch.Generator, device) -> torch.Tensor:
+    """The epoch's sample order over ``pool`` (all ``n`` samples when None): class-balanced draws with
+    replacement, a fresh permutation, or index order."""
+    m = n if pool is None else len(pool)
+    if weights is not None:
+        order = torch.multinomial(weights, m, replacement=True, generator=gen)
+    elif shuffle:
+        order = torch.randperm(m, generator=gen, device=device)
+    else:
+        order = torch.arange(m, device=device)
+    return order if pool is None else pool[order]
+
+
+def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: TrainPolicy, seeds: Callable[[str], int], callbacks=()) -> History:
+    """Train ``method`` through its stages. ``stage_hp[stage.name]`` holds each stage's settings."""
     hist = History()
-    method.train(True)
-    for epoch in range(epochs):
-        t0 = time.perf_counter()
-        if hp.get("schedule") == "cosine":
-            method.set_lr(cosine_lr(float(hp["lr"]), epoch, epochs, float(hp.get("eta_min_ratio", 0.0))))
-        if weights is not None:
-            order = torch.multinomial(weights, n, replacement=True, generator=batching)
-        elif proto["shuffle"]:
-            order = torch.randperm(n, generator=batching, device=device)
-        else:
-            order = torch.arange(n, device=device)
-        total, count = 0.0, 0
-        method.begin_epoch(obs, order, bs, per_batch)
-        for j, start in enumerate(range(0, n, bs)):
-            idx = order[start : start + bs]
-            ob = obs[idx]
-            if per_batch:  # the batch carries the pattern of its first sample (authors' collate_fn)
-                ob = ob[:1].expand(len(idx), -1)
-            loss = method.train_step(data.batch(idx, aug), ob, y[idx], idx=idx, batch_no=j)
-            if loss is None:
-                hist.skipped_batches += 1
-            else:
-                total += loss
+    device = data.obs.device
+    for s, stage in enumerate(method.stages):
+        suffix = "" if s == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
+        hp = stage_hp[stage.name]
+        opt = make_optimizer(method, stage, hp, policy)
+        loop = Loop(method, stage, hp, opt, hist, epochs=hp.epochs)
+        batching = _gen(device, seeds("batching" + suffix))
+        aug = _gen(device, seeds("augment" + suffix)) if policy.augment else None
+        pool = data.pool(stage)
+        y_all = data.y if stage.labels else None
+        if y_all is not None and stage.samples == "all" and data.labeled is not None:
+            y_all = torch.where(data.labeled, data.y, torch.full_like(data.y, -1))
+        weights = None
+        if policy.balanced_sampler and stage.labels:
+            yp = data.y if pool is None else data.y[pool]
+            weights = (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
+        method.train(True)
+        for cb in callbacks:
+            cb.on_stage_start(loop)
+        for epoch in range(hp.epochs):
+            t0 = time.perf_counter()
+            loop.epoch = epoch
+            if hp.schedule == "cosine":
+                opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
+            order = epoch_order(pool, data.blocks.n, weights, policy.shuffle, batching, device)
+            method.begin_epoch(Epoch(stage, epoch, data.obs, order, hp.batch_size, policy.per_batch_masks))
+            total, count = 0.0, 0
+            for j, start in enumerate(range(0, len(order), hp.batch_size)):
+                idx = order[start : start + hp.batch_size]
+                ob = data.obs[idx]
+                if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
+                    ob = ob[:1].expand(len(idx), -1)
+                batch = Batch(data.blocks.batch(idx, aug), ob, None if y_all is None else y_all[idx], idx, j)
+                method.store.begin()  # fresh views of the flat parameters for this forward
+                loss, active = method.loss(batch, stage)
+                if loss is None or not bool(active.any()):
+                    method.channel.discard()
+                    hist.skipped_batches += 1
+                    continue
+                opt.zero_grad()
+                loss.backward()
+                for cb in callbacks:
+                    cb.before_step(loop, batch, loss)
+                opt.step(active)
+                method.channel.commit("train", backward=True)
+                value = float(loss.detach())
+                for cb in callbacks:
+                    cb.after_step(loop, batch, value)
+                total += value
                 count += 1
-        hist.loss.append(total / max(count, 1))
-        hist.lr.append(method.opt.lr)
-        hist.seconds.append(time.perf_counter() - t0)
-        if on_epoch is not None:
-            on_epoch(epoch, hist.loss[-1])
+            loop.epoch_loss = total / max(count, 1)
+            hist.loss.append(loop.epoch_loss)
+            hist.lr.append(opt.lr)
+            hist.stage.append(stage.name)
+            hist.seconds.append(time.perf_counter() - t0)
+            for cb in callbacks:
+                cb.on_epoch_end(loop)
+        for cb in callbacks:
+            cb.on_stage_end(loop)
     method.train(False)
     return hist
 
@@ -132,9 +255,10 @@ def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int,
     method.train(False)
     method.store.begin()
     parts = []
-    for start in range(0, data.n, batch_size):
+    for j, start in enumerate(range(0, data.n, batch_size)):
         idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)
-        parts.append(method.predict_batch(data.batch(idx, tta), obs[idx]))
+        parts.append(method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j)))
+        method.channel.commit("eval", backward=False)
     preds = torch.cat([p.preds for p in parts], 1).cpu().numpy()
     valid = torch.cat([p.valid for p in parts], 1).cpu().numpy()
     counted = torch.cat([p.counted for p in parts]).cpu().numpy()

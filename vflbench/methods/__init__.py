@@ -1,6 +1,29 @@
-"""VFL methods, one module each, registered in :data:`METHODS` by their CLI names."""
+"""VFL methods, one module each, registered in :data:`METHODS` by their CLI names.
 
-from . import combinatorial, ensemble, laser, local, plug, svfl  # noqa: F401  (registration)
-from .base import METHODS, BatchPrediction, Method, MethodContext
+Importing this package registers the built-in methods (listing order = the order below), then any
+plugin files named in ``$VFLBENCH_PLUGINS`` and any installed ``vflbench.methods`` entry points
+(see :mod:`vflbench.plugins` and docs/ADDING_A_METHOD.md)."""
 
-__all__ = ["METHODS", "BatchPrediction", "Method", "MethodContext"]
+from importlib import import_module
+
+from .base import (
+    METHODS,
+    Batch,
+    BatchPrediction,
+    Epoch,
+    Method,
+    MethodContext,
+    Option,
+    Stage,
+    display_name,
+    method_order,
+)
+
+for _module in ("local", "svfl", "ensemble", "combinatorial", "plug", "laser"):  # the papers' column order
+    import_module(f"{__name__}.{_module}")
+
+from ..plugins import load_plugins  # noqa: E402
+
+load_plugins()
+
+__all__ = ["METHODS", "Batch", "BatchPrediction", "Epoch", "Method", "MethodContext", "Option", "Stage", "display_name", "method_order"]

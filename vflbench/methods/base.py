@@ -1,38 +1,156 @@
-"""The method interface: build models, take a training step on a batch, predict for a batch.
+"""The method interface: a method holds only the maths.
 
-A batch is ``blocks`` (``[K, B, w]`` stacked tabular blocks, or a list of K image tiles), the
-observed-mask ``obs`` (``[B, K]`` bool; per-batch masks are simply identical rows) and labels ``y``.
-Prediction returns, per *predictor* (a client's model, a head, a subset model), its class
-predictions, whether it answers for each sample, and a positive-class score; plus which samples are
-counted at all. :mod:`vflbench.metrics` turns that into the paper's numbers.
+A method
+
+* declares its options (:class:`Option`: type, default, help, and optionally the protocol field
+  that supplies the default) and its training stages (:class:`Stage`: which samples it uses, and
+  whether it sees their labels);
+* builds its models in :meth:`Method.build` (parameters are registered per *member*, the
+  independently trained units: an extractor, a head);
+* returns, for a :class:`Batch` at a stage, a loss and the members it trains (:meth:`Method.loss`);
+* predicts for a batch (:meth:`Method.predict`), per predictor, with the samples that count.
+
+It calls :meth:`Method.send` wherever a party's representation leaves the party; that is the
+party-to-server boundary (:mod:`vflbench.channel`), where traffic is counted and where a privacy
+mechanism or quantiser can be installed without editing the method. Per-run scalars for the CSV
+(e.g. an epsilon) come from :meth:`Method.extras`.
+
+The trainer (:mod:`vflbench.training`) owns everything else: stages, epochs, batches, backward,
+the optimiser and its schedule, callbacks and progress. The conformance suite
+``tests/test_method_contract.py`` runs every registered method through the same checks;
+``docs/ADDING_A_METHOD.md`` walks through a complete example.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..channel import Channel
+from ..errors import VFLBenchError
 from ..models import Extractors, HeadBank, ModelSpec, ParamStore
-from ..optim import MaskedOptimizer
 from ..registry import Registry
 from ..rng import Streams
 
+OPTION_TYPES = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One method option. ``protocol`` names a protocol field whose resolved value is the default
+    when the user sets none (an explicit user value always wins). ``check`` returns an error
+    message for a bad value, or None."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    protocol: str | None = None
+    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+
+    def parse(self, value: Any, owner: str) -> Any:
+        """Convert a CLI/YAML value to the declared type and validate it."""
+        t = self.type
+        try:
+            if t is bool:
+                if isinstance(value, bool):
+                    v = value
+                elif str(value).strip().lower() in ("true", "1", "on", "yes"):
+                    v = True
+                elif str(value).strip().lower() in ("false", "0", "off", "no"):
+                    v = False
+                else:
+                    raise ValueError
+            elif t is int:
+                if isinstance(value, bool) or float(value) != int(float(value)):
+                    raise ValueError
+                v = int(float(value))
+            elif t is float:
+                if isinstance(value, bool):
+                    raise ValueError
+                v = float(value)
+            else:
+                v = str(value).strip()
+        except (TypeError, ValueError):
+            raise VFLBenchError(f"Option {self.name} of method '{owner}' expects {t.__name__}, got {value!r}.") from None
+        if self.choices is not None and v not in self.choices:
+            raise VFLBenchError(f"Option {self.name}={v!r} of method '{owner}': choices are {', '.join(map(str, self.choices))}.")
+        if self.check is not None:
+            msg = self.check(v)
+            if msg:
+                raise VFLBenchError(f"Option {self.name}={v!r} of method '{owner}': {msg}.")
+        return v
+
+    def describe(self) -> dict[str, Any]:
+        d = {"name": self.name, "type": self.type.__name__, "default": self.default, "help": self.help}
+        if self.choices is not None:
+            d["choices"] = list(self.choices)
+        if self.protocol:
+            d["protocol_default"] = self.protocol
+        return d
+
+
+SAMPLE_SETS = ("labeled", "aligned", "all")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A training stage. ``samples``: ``labeled`` (the labeled training samples; all of them when the
+    run has no ``--labeled``), ``aligned`` (only labeled samples that observe every block), or
+    ``all`` (labeled and unlabeled). ``labels=False`` hides the labels (``batch.y`` is None).
+    ``hp`` names the preset block of this stage's hyper-parameters (None: the run's)."""
+
+    name: str = "train"
+    samples: str = "labeled"
+    labels: bool = True
+    hp: str | None = None
+
+    def __post_init__(self):
+        if self.samples not in SAMPLE_SETS:
+            raise ValueError(f"Stage samples must be one of {SAMPLE_SETS}, got {self.samples!r}")
+
 
 @dataclass
-class MethodContext:
-    k: int
-    n_classes: int
-    widths: list[int]
-    in_ch: int
-    model: ModelSpec
-    device: torch.device
-    streams: Streams
-    hp: dict[str, Any]  # optimizer, lr, weight_decay, momentum
-    options: dict[str, Any] = field(default_factory=dict)
-    positive_class: int | None = None
+class Batch:
+    """One training or evaluation batch, everything a method may read.
+
+    ``blocks``: ``[K, B, w]`` stacked tabular blocks, or a list of K image tiles ``[B, C, h, w]``.
+    ``obs``: ``[B, K]`` bool observed-mask (per-batch masks are identical rows).
+    ``y``: ``[B]`` labels; -1 where a sample is unlabeled (stages over ``all`` samples); None when
+    the stage hides labels or at prediction. ``idx``: the samples' indices in their split;
+    ``number``: the batch's position in the epoch."""
+
+    blocks: Any
+    obs: torch.Tensor
+    y: torch.Tensor | None
+    idx: torch.Tensor
+    number: int
+
+    @property
+    def size(self) -> int:
+        return int(self.obs.shape[0])
+
+    @property
+    def labeled(self) -> torch.Tensor | None:
+        return None if self.y is None else self.y >= 0
+
+
+@dataclass
+class Epoch:
+    """What :meth:`Method.begin_epoch` sees: the stage's full training mask ``obs`` ``[n, K]`` (by
+    sample index), the epoch's sample ``order``, the batch size and whether masks are per batch."""
+
+    stage: Stage
+    number: int
+    obs: torch.Tensor
+    order: torch.Tensor
+    batch_size: int
+    per_batch: bool
 
 
 @dataclass
@@ -43,101 +161,139 @@ class BatchPrediction:
     counted: torch.Tensor  # [B] bool: sample enters the metric denominators
 
 
+@dataclass
+class MethodContext:
+    """What a method is built from (filled by the pipeline from the resolved run)."""
+
+    k: int
+    n_classes: int
+    widths: list[int]
+    in_ch: int
+    model: ModelSpec
+    device: torch.device
+    streams: Streams
+    options: dict[str, Any] = field(default_factory=dict)
+    positive_class: int | None = None
+
+
 class Method:
-    """Base class. Subclasses set ``name``, ``display``, ``hp_key`` and ``f1_rule`` and implement
-    :meth:`build`, :meth:`loss_and_active` and :meth:`predict_batch`."""
+    """Base class. Subclasses set the class attributes below and implement :meth:`build`,
+    :meth:`loss` and :meth:`predict`."""
 
     name: ClassVar[str]
     display: ClassVar[str]
-    hp_key: ClassVar[str]  # which hyper-parameter block of the presets applies (LASER code's method_type)
+    paper: ClassVar[str] = ""
+    hp_key: ClassVar[str] = "all"  # which hyper-parameter block of a preset applies
     f1_rule: ClassVar[str]  # "per_predictor_mean" | "per_predictor_nonzero" | "single"
-    option_defaults: ClassVar[dict[str, Any]] = {}
+    option_specs: ClassVar[tuple[Option, ...]] = ()
+    stages: ClassVar[tuple[Stage, ...]] = (Stage(),)
+    local_only: ClassVar[bool] = False  # True: no representation ever leaves a party (e.g. Local)
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx
         self.k, self.c = ctx.k, ctx.n_classes
         self.device = ctx.device
-        self.options = {**self.option_defaults, **ctx.options}
+        self.options = {**{o.name: o.default for o in self.option_specs}, **ctx.options}
         self.store = ParamStore()
         self.init_gen = ctx.streams.torch("init")
         self.gen = torch.Generator(device=ctx.device)
         self.gen.manual_seed(ctx.streams.seed_for("method"))
         self.n_members = 0
+        self.member_group: list[int] = []  # which optimiser of the original code each member belongs to
         self.extractor_sets: list[Extractors] = []
+        self.module_members: list[tuple[torch.nn.Module, int]] = []
+        self.channel = Channel(self.k)
         self.build()
         self.store.finalize(self.init_gen)
         self.store.to(self.device)
         for e in self.extractor_sets:
             e.to(self.device)
-        module_params = [mp for e in self.extractor_sets for mp in e.member_params()]
-        hp = ctx.hp
-        self.opt = MaskedOptimizer(
-            self.store, module_params, self.n_members, name=hp["optimizer"], lr=float(hp["lr"]),
-            weight_decay=float(hp.get("weight_decay", 0.0)), momentum=float(hp.get("momentum", 0.0)),
-        )
-        self.opt.to(self.device)
+        for mod, _ in self.module_members:
+            mod.to(self.device)
+
+    # -- declared interface
+    @classmethod
+    def option(cls, name: str) -> Option:
+        for o in cls.option_specs:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def loss(self, batch: Batch, stage: Stage) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The training loss for ``batch`` at ``stage`` (None if nothing trains on it) and the
+        members it trains (bool ``[n_members]``); only those are stepped."""
+        raise NotImplementedError
+
+    def predict(self, batch: Batch) -> BatchPrediction:
+        raise NotImplementedError
+
+    def begin_epoch(self, epoch: Epoch) -> None:
+        """Called before each epoch, so a method can draw an epoch's randomness in one call."""
+
+    def extras(self) -> dict[str, Any]:
+        """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""
+        return {}
+
+    def trainable(self, stage: Stage) -> torch.Tensor:
+        """Members the optimiser of ``stage`` may update (all by default; e.g. a second stage that
+        trains only a classifier returns its members)."""
+        return torch.ones(self.n_members, dtype=torch.bool)
+
+    # -- the party-to-server boundary
+    def send(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
+        """Call where representations ``[M, B, D]`` leave their parties; ``sent`` ``[M, B]`` says which
+        cross, ``party_of`` ``[M]`` which party each sender is (a tensor kept on the method)."""
+        return self.channel.up(reps, sent, party_of)
 
     # -- construction helpers
-    def new_members(self, n: int) -> list[int]:
+    def new_members(self, n: int, groups: list[int] | None = None) -> list[int]:
         ids = list(range(self.n_members, self.n_members + n))
         self.n_members += n
+        self.member_group += groups if groups is not None else [0] * n
         return ids
 
-    def extractors(self, prefix: str, party_of: list[int]) -> tuple[Extractors, list[int]]:
-        ids = self.new_members(len(party_of))
+    def extractors(self, prefix: str, party_of: list[int], groups: list[int] | None = None) -> tuple[Extractors, list[int]]:
+        ids = self.new_members(len(party_of), groups)
         ex = Extractors(self.ctx.model, self.store, prefix, party_of, ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
         self.extractor_sets.append(ex)
         return ex, ids
 
-    def heads(self, prefix: str, n: int, in_dim: int) -> tuple[HeadBank, list[int]]:
-        ids = self.new_members(n)
+    def heads(self, prefix: str, n: int, in_dim: int, groups: list[int] | None = None) -> tuple[HeadBank, list[int]]:
+        ids = self.new_members(n, groups)
         return HeadBank(self.store, prefix, ids, in_dim, self.c), ids
+
+    def module(self, make: Callable[[], torch.nn.Module], group: int = 0) -> tuple[torch.nn.Module, int]:
+        """Any ``torch.nn.Module`` as one member (e.g. a decoder or a discriminator). ``make`` runs
+        under a seed drawn from the method's ``init`` stream, so initialisation is reproducible."""
+        (mid,) = self.new_members(1, [group])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self.init_gen)))
+            mod = make()
+        self.module_members.append((mod, mid))
+        return mod, mid
 
     def fusion_is_mean(self) -> bool:
         """Fusion of representations before a Linear head: 'mean' (the papers' default) or 'sum'."""
         f = self.options.get("fusion", "mean")
         if f not in ("mean", "sum"):
-            from ..errors import VFLBenchError
-
             raise VFLBenchError(f"fusion must be 'mean' or 'sum' for {self.display}, got {f!r} (PlugVFL always concatenates).")
         return f == "mean"
 
+    # -- shared
+    def module_params(self) -> list[tuple[torch.nn.Parameter, int]]:
+        return [mp for e in self.extractor_sets for mp in e.member_params()] + [(p, mid) for mod, mid in self.module_members for p in mod.parameters()]
+
     def n_params(self) -> int:
-        return self.store.n_params() + sum(p.numel() for e in self.extractor_sets for p, _ in e.member_params())
+        return self.store.n_params() + sum(p.numel() for p, _ in self.module_params())
 
     def train(self, mode: bool = True) -> None:
         for e in self.extractor_sets:
             e.train(mode)
-
-    # -- to implement
-    def build(self) -> None:
-        raise NotImplementedError
-
-    def loss_and_active(self, blocks, obs: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Return the training loss (None if nothing trains on this batch) and the active members."""
-        raise NotImplementedError
-
-    def predict_batch(self, blocks, obs: torch.Tensor) -> BatchPrediction:
-        raise NotImplementedError
-
-    # -- shared
-    def begin_epoch(self, obs: torch.Tensor, order: torch.Tensor, batch_size: int, per_batch: bool) -> None:
-        """Called before each epoch with the full training mask and the epoch's sample order, so a
-        method can draw its per-batch randomness for the whole epoch in one vectorised call."""
-
-    def train_step(self, blocks, obs: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None = None, batch_no: int | None = None) -> float | None:
-        self._where = (idx, batch_no)
-        self.store.begin()
-        loss, active = self.loss_and_active(blocks, obs, y)
-        if loss is None or not bool(active.any()):
-            return None
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step(active)
-        return float(loss.detach())
-
-    def set_lr(self, lr: float) -> None:
-        self.opt.lr = lr
+        for mod, _ in self.module_members:
+            mod.train(mode)
 
     def random_classes(self, shape) -> torch.Tensor:
         return torch.randint(0, self.c, shape, generator=self.gen, device=self.device)
@@ -167,4 +323,20 @@ def masked_mean_ce(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) 
     return (ce * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
+def fusion_option(help_extra: str = "") -> Option:
+    return Option("fusion", str, "mean", "fusion of representations before the Linear head" + help_extra, choices=("mean", "sum"))
+
+
 METHODS: Registry[type[Method]] = Registry("method")
+"""The only list of methods: CLI help, `vflbench methods`, experiment validation, reports and plots
+all read it. Listing order is registration order."""
+
+
+def display_name(name: str) -> str:
+    return METHODS.get(name).display if name in METHODS else name
+
+
+def method_order(names) -> list[str]:
+    """Registered methods in registry order, then unknown names (e.g. from an old CSV) sorted."""
+    names = list(dict.fromkeys(names))
+    return [m for m in METHODS.names() if m in names] + sorted(set(names) - set(METHODS.names()))

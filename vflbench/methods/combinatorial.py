@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import METHODS, BatchPrediction, Method, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Stage, fusion_option, masked_mean_ce
 
 
 def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
@@ -17,7 +17,8 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
-    option_defaults = {"fusion": "mean"}
+    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
+    option_specs = (fusion_option(),)
 
     def build(self) -> None:
         k = self.k
@@ -32,8 +33,9 @@ class Combinatorial(Method):
                 if b >> j & 1:
                     party_of.append(j)
                     owner.append(h)
-        self.ext, ext_ids = self.extractors("ext", party_of)
-        self.head, head_ids = self.heads("head", len(self.bits), self.ctx.model.cut)
+        self.ext, ext_ids = self.extractors("ext", party_of, groups=owner)  # one optimiser per subset model
+        self.head, head_ids = self.heads("head", len(self.bits), self.ctx.model.cut, groups=list(range(len(self.bits))))
+        self.party_of = torch.as_tensor(party_of, device=self.device)
         owner_t = torch.as_tensor(owner)
         size = torch.bincount(owner_t).float()
         agg = torch.zeros(len(self.bits), len(party_of))
@@ -44,7 +46,8 @@ class Combinatorial(Method):
 
     def logits(self, blocks, rows: torch.Tensor) -> torch.Tensor:
         """``rows`` [H, B]: the samples each subset model may see."""
-        emb = self.ext(blocks, need=rows[self.owner])  # [M, B, D]
+        need = rows[self.owner]
+        emb = self.send(self.ext(blocks, need=need), need, self.party_of)  # [M, B, D]
         fused = torch.einsum("hm,mbd->hbd", self.agg, emb)
         return self.head(fused)  # [H, B, C]
 
@@ -53,16 +56,17 @@ class Combinatorial(Method):
         pat = pattern_ids(obs)
         return (self.bits[:, None] & pat[None, :]) == self.bits[:, None]
 
-    def loss_and_active(self, blocks, obs, y):
-        w = self.covers(obs)
+    def loss(self, batch: Batch, stage: Stage):
+        w = self.covers(batch.obs)
         used = w.any(1)
         active = torch.cat([used[self.owner], used])
         if not bool(used.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks, w), y, w).sum(), active
+        return masked_mean_ce(self.logits(batch.blocks, w), batch.y, w).sum(), active
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
+    def predict(self, batch: Batch):
+        obs = batch.obs
         exact = self.bits[:, None] == pattern_ids(obs)[None, :]  # [H, B]
-        lg = self.logits(blocks, exact)
+        lg = self.logits(batch.blocks, exact)
         return BatchPrediction(lg.argmax(-1), exact, self.score(lg), obs.any(1))

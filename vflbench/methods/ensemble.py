@@ -1,11 +1,12 @@
 """Ensemble: the Local predictors (trained identically, with their own presets) combined by a
-one-hot majority vote over the observed clients, ties broken uniformly at random."""
+one-hot majority vote over the observed clients, ties broken uniformly at random. Each observed
+party sends its prediction (its logits) to the server that counts the votes."""
 
 from __future__ import annotations
 
 import torch
 
-from .base import METHODS, BatchPrediction
+from .base import METHODS, Batch, BatchPrediction
 from .local import Local
 
 
@@ -24,10 +25,13 @@ def majority_vote(preds: torch.Tensor, valid: torch.Tensor, n_classes: int, gen:
 @METHODS.register("ensemble")
 class Ensemble(Local):
     name, display, hp_key, f1_rule = "ensemble", "Ensemble", "ensemble", "single"
+    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
+    local_only = False  # the votes cross at prediction time
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
-        lg = self.logits(blocks, obs)
+    def predict(self, batch: Batch):
+        obs = batch.obs
+        lg = self.send(self.logits(batch.blocks, obs), obs.T)  # each observed party sends its logits
         winner, share = majority_vote(lg.argmax(-1), obs.T, self.c, self.gen)
         scores = share[:, 1][None] if self.c == 2 else None
         counted = obs.any(1)

@@ -16,7 +16,17 @@ import math
 
 import torch
 
-from .base import METHODS, BatchPrediction, Method, cross_entropy
+from .base import (
+    METHODS,
+    Batch,
+    BatchPrediction,
+    Epoch,
+    Method,
+    Option,
+    Stage,
+    cross_entropy,
+    fusion_option,
+)
 
 
 def laser_weights(k: int) -> torch.Tensor:
@@ -80,7 +90,12 @@ def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
 @METHODS.register("laser")
 class LaserVFL(Method):
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
-    option_defaults = {"laser_subsets": "sample", "fusion": "mean"}
+    paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"
+    option_specs = (
+        Option("laser_subsets", str, "sample", "draw one subset per (head, size) per sample, or once per batch "
+               "(the authors' code)", choices=("batch", "sample"), protocol="laser_subsets"),
+        fusion_option(),
+    )
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
@@ -99,12 +114,14 @@ class LaserVFL(Method):
         n_obs = member.sum(1).long()
         self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
         self.bits = torch.arange(self.k, device=self.device)
+        self._epoch = None  # the current epoch's task draws (set by begin_epoch)
 
-    def begin_epoch(self, obs, order, batch_size, per_batch):
+    def begin_epoch(self, epoch: Epoch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
         carries its first sample's pattern). Batches then only slice the precomputed tensors."""
+        obs, order, batch_size = epoch.obs, epoch.order, epoch.batch_size
         self._batch_size = batch_size
-        if per_batch or self.options["laser_subsets"] == "batch":
+        if epoch.per_batch or self.options["laser_subsets"] == "batch":
             pattern = (obs[order[::batch_size]].long() << self.bits).sum(1)  # [n_batches]
             if self.options["laser_subsets"] == "batch":
                 agg, w = self._draw(pattern)
@@ -119,18 +136,18 @@ class LaserVFL(Method):
         chosen = sample_subsets(pattern[:, None], self.gen, shared=False, tables=self.tables, pattern=pattern)
         return self.frac[chosen], self.wpat[pattern]
 
-    def _tasks(self, obs):
-        """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size]) for this batch."""
-        idx, batch_no = getattr(self, "_where", (None, None))
-        ep = getattr(self, "_epoch", None)
-        if ep is not None and idx is not None:
-            kind, agg, w = ep
+    def _tasks(self, batch: Batch):
+        """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size]) for this batch:
+        sliced from the epoch's draws, or drawn now when no epoch was begun (a lone batch)."""
+        if self._epoch is not None:
+            kind, agg, w = self._epoch
             if kind == "batch":
-                return agg[batch_no], w[batch_no]
+                return agg[batch.number], w[batch.number]
             if kind == "index":
-                return agg[idx], w[idx]
-            start = batch_no * self._batch_size
-            return agg[start : start + len(idx)], w[start : start + len(idx)]
+                return agg[batch.idx], w[batch.idx]
+            start = batch.number * self._batch_size
+            return agg[start : start + batch.size], w[start : start + batch.size]
+        obs = batch.obs
         shared = self.options["laser_subsets"] == "batch"
         pattern = (obs.long() << self.bits).sum(1)
         if shared:  # per-batch masks: every row has the same pattern
@@ -138,14 +155,15 @@ class LaserVFL(Method):
         chosen = sample_subsets(obs, self.gen, shared=shared, tables=self.tables, pattern=pattern)
         return self.frac[chosen], self.wpat[pattern]
 
-    def loss_and_active(self, blocks, obs, y):
+    def loss(self, batch: Batch, stage: Stage):
+        obs, y = batch.obs, batch.y
         seen = obs.any(0)
         active = torch.cat([seen, seen])
         rows = obs.any(1)
         if not bool(rows.any()):
             return None, active
-        agg, wts = self._tasks(obs)  # [B or 1, head, size, block]: 1/s on the drawn subset
-        emb = self.ext(blocks, need=obs.T)  # [K, B, D]
+        agg, wts = self._tasks(batch)  # [B or 1, head, size, block]: 1/s on the drawn subset
+        emb = self.send(self.ext(batch.blocks, need=obs.T), obs.T)  # [K, B, D]
         k, b, d = emb.shape
         # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
         # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
@@ -158,12 +176,13 @@ class LaserVFL(Method):
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:
-        emb = self.ext(blocks, need=obs.T)  # [K, B, D]
+        emb = self.send(self.ext(blocks, need=obs.T), obs.T)  # [K, B, D]
         o = obs.float()
         fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1) if self.mean else o, emb)
         return self.head(fused[None].expand(self.k, -1, -1))  # every head on mean(emb of O): [K, B, C]
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
-        lg = self.exact_logits(blocks, obs)
+    def predict(self, batch: Batch):
+        obs = batch.obs
+        lg = self.exact_logits(batch.blocks, obs)
         return BatchPrediction(lg.argmax(-1), obs.T.clone(), self.score(lg), obs.any(1))

@@ -1,35 +1,38 @@
 """Local: K independent single-party predictors (extractor + Linear head), each trained only on
 samples where its own block is observed. At test time every observed client's predictor answers and
-accuracy averages over them (LASER-VFL Appendix D)."""
+accuracy averages over them (LASER-VFL Appendix D). Nothing leaves a party."""
 
 from __future__ import annotations
 
 import torch
 
-from .base import METHODS, BatchPrediction, Method, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Stage, masked_mean_ce
 
 
 @METHODS.register("local")
 class Local(Method):
     name, display, hp_key, f1_rule = "local", "Local", "decoupled", "per_predictor_nonzero"
+    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
+    local_only = True
 
     def build(self) -> None:
-        self.ext, ext_ids = self.extractors("ext", list(range(self.k)))
-        self.head, head_ids = self.heads("head", self.k, self.ctx.model.cut)
-        self.ext_ids, self.head_ids = ext_ids, head_ids
+        parties = list(range(self.k))
+        self.ext, self.ext_ids = self.extractors("ext", parties, groups=parties)  # one optimiser per party
+        self.head, self.head_ids = self.heads("head", self.k, self.ctx.model.cut, groups=parties)
 
     def logits(self, blocks, obs) -> torch.Tensor:
         return self.head(self.ext(blocks, need=obs.T))  # [K, B, C]
 
-    def loss_and_active(self, blocks, obs, y):
-        w = obs.T  # model k learns from samples that observe block k
+    def loss(self, batch: Batch, stage: Stage):
+        w = batch.obs.T  # model k learns from samples that observe block k
         used = w.any(1)
         active = torch.cat([used, used])  # extractor k and head k
         if not bool(used.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks, obs), y, w).sum(), active
+        return masked_mean_ce(self.logits(batch.blocks, batch.obs), batch.y, w).sum(), active
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
-        lg = self.logits(blocks, obs)
+    def predict(self, batch: Batch):
+        obs = batch.obs
+        lg = self.logits(batch.blocks, obs)
         return BatchPrediction(lg.argmax(-1), obs.T.clone(), self.score(lg), obs.any(1))

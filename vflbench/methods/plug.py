@@ -9,31 +9,34 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import VFLBenchError
-from .base import METHODS, BatchPrediction, Method, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
 
 
 @METHODS.register("plug")
 class PlugVFL(Method):
     name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
-    option_defaults = {"p_drop": 0.0, "plug_denominator": "random", "granularity": "sample"}
+    paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"
+    option_specs = (
+        Option("p_drop", float, 0.0, "party-wise dropout probability of observed passive blocks in training",
+               check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)"),
+        Option("plug_denominator", str, "random", "test samples whose active party is missing: excluded from the "
+               "denominators, or scored as random guesses", choices=("exclude", "random"), protocol="plug_denominator"),
+        Option("granularity", str, "sample", "party dropout drawn per sample or once per batch",
+               choices=("batch", "sample"), protocol="train_granularity"),
+    )
 
     def build(self) -> None:
-        p = float(self.options["p_drop"])
-        if not 0.0 <= p < 1.0:
-            raise VFLBenchError(f"--p-drop must be in [0, 1), got {p}.")
-        if self.options["plug_denominator"] not in ("exclude", "random"):
-            raise VFLBenchError("plug_denominator must be 'exclude' or 'random'.")
         self.active_party = self.k - 1
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.head, _ = self.heads("head", 1, self.k * self.ctx.model.cut)
 
     def logits(self, blocks, keep: torch.Tensor) -> torch.Tensor:
-        emb = self.ext(blocks, need=keep.T) * keep.T[:, :, None].float()  # zero missing/dropped
+        emb = self.send(self.ext(blocks, need=keep.T), keep.T) * keep.T[:, :, None].float()  # zero missing/dropped
         z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)  # concat in party order
         return self.head(z[None])[0]
 
-    def loss_and_active(self, blocks, obs, y):
+    def loss(self, batch: Batch, stage: Stage):
+        obs = batch.obs
         has_active = obs[:, self.active_party]
         keep = obs & has_active[:, None]
         p = float(self.options["p_drop"])
@@ -45,12 +48,13 @@ class PlugVFL(Method):
         active = torch.cat([keep.any(0), has_active.any()[None]])
         if not bool(has_active.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks, keep)[None], y, has_active[None])[0], active
+        return masked_mean_ce(self.logits(batch.blocks, keep)[None], batch.y, has_active[None])[0], active
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
+    def predict(self, batch: Batch):
+        obs = batch.obs
         has_active = obs[:, self.active_party]
-        lg = self.logits(blocks, obs)
+        lg = self.logits(batch.blocks, obs)
         preds = lg.argmax(-1)
         sc = self.score(lg)
         counted = obs.any(1)

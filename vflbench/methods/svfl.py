@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from .base import METHODS, BatchPrediction, Method, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Stage, fusion_option, masked_mean_ce
 
 
 @METHODS.register("svfl")
 class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
-    option_defaults = {"fusion": "mean"}
+    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
+    option_specs = (fusion_option(),)
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
@@ -19,20 +20,22 @@ class StandardVFL(Method):
         self.mean = self.fusion_is_mean()
 
     def logits(self, blocks, full: torch.Tensor) -> torch.Tensor:
-        emb = self.ext(blocks, need=full[None].expand(self.k, -1))  # only complete samples are read
+        need = full[None].expand(self.k, -1)
+        emb = self.send(self.ext(blocks, need=need), need)  # only complete samples are read and sent
         return self.head(emb.mean(0, keepdim=True) if self.mean else emb.sum(0, keepdim=True))[0]  # [B, C]
 
-    def loss_and_active(self, blocks, obs, y):
-        full = obs.all(1)
-        active = torch.full((self.n_members,), bool(full.any()), device=obs.device)
+    def loss(self, batch: Batch, stage: Stage):
+        full = batch.obs.all(1)
+        active = torch.full((self.n_members,), bool(full.any()), device=batch.obs.device)
         if not bool(full.any()):
             return None, active
-        return masked_mean_ce(self.logits(blocks, full)[None], y, full[None])[0], active
+        return masked_mean_ce(self.logits(batch.blocks, full)[None], batch.y, full[None])[0], active
 
     @torch.no_grad()
-    def predict_batch(self, blocks, obs):
+    def predict(self, batch: Batch):
+        obs = batch.obs
         full = obs.all(1)
-        lg = self.logits(blocks, full)
+        lg = self.logits(batch.blocks, full)
         guess = self.random_classes(full.shape)
         preds = torch.where(full, lg.argmax(-1), guess)
         scores = None

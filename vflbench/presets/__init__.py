@@ -51,3 +51,12 @@ def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str
 def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
     models = load_preset(preset)["models"]
     return dict(models.get(dataset, models[f"default_{kind}"]))
+
+
+def stage_hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str) -> dict[str, Any]:
+    """A stage's own block, ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
+    training p like the method blocks; empty when the preset has none (the run's values apply)."""
+    hp = load_preset(preset)["hyperparameters"]
+    ds = hp.get(dataset, hp["default"])
+    block = ds.get(f"{hp_key}.{stage_key}") or hp["default"].get(f"{hp_key}.{stage_key}")
+    return dict(_p_key(block, p_train)) if block else {}

@@ -1,0 +1,30 @@
+"""Small builders shared by the method tests."""
+
+import torch
+
+from vflbench.methods import Batch, Stage
+from vflbench.training import StageHP, TrainPolicy, make_optimizer
+
+
+def batch(blocks, obs, y=None, number=0):
+    n = obs.shape[0]
+    return Batch(blocks, obs, y, torch.arange(n), number)
+
+
+def train_step(method, b, hp=None):
+    """One optimiser step on one batch, as the trainer takes it; returns the loss (None if skipped)."""
+    stage = method.stages[0]
+    hp = hp or StageHP("adam", 1e-2, 0.0, 0.0, b.size, 1)
+    opt = getattr(method, "_test_opt", None) or make_optimizer(method, stage, hp, TrainPolicy(False, False, False, False))
+    method._test_opt = opt
+    method.store.begin()
+    loss, active = method.loss(b, stage)
+    if loss is None or not bool(active.any()):
+        return None
+    opt.zero_grad()
+    loss.backward()
+    opt.step(active)
+    return float(loss.detach())
+
+
+STAGE = Stage()

@@ -1,0 +1,212 @@
+"""Method interface v2: stages and sample roles, option provenance, the stale-update optimiser mode,
+communication counts, the `methods` command and plugins."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.config import RunConfig, resolve
+from vflbench.errors import VFLBenchError
+from vflbench.methods import METHODS, BatchPrediction, Method, Stage
+from vflbench.methods.base import masked_mean_ce
+from vflbench.models import ParamStore
+from vflbench.pipeline import execute
+
+runner = CliRunner()
+
+
+class _Recorder(Method):
+    """Three stages over the three sample sets; records what each stage saw."""
+
+    name, display, paper, hp_key, f1_rule = "_recorder", "Recorder", "test", "all", "single"
+    stages = (Stage("pre", samples="all", labels=False), Stage("fine", samples="labeled"), Stage("vanilla", samples="aligned"))
+    seen: dict = {}
+
+    def build(self):
+        self.ext, _ = self.extractors("ext", list(range(self.k)))
+        self.head, _ = self.heads("head", 1, self.ctx.model.cut)
+
+    def loss(self, batch, stage):
+        rec = type(self).seen.setdefault(stage.name, {"idx": set(), "y_none": [], "obs_full": []})
+        rec["idx"].update(batch.idx.tolist())
+        rec["y_none"].append(batch.y is None)
+        rec["obs_full"].append(bool(batch.obs.all()))
+        emb = self.send(self.ext(batch.blocks), batch.obs.T)
+        lg = self.head(emb.mean(0, keepdim=True))[0]
+        y = batch.y if batch.y is not None else torch.zeros(batch.size, dtype=torch.long)
+        return masked_mean_ce(lg[None], y, torch.ones(1, batch.size, dtype=torch.bool))[0], torch.ones(self.n_members, dtype=torch.bool)
+
+    def predict(self, batch):
+        lg = self.head(self.ext(batch.blocks).mean(0, keepdim=True))[0]
+        c = batch.obs.any(1)
+        return BatchPrediction(lg.argmax(-1)[None], c[None].clone(), None, c)
+
+
+@pytest.fixture
+def recorder():
+    METHODS.register("_recorder")(_Recorder)
+    _Recorder.seen = {}
+    yield _Recorder
+    METHODS._items.pop("_recorder")
+
+
+def test_stages_see_the_samples_they_declare(recorder):
+    cfg = RunConfig(dataset="synthetic", method="_recorder", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 1000},
+                    hp={"epochs": 1, "batch_size": 64}, labeled=120, aligned=30)
+    run = resolve(cfg)
+    from vflbench import pipeline
+
+    inputs = pipeline.prepare(run, "cpu")
+    labeled = set(inputs.train_masks.labeled.tolist())
+    n = inputs.train.blocks.n
+    obs = inputs.train.obs
+    _, manifest = execute(run, device="cpu")
+    seen = recorder.seen
+    assert seen["pre"]["idx"] == set(range(n)) and all(seen["pre"]["y_none"])  # every sample, labels hidden
+    assert seen["fine"]["idx"] == labeled and not any(seen["fine"]["y_none"])  # only the labeled ones, with labels
+    full = {i for i in labeled if bool(obs[i].all())}
+    assert seen["vanilla"]["idx"] == full and all(seen["vanilla"]["obs_full"])  # only fully aligned labeled samples
+    assert len(full) >= 30  # the aligned reserve is fully observed
+    assert manifest["masks"]["train"]["labeled"] == 120 and manifest["masks"]["train"]["aligned_reserve"] == 30
+    assert manifest["history"]["stage"] == ["pre", "fine", "vanilla"]
+
+
+def test_stage_hyper_parameters_can_be_set_per_stage(recorder):
+    run = resolve(RunConfig(dataset="synthetic", method="_recorder", hp={"epochs": 2}, stage_hp={"fine": {"epochs": 5, "lr": 0.5}}))
+    assert run.stage_hp["pre"].epochs == 2 and run.stage_hp["fine"].epochs == 5 and run.stage_hp["fine"].lr == 0.5
+    with pytest.raises(VFLBenchError, match="no stage"):
+        resolve(RunConfig(dataset="synthetic", method="_recorder", stage_hp={"nosuch": {"epochs": 1}}))
+
+
+def test_bad_semi_supervised_requests_are_rejected():
+    with pytest.raises(VFLBenchError, match="aligned"):
+        resolve(RunConfig(dataset="synthetic", method="laser", labeled=10, aligned=20))
+    with pytest.raises(VFLBenchError, match="--labeled"):
+        resolve(RunConfig(dataset="synthetic", method="laser", aligned=5))
+    run = resolve(RunConfig(dataset="synthetic", method="laser", labeled=10**7))
+    from vflbench import pipeline
+
+    with pytest.raises(VFLBenchError, match="larger than the training set"):
+        pipeline.prepare(run, "cpu")
+
+
+def test_an_explicit_user_option_beats_the_protocol(tmp_path):
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "plug", "--protocol", "clean", "--method-opt", "plug_denominator=exclude",
+                            "--epochs", "1", "--quiet", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    m = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())
+    assert m["config"]["method_options"]["plug_denominator"] == "exclude"
+    assert m["method"]["option_sources"] == {"p_drop": "default", "plug_denominator": "user", "granularity": "protocol:clean"}
+    run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat"))
+    assert run.method_options["laser_subsets"] == "batch" and run.option_sources["laser_subsets"] == "protocol:compat"
+    run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"laser_subsets": "sample"}))
+    assert run.method_options["laser_subsets"] == "sample" and run.option_sources["laser_subsets"] == "user"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--method-opt", "nosuch=1"], "has no option nosuch"),
+    (["--method-opt", "p_drop=2"], "must be in [0, 1)"),
+    (["--method-opt", "p_drop=abc"], "expects float"),
+    (["--method-opt", "plug_denominator=maybe"], "choices are exclude, random"),
+    (["--method-opt", "p_drop"], "key=value"),
+])
+def test_bad_method_options_fail_before_training(tmp_path, args, needle):
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "plug", "--quiet", "--out", str(tmp_path), *args])
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_methods_command_lists_the_registry():
+    r = runner.invoke(app, ["methods", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    names = [x["name"] for x in rows]
+    assert names[:6] == ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
+    plug = next(x for x in rows if x["name"] == "plug")
+    assert plug["display"] == "PlugVFL" and plug["paper"]
+    assert {o["name"] for o in plug["options"]} == {"p_drop", "plug_denominator", "granularity"}
+    r = runner.invoke(app, ["methods"])
+    assert r.exit_code == 0 and "LASER-VFL" in r.output
+
+
+def test_plugin_file_registers_and_runs(tmp_path):
+    src = tmp_path / "mine.py"
+    src.write_text((__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py").read_text().replace('"obsmean"', '"mine"'))
+    r = runner.invoke(app, ["--plugin", str(src), "run", "--dataset", "synthetic", "--method", "mine", "--epochs", "2", "--quiet", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["--plugin", str(tmp_path / "absent.py"), "methods"])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_standard_vfl_traffic_by_hand():
+    """Up: every complete training sample's embedding (cut floats x 4 bytes) per party per epoch;
+    down: one gradient of the same size for each."""
+    run = resolve(RunConfig(dataset="synthetic", method="svfl", train_missing="none", test_missing=["none"], data_options={"n": 1000},
+                            hp={"epochs": 3}, model={"cut": 6}))
+    rows, man = execute(run, device="cpu")
+    n_train = man["data"]["n_train"]
+    per_party = n_train * 6 * 4 * 3
+    c = man["communication"]
+    assert c["bytes_train_up_per_party"] == [per_party] * 4 and c["bytes_train_down_per_party"] == [per_party] * 4
+    assert rows[0]["comm_bytes_up"] == 4 * per_party == rows[0]["comm_bytes_down"]
+    assert c["bytes_eval_up"] == man["data"]["n_test"] * 6 * 4 * 4 and c["bytes_eval_down"] == 0
+
+
+def test_local_sends_nothing():
+    rows, man = execute(resolve(RunConfig(dataset="synthetic", method="local", hp={"epochs": 1})), device="cpu")
+    assert rows[0]["comm_bytes_up"] == 0 and man["communication"]["bytes_eval_up"] == 0
+
+
+def _store(n_members):
+    s = ParamStore()
+    s.add("w", (n_members, 3), torch.arange(n_members), 0.5)
+    s.finalize(torch.Generator().manual_seed(0))
+    return s
+
+
+def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
+    """A method's own nn.Module is optimised like an extractor; `trainable` freezes members per stage."""
+
+    class TwoStage(_Recorder):
+        name = "_twostage"
+        stages = (Stage("a"), Stage("b"))
+
+        def build(self):
+            super().build()
+            self.extra, self.extra_id = self.module(lambda: torch.nn.Linear(3, 3))
+
+        def loss(self, batch, stage):
+            loss, active = super().loss(batch, stage)
+            return loss + self.extra(torch.ones(1, 3)).sum() * 1e-3, active
+
+        def trainable(self, stage):
+            t = torch.ones(self.n_members, dtype=torch.bool)
+            if stage.name == "b":
+                t[: self.extra_id] = False  # stage b trains only the extra module
+            return t
+
+    METHODS.register("_twostage")(TwoStage)
+    try:
+        from vflbench import pipeline
+
+        run = resolve(RunConfig(dataset="synthetic", method="_twostage", test_missing=["none"], data_options={"n": 300}, hp={"epochs": 1}))
+        inputs = pipeline.prepare(run, "cpu")
+        m = pipeline.build(run, inputs)
+        w0 = m.extra.weight.detach().clone()
+        from vflbench.training import fit
+
+        hp = pipeline.stage_hp(run)
+        TwoStage.stages = (Stage("a"),)
+        fit(m, inputs.train, hp, pipeline.policy(run), inputs.prep.streams.seed_for)
+        assert not torch.equal(w0, m.extra.weight)  # stage a trained the module
+        flat, w1 = m.store.flat.detach().clone(), m.extra.weight.detach().clone()
+        TwoStage.stages = (Stage("b"),)
+        fit(m, inputs.train, {"b": hp["a"]}, pipeline.policy(run), inputs.prep.streams.seed_for)
+        assert torch.equal(flat, m.store.flat) and not torch.equal(w1, m.extra.weight)  # stage b: only the module moved
+    finally:
+        METHODS._items.pop("_twostage")

@@ -1,0 +1,257 @@
+"""The method contract: every registered method, including plugins and any method added later,
+goes through the same checks (in the spirit of scikit-learn's ``check_estimator``). A new method
+must pass with no edit to this file:
+
+    VFLBENCH_PLUGINS=path/to/my_method.py pytest tests/test_method_contract.py
+
+The docs' example plugin (docs/examples/observed_mean.py) is loaded here, so the suite also proves
+that a method written outside the package can be registered and passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vflbench import plugins
+from vflbench.channel import Channel
+from vflbench.config import RunConfig, config_from_manifest, resolve
+from vflbench.methods import METHODS, Method, MethodContext, Option
+from vflbench.metrics import F1_RULES, compute_metrics
+from vflbench.models import ModelSpec
+from vflbench.rng import Streams
+from vflbench.training import BlockData, StageHP, TrainPolicy, TrainSet, fit, predict
+
+from .helpers import batch
+
+plugins.load_file(Path(__file__).resolve().parents[1] / "docs" / "examples" / "observed_mean.py")
+ALL = METHODS.names()
+
+
+def make(name: str, k: int = 3, c: int = 3, image: bool = False, seed: int = 0, options=None) -> Method:
+    model = ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,))
+    ctx = MethodContext(k=k, n_classes=c, widths=[4] * k, in_ch=1, model=model, device=torch.device("cpu"), streams=Streams(seed),
+                        options=options or {}, positive_class=1 if c == 2 else None)
+    return METHODS.get(name)(ctx)
+
+
+def blocks(k: int, n: int, image: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    if image:
+        return [torch.randn(n, 1, 4, 4, generator=g) for _ in range(k)]
+    return torch.randn(k, n, 4, generator=g)
+
+
+def mixed_obs(k: int, n: int, seed: int = 0) -> torch.Tensor:
+    """Random patterns plus one fully observed and one all-missing row."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.rand(n, k, generator=g) < 0.6
+    obs[0] = True
+    obs[1] = False
+    return obs
+
+
+def member_grad(method: Method) -> torch.Tensor:
+    """Sum of |gradient| per member, over the flat store and any module parameters."""
+    out = torch.zeros(method.n_members, dtype=torch.float64)
+    if method.store.flat is not None and method.store.flat.grad is not None:
+        out.index_add_(0, method.store.member_of, method.store.flat.grad.abs().double())
+    for p, mid in method.module_params():
+        if p.grad is not None:
+            out[mid] += p.grad.abs().sum().double()
+    return out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_declares_what_the_runner_reads(name):
+    cls = METHODS.get(name)
+    assert cls.name == name and isinstance(cls.display, str) and cls.display and isinstance(cls.paper, str) and cls.paper
+    assert cls.f1_rule in F1_RULES
+    assert cls.stages and len({s.name for s in cls.stages}) == len(cls.stages)
+    for o in cls.option_specs:
+        assert isinstance(o, Option) and o.help
+        assert o.parse(o.default, name) == o.default  # the default is a valid value of its own type
+
+
+@pytest.mark.parametrize("kind", ["tabular", "image"])
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("name", ALL)
+def test_builds_and_predicts_in_shape(name, k, kind):
+    image = kind == "image"
+    m = make(name, k=k, image=image)
+    n = 12
+    obs = mixed_obs(k, n)
+    m.train(False)
+    m.store.begin()
+    p = m.predict(batch(blocks(k, n, image), obs))
+    assert p.preds.ndim == 2 and p.preds.shape[1] == n and p.preds.dtype == torch.long
+    assert ((p.preds >= 0) & (p.preds < m.c)).all()
+    assert p.valid.shape == p.preds.shape and p.valid.dtype == torch.bool
+    assert p.counted.shape == (n,) and p.counted.dtype == torch.bool
+    assert not bool(p.counted[1])  # the all-missing sample is never scored
+    assert p.scores is None  # three classes: no positive-class score
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_loss_is_finite_and_gradients_reach_only_active_members(name):
+    n = 16
+    y = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(2))
+    never_2 = mixed_obs(3, n, seed=1)
+    never_2[:, 2] = False  # party 2 never observed: whatever depends on it must not train
+    never_2[0] = torch.tensor([True, True, False])
+    trained = 0
+    for obs in (mixed_obs(3, n, seed=1), never_2):
+        m = make(name, k=3)
+        m.train(True)
+        m.store.begin()
+        loss, active = m.loss(batch(blocks(3, n, False), obs, y), m.stages[0])
+        assert active.shape == (m.n_members,) and active.dtype == torch.bool
+        if loss is None:  # nothing trains on this batch (e.g. Standard VFL without complete samples)
+            continue
+        assert torch.isfinite(loss) and loss.ndim == 0
+        loss.backward()
+        g = member_grad(m)
+        assert (g[~active] == 0).all(), f"inactive members received gradient: {(~active).nonzero().view(-1).tolist()}"
+        assert g[active].sum() > 0
+        trained += 1
+    assert trained >= 1, "the method trained on neither a mixed batch nor one with a missing party"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_all_missing_samples_are_handled(name):
+    m = make(name, k=3)
+    n = 6
+    obs = torch.zeros(n, 3, dtype=torch.bool)
+    b = batch(blocks(3, n, False), obs, torch.zeros(n, dtype=torch.long))
+    m.store.begin()
+    loss, active = m.loss(b, m.stages[0])
+    assert loss is None or not bool(active.any()) or torch.isfinite(loss)
+    with torch.no_grad():
+        p = m.predict(batch(blocks(3, n, False), obs))
+    assert not bool(p.counted.any())
+    met = compute_metrics(p.preds.numpy(), p.valid.numpy(), None, p.counted.numpy(), np.zeros(n, dtype=int), rule=m.f1_rule, n_classes=3, positive_class=None)
+    assert met["n_counted"] == 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_binary_scores_follow_the_metric_rules(name):
+    m = make(name, k=3, c=2)
+    n = 20
+    obs = mixed_obs(3, n, seed=3)
+    m.store.begin()
+    with torch.no_grad():
+        p = m.predict(batch(blocks(3, n, False), obs))
+    assert p.scores is not None and p.scores.shape == p.preds.shape
+    assert ((p.scores >= 0) & (p.scores <= 1)).all()
+    y = np.arange(n) % 2
+    met = compute_metrics(p.preds.numpy(), p.valid.numpy(), p.scores.numpy(), p.counted.numpy(), y, rule=m.f1_rule, n_classes=2, positive_class=1)
+    assert 0 <= met["n_counted"] <= int(p.counted.sum()) and met["n_test"] == n
+    assert 0 <= met["accuracy"] <= 100 and 0 <= met["f1"] <= 100
+
+
+def _train(name: str, seed: int, epochs: int = 2):
+    k, n = 3, 96
+    m = make(name, k=k, seed=seed)
+    x = blocks(k, n, False, seed=7)
+    y = (x[:, :, 0].sum(0) > 0).long()
+    data = TrainSet(BlockData.stacked(x), y, mixed_obs(k, n, seed=8))
+    hp = {s.name: StageHP("adam", 1e-2, 0.0, 0.0, 32, epochs) for s in m.stages}
+    hist = fit(m, data, hp, TrainPolicy(False, True, False, False), Streams(seed).seed_for)
+    preds = predict(m, data.blocks, data.obs, 64)
+    return m, hist, preds
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_same_seed_gives_identical_numbers(name):
+    a, ha, pa = _train(name, 0)
+    b, hb, pb = _train(name, 0)
+    assert ha.loss == hb.loss
+    assert torch.equal(a.store.flat, b.store.flat)
+    for x, y in zip(pa, pb, strict=True):
+        assert x is None and y is None or np.array_equal(x, y)
+    c, _, _ = _train(name, 1)
+    assert not torch.equal(a.store.flat, c.store.flat)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_learns_an_easy_task_above_chance(name):
+    from vflbench.pipeline import execute
+
+    cfg = RunConfig(dataset="synthetic", method=name, train_missing="mcar:0.1", test_missing=["none", "mcar:0.3"], seed=0,
+                    data_options={"n": 3000, "separation": 1.5}, hp={"epochs": 8, "lr": 3e-3})
+    rows, _ = execute(resolve(cfg), device="cpu")
+    acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
+    assert acc["none"] > 80, acc  # chance is 50%
+
+
+def _non_default(o: Option):
+    if o.choices is not None:
+        return next(c for c in o.choices if c != o.default)
+    candidates = {bool: lambda d: [not d], int: lambda d: [d + 1, 2], float: lambda d: [d + 0.25, d * 0.5, 0.5], str: lambda d: [d + "x"]}[o.type](o.default)
+    for v in candidates:
+        try:
+            return o.parse(v, "?")
+        except Exception:
+            continue
+    return o.default
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_options_round_trip_through_the_manifest(name):
+    cls = METHODS.get(name)
+    chosen = {o.name: _non_default(o) for o in cls.option_specs if o.type is not str or o.choices is not None}
+    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}))
+    assert {k: run.method_options[k] for k in chosen} == chosen
+    assert all(run.option_sources[k] == "user" for k in chosen)
+    assert set(run.method_options) == {o.name for o in cls.option_specs}
+    manifest = json.loads(json.dumps({"config": run.to_dict()}))
+    again = resolve(config_from_manifest(manifest))
+    assert again.method_options == run.method_options and again.key == run.key
+
+
+class _Zero(Channel):
+    def transform(self, reps, sent, party_of):
+        return torch.zeros_like(reps)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_party_to_server_hook_sees_every_representation_that_crosses(name):
+    k, n = 3, 24
+    obs = torch.ones(n, k, dtype=torch.bool)  # complete samples: no random guessing anywhere
+    x1, x2 = blocks(k, n, False, seed=1), blocks(k, n, False, seed=2)
+
+    def preds(x, channel_cls):
+        m = make(name, k=k, seed=0)
+        m.channel = channel_cls(k)
+        m.store.begin()
+        with torch.no_grad():
+            p = m.predict(batch(x, obs))
+        m.channel.commit("eval", backward=False)
+        return p, m.channel
+
+    p1, ch = preds(x1, Channel)
+    p2, _ = preds(x2, Channel)
+    if METHODS.get(name).local_only:
+        assert ch.calls == 0 and ch.summary()["bytes_eval_up"] == 0
+        return
+    assert ch.calls > 0 and ch.summary()["bytes_eval_up"] > 0
+    z1, _ = preds(x1, _Zero)
+    z2, _ = preds(x2, _Zero)
+    # With every crossing representation replaced by zeros, the server's output cannot depend on the data.
+    assert torch.equal(z1.preds, z2.preds), "some representation reached the server without passing through send()"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_training_traffic_is_counted_per_party(name):
+    m, hist, _ = _train(name, 0, epochs=1)
+    s = m.channel.summary()
+    assert len(s["bytes_train_up_per_party"]) == 3
+    if METHODS.get(name).local_only:
+        assert s["bytes_train_up"] == 0
+    ex = m.channel.extras()
+    assert ex["comm_bytes_up"] == s["bytes_train_up"] and ex["comm_bytes_down"] == s["bytes_train_down"]
+    assert ex["comm_bytes_down"] <= ex["comm_bytes_up"]

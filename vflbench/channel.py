@@ -1,0 +1,102 @@
+"""The party-to-server boundary.
+
+Every representation that leaves a party goes through one call, :meth:`Channel.up`, made by the
+method at the point where it would cross the network in a real deployment. The base channel passes
+the tensor through unchanged and counts what crossed: the values sent up, and, for the training
+steps that back-propagate, the gradients the server returns for them. A privacy mechanism, a
+quantiser or a different cost model subclasses :class:`Channel` and is installed on any method with
+``method.channel = MyChannel(...)``: the method's code does not change (the pattern of Flower's
+differential-privacy wrappers, which act around any strategy).
+
+Counting is cheap: one reduction per call on the hot path. Totals are folded in blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PHASES = ("train", "eval")
+
+
+class Channel:
+    """Counts the bytes each party sends up (representations) and receives down (their gradients).
+
+    ``bytes_up_per_value`` / ``bytes_down_per_value`` default to the element size of the tensors
+    that cross (4 for float32). Subclasses that encode values differently override them."""
+
+    bytes_up_per_value: float | None = None  # None: the tensor's element size
+    bytes_down_per_value: float | None = None
+
+    def __init__(self, n_parties: int):
+        self.k = int(n_parties)
+        self._step: list[tuple[torch.Tensor, torch.Tensor | None, float, float]] = []
+        self._pending: dict[tuple[str, bool], list[tuple[torch.Tensor, torch.Tensor | None, float, float]]] = {}
+        self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
+        self.calls = 0
+
+    # -- the boundary
+    def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
+        """``reps`` ``[M, B, D]``: what M senders computed for a batch; ``sent`` ``[M, B]`` bool: which
+        of them actually cross (observed, not dropped); ``party_of`` ``[M]``: the party each sender
+        belongs to (default: sender m is party m). Returns what the server receives."""
+        self.calls += 1
+        per_value = reps.shape[-1] if reps.ndim == 3 else 1
+        up_b = float(self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
+        down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
+        self._step.append((sent.sum(1), party_of, per_value * up_b, per_value * down_b))
+        return self.transform(reps, sent, party_of)
+
+    def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
+        """What the server receives; the identity here. Override to quantise, add noise or aggregate."""
+        return reps
+
+    # -- bookkeeping, called by the trainer and the evaluator
+    def commit(self, phase: str, backward: bool) -> None:
+        """Close a step: its traffic counts as ``phase`` ("train" or "eval"); gradients come down only
+        when the step back-propagated."""
+        if self._step:
+            self._pending.setdefault((phase, backward), []).extend(self._step)
+            self._step = []
+            if sum(len(v) for v in self._pending.values()) >= 512:
+                self.flush()
+
+    def discard(self) -> None:
+        """Forget the open step (a batch that trained nothing)."""
+        self._step = []
+
+    def flush(self) -> None:
+        for (phase, backward), recs in self._pending.items():
+            groups: dict[tuple, list[torch.Tensor]] = {}
+            for counts, party_of, up_b, down_b in recs:
+                key = (id(party_of) if party_of is not None else None, counts.shape[0], up_b, down_b)
+                groups.setdefault(key, []).append((counts, party_of))
+            for (_, m, up_b, down_b), items in groups.items():
+                total = torch.stack([c for c, _ in items]).sum(0).to("cpu", torch.float64)  # [M]
+                party_of = items[0][1]
+                per_party = torch.zeros(self.k, dtype=torch.float64)
+                if party_of is None:
+                    per_party[:m] += total
+                else:
+                    per_party.index_add_(0, party_of.to("cpu"), total)
+                self.totals[f"{phase}_up"] += per_party * up_b
+                if backward:
+                    self.totals[f"{phase}_down"] += per_party * down_b
+        self._pending = {}
+
+    # -- results
+    def summary(self) -> dict[str, Any]:
+        """Per-party and total bytes, by phase (for the manifest)."""
+        self.flush()
+        out: dict[str, Any] = {"model": type(self).__name__}
+        for key, v in self.totals.items():
+            out[f"bytes_{key}_per_party"] = [int(round(x)) for x in v.tolist()]
+            out[f"bytes_{key}"] = int(round(float(v.sum())))
+        return out
+
+    def extras(self) -> dict[str, float]:
+        """Per-run scalars for the tidy CSV: training traffic, the cost that the papers report."""
+        self.flush()
+        return {"comm_bytes_up": int(round(float(self.totals["train_up"].sum()))),
+                "comm_bytes_down": int(round(float(self.totals["train_down"].sum())))}

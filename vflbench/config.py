@@ -1,0 +1,243 @@
+"""Run configuration: what the user asked for (:class:`RunConfig`), and the frozen, typed, validated
+run it resolves to (:class:`ResolvedRun`): presets and protocol filled in, missingness specs in their
+canonical label, every method option with the source that set it.
+
+The path from a CLI flag to a CSV row: ``cli.run`` builds a :class:`RunConfig` -> :func:`resolve`
+-> :func:`vflbench.pipeline.execute` (prepare, build, train, evaluate, record) ->
+:func:`vflbench.outputs.write_outputs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from . import __version__
+from .errors import VFLBenchError
+
+HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
+
+
+@dataclass
+class RunConfig:
+    """A run as requested (CLI flags or one cell of an experiment file). ``None`` = use the default."""
+
+    dataset: str
+    method: str
+    parties: int = 4
+    partitioner: str | None = None
+    train_missing: str = "none"
+    test_missing: list[str] = field(default_factory=lambda: ["none"])
+    seed: int = 0
+    protocol: str = "clean"
+    protocol_options: dict[str, Any] = field(default_factory=dict)
+    data_options: dict[str, Any] = field(default_factory=dict)
+    partition_options: dict[str, Any] = field(default_factory=dict)
+    method_options: dict[str, Any] = field(default_factory=dict)
+    hp: dict[str, Any] = field(default_factory=dict)  # overrides of the preset (every stage)
+    stage_hp: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage overrides
+    model: dict[str, Any] = field(default_factory=dict)  # overrides: arch, hidden, cut
+    preset: str = "laser_table1"
+    device: str = "auto"
+    eval_batch_size: int | None = None
+    labeled: int | None = None  # semi-supervised runs: number of labeled training samples
+    aligned: int = 0  # fully observed reserve inside the labeled set
+
+
+@dataclass(frozen=True)
+class HParams:
+    optimizer: str
+    lr: float
+    batch_size: int
+    epochs: int
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    schedule: str = "none"
+    eta_min_ratio: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> HParams:
+        unknown = set(d) - set(HP_FIELDS)
+        if unknown:
+            raise VFLBenchError(f"Unknown hyper-parameter(s) {', '.join(sorted(unknown))}{where}. Known: {', '.join(HP_FIELDS)}.")
+        missing = {"optimizer", "lr", "batch_size", "epochs"} - set(d)
+        if missing:
+            raise VFLBenchError(f"Hyper-parameter(s) {', '.join(sorted(missing))} missing{where}; set them in the preset or on the command line.")
+        try:
+            hp = cls(
+                optimizer=str(d["optimizer"]), lr=float(d["lr"]), batch_size=_int(d["batch_size"], "batch_size"), epochs=_int(d["epochs"], "epochs"),
+                weight_decay=float(d.get("weight_decay") or 0.0), momentum=float(d.get("momentum") or 0.0),
+                schedule=str(d.get("schedule") or "none"), eta_min_ratio=float(d.get("eta_min_ratio") or 0.0),
+            )
+        except (TypeError, ValueError) as e:
+            raise VFLBenchError(f"Bad hyper-parameter value{where}: {e}.") from None
+        hp.validate(where)
+        return hp
+
+    def validate(self, where: str = "") -> None:
+        if self.optimizer not in ("adam", "sgd"):
+            raise VFLBenchError(f"Unknown optimizer '{self.optimizer}'{where}. Choices: adam, sgd.")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise VFLBenchError(f"epochs and batch_size must be >= 1{where}.")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise VFLBenchError(f"lr must be a finite number > 0{where}, got {self.lr}.")
+        if self.schedule not in ("none", "cosine"):
+            raise VFLBenchError(f"Unknown schedule '{self.schedule}'{where}. Choices: none, cosine.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or float(v) != int(float(v)):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    return int(float(v))
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """Everything a run's numbers depend on, validated. Its dict form is what the manifest records
+    and (without the provenance of option values) what the run key hashes."""
+
+    dataset: str
+    data_options: dict[str, Any]
+    method: str
+    method_display: str
+    method_options: dict[str, Any]
+    option_sources: dict[str, str]  # option -> "user" | "protocol:<name>" | "default"
+    parties: int
+    partitioner: str
+    partition_options: dict[str, Any]
+    train_missing: str  # canonical labels (vflbench.missingness.canonical)
+    test_missing: tuple[str, ...]
+    seed: int
+    protocol: dict[str, Any]
+    preset: str
+    hp: HParams  # the first stage's (what `--epochs` etc. set; CSV `epochs`)
+    stage_hp: dict[str, HParams]
+    model: dict[str, Any]
+    eval_batch_size: int
+    labeled: int | None
+    aligned: int
+    vflbench_version: str = __version__
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["hp"] = self.hp.as_dict()
+        d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
+        d["test_missing"] = list(self.test_missing)
+        return d
+
+    @property
+    def key(self) -> str:
+        """Stable hash of everything that determines the numbers (device and provenance excluded)."""
+        d = self.to_dict()
+        d.pop("option_sources")
+        blob = json.dumps(d, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.dataset}_{self.method}_K{self.parties}_{_slug(self.train_missing)}_s{self.seed}_{self.key}"
+
+    def with_seed(self, seed: int) -> ResolvedRun:
+        return replace(self, seed=int(seed))
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "-" for c in s)
+
+
+def resolve_method_options(mcls, user: dict[str, Any], protocol: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each declared option's value and its source: the user's value always wins; otherwise the
+    protocol field the option names; otherwise the option's default. Unknown names are errors."""
+    declared = {o.name: o for o in mcls.option_specs}
+    unknown = set(user) - set(declared)
+    if unknown:
+        listing = ", ".join(declared) or "none"
+        raise VFLBenchError(f"Method '{mcls.name}' has no option {', '.join(sorted(unknown))}. Its options: {listing} (see `vflbench methods`).")
+    values, sources = {}, {}
+    for name, opt in declared.items():
+        if name in user and user[name] is not None:
+            values[name], sources[name] = opt.parse(user[name], mcls.name), "user"
+        elif opt.protocol is not None:
+            values[name], sources[name] = opt.parse(protocol[opt.protocol], mcls.name), f"protocol:{protocol['name']}"
+        else:
+            values[name], sources[name] = opt.default, "default"
+    return values, sources
+
+
+def resolve(cfg: RunConfig) -> ResolvedRun:
+    """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
+    any work."""
+    from .datasets import DATASETS, resolve_options
+    from .methods import METHODS
+    from .missingness import canonical, p_key
+    from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
+    from .protocols import get_protocol
+
+    spec = DATASETS.get(cfg.dataset)
+    mcls = METHODS.get(cfg.method)
+    if cfg.parties < 1:
+        raise VFLBenchError(f"--parties must be >= 1, got {cfg.parties}.")
+    if not cfg.test_missing:
+        raise VFLBenchError("Give at least one --test-missing setting.")
+    train_missing = canonical(cfg.train_missing)
+    test_missing = tuple(canonical(s) for s in cfg.test_missing)
+    proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
+    load_preset(cfg.preset)
+    base = hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
+    overrides = {k: v for k, v in cfg.hp.items() if v is not None}
+    unknown_stages = set(cfg.stage_hp) - {s.name for s in mcls.stages}
+    if unknown_stages:
+        raise VFLBenchError(f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))}; its stages: {', '.join(s.name for s in mcls.stages)}.")
+    stage_hp = {}
+    for st in mcls.stages:
+        block = stage_hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
+        merged = {**base, **block, **overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
+        stage_hp[st.name] = HParams.from_dict(merged, f" (stage {st.name})" if len(mcls.stages) > 1 else "")
+    hp = stage_hp[mcls.stages[0].name]
+    model = model_spec(cfg.preset, cfg.dataset, spec.info.kind)
+    model.update({k: v for k, v in cfg.model.items() if v is not None})
+    options, sources = resolve_method_options(mcls, cfg.method_options, proto)
+    if cfg.labeled is not None and (cfg.labeled < 1 or not 0 <= cfg.aligned <= cfg.labeled):
+        raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={cfg.labeled}, aligned={cfg.aligned}.")
+    if cfg.labeled is None and cfg.aligned:
+        raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
+    data_options = dict(cfg.data_options)
+    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
+        data_options["split_seed"] = int(cfg.seed)
+    # per-batch test masks are drawn with the training batch size, so evaluate in those batches
+    eval_bs = hp.batch_size if proto["test_granularity"] == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
+    return ResolvedRun(
+        dataset=cfg.dataset, data_options=resolve_options(spec, data_options), method=cfg.method, method_display=mcls.display,
+        method_options=options, option_sources=sources, parties=int(cfg.parties),
+        partitioner=cfg.partitioner or ("tiles" if spec.info.kind == "image" else "contiguous"),
+        partition_options=dict(cfg.partition_options), train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
+        protocol=proto, preset=cfg.preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
+        labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
+    )
+
+
+def config_from_dict(d: dict[str, Any]) -> RunConfig:
+    names = {f.name for f in fields(RunConfig)}
+    unknown = set(d) - names
+    if unknown:
+        raise VFLBenchError(f"Unknown run setting(s) {', '.join(sorted(unknown))}.")
+    return RunConfig(**d)
+
+
+def config_from_manifest(m: dict[str, Any]) -> RunConfig:
+    """The request that reproduces a recorded run: every resolved value given explicitly."""
+    c = m["config"]
+    return RunConfig(
+        dataset=c["dataset"], method=c["method"], parties=c["parties"], partitioner=c["partitioner"], train_missing=c["train_missing"],
+        test_missing=list(c["test_missing"]), seed=c["seed"], protocol=c["protocol"]["name"],
+        protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
+        partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
+        stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
+        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"],
+    )

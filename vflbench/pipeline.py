@@ -1,0 +1,206 @@
+"""One run as a pipeline: :func:`prepare` (data, partition, masks from the named streams) ->
+:func:`build` (the method from the registry) -> :func:`train` (:func:`vflbench.training.fit`) ->
+:func:`evaluate` (every test setting, :mod:`vflbench.metrics`) -> :func:`record` (CSV rows and the
+manifest). :func:`execute` chains them; writing files is :mod:`vflbench.outputs`' job. The
+benchmark script calls the same steps."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import ResolvedRun
+from .errors import VFLBenchError
+from .methods import METHODS, Method, MethodContext
+from .metrics import compute_metrics
+from .missingness import Masks, p_key
+from .models import ModelSpec
+from .outputs import versions
+from .setup import Prepared, draw_masks
+from .setup import prepare as prepare_data
+from .training import BlockData, Callback, History, StageHP, TrainPolicy, TrainSet, fit, predict
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise VFLBenchError("--device cuda requested but CUDA is not available; use --device cpu or auto.")
+    if name not in ("cpu", "cuda"):
+        raise VFLBenchError(f"Unknown device '{name}'. Choices: auto, cpu, cuda.")
+    return torch.device(name)
+
+
+@dataclass
+class RunInputs:
+    """Everything prepared for one run, identical for every method given the seed."""
+
+    prep: Prepared
+    device: torch.device
+    train: TrainSet
+    test: BlockData
+    y_test: np.ndarray
+    train_masks: Masks
+    test_masks: dict[str, Masks]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
+    t = time.perf_counter()
+    dev = device if isinstance(device, torch.device) else pick_device(device)
+    proto = run.protocol
+    prep = prepare_data(run.dataset, run.data_options, run.parties, run.partitioner, run.partition_options, run.seed)
+    timings = {"load_and_partition_s": time.perf_counter() - t}
+    t = time.perf_counter()
+    if proto["permute_once"]:  # the authors' HAPT loader permutes rows once with the seed
+        prep.permute_rows(prep.streams.numpy("permute"))
+    data = prep.data
+    if run.labeled is not None and run.labeled > len(data.y_train):
+        raise VFLBenchError(f"--labeled {run.labeled} is larger than the training set ({len(data.y_train)} samples).")
+    bs = run.hp.batch_size
+    train_masks = draw_masks(prep, run.train_missing, split="train", granularity=proto["train_granularity"], batch_size=bs,
+                             all_missing=proto["all_missing"], labeled=run.labeled, aligned=run.aligned)
+    test_masks = {s: draw_masks(prep, s, split="test", granularity=proto["test_granularity"], batch_size=bs, all_missing=proto["all_missing"])
+                  for s in run.test_missing}
+    labeled = None
+    if train_masks.labeled is not None:
+        labeled = torch.zeros(len(data.y_train), dtype=torch.bool, device=dev)
+        labeled[torch.as_tensor(train_masks.labeled, device=dev)] = True
+    train = TrainSet(BlockData(data.x_train, prep.partition, dev), torch.as_tensor(data.y_train, device=dev),
+                     torch.as_tensor(train_masks.observed, device=dev), labeled)
+    test = BlockData(data.x_test, prep.partition, dev)
+    timings["masks_and_tensors_s"] = time.perf_counter() - t
+    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings)
+
+
+def build(run: ResolvedRun, inputs: RunInputs) -> Method:
+    t = time.perf_counter()
+    data, part = inputs.prep.data, inputs.prep.partition
+    x = data.x_train
+    ms = run.model
+    ctx = MethodContext(
+        k=part.n_parties, n_classes=data.n_classes, widths=part.widths(), in_ch=int(x.shape[1]) if x.ndim == 4 else 1,
+        model=ModelSpec(ms["arch"], int(ms["cut"]), tuple(ms.get("hidden", ()))), device=inputs.device, streams=inputs.prep.streams,
+        options=dict(run.method_options), positive_class=data.info.positive_class,
+    )
+    if ctx.model.arch == "mlp" and x.ndim == 4:
+        raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
+    if ctx.model.arch != "mlp" and x.ndim != 4:
+        raise VFLBenchError(f"Extractor '{ctx.model.arch}' needs image data; use --arch mlp for tabular data.")
+    method = METHODS.get(run.method)(ctx)
+    inputs.timings["build_s"] = time.perf_counter() - t
+    return method
+
+
+def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
+    return {name: StageHP(**hp.as_dict()) for name, hp in run.stage_hp.items()}
+
+
+def policy(run: ResolvedRun) -> TrainPolicy:
+    p = run.protocol
+    return TrainPolicy(per_batch_masks=p["train_granularity"] == "batch", shuffle=bool(p["shuffle"]), balanced_sampler=bool(p["balanced_sampler"]),
+                       augment=bool(p["augment"]))
+
+
+def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
+    t = time.perf_counter()
+    hist = fit(method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks)
+    inputs.timings["train_s"] = time.perf_counter() - t
+    return hist
+
+
+@dataclass
+class Evaluation:
+    setting: str
+    metrics: dict[str, Any]
+    masks: dict[str, Any]
+
+
+def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method) -> list[Evaluation]:
+    t = time.perf_counter()
+    out = []
+    data = inputs.prep.data
+    for s, m in inputs.test_masks.items():
+        tta = None
+        if run.protocol["test_time_augmentation"]:
+            tta = torch.Generator(device=inputs.device)
+            tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
+        preds, valid, scores, counted = predict(method, inputs.test, torch.as_tensor(m.observed, device=inputs.device), run.eval_batch_size, tta)
+        met = compute_metrics(preds, valid, scores, counted, inputs.y_test, rule=method.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+        out.append(Evaluation(s, met, {**m.info, **mask_summary(m.observed)}))
+    inputs.timings["eval_s"] = time.perf_counter() - t
+    return out
+
+
+def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, evals: list[Evaluation]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The run's tidy CSV rows (one per test setting and metric, with the run's extras as columns)
+    and its manifest."""
+    extras = {**method.channel.extras(), **method.extras()}
+    rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras) for e in evals for metric in ("accuracy", "f1", "auprc") if metric in e.metrics]
+    prep = inputs.prep
+    mask_info = {"train": {**inputs.train_masks.info, **mask_summary(inputs.train_masks.observed)}}
+    mask_info.update({f"test/{e.setting}": e.masks for e in evals})
+    mcls = type(method)
+    manifest = {
+        "run_id": run.run_id,
+        "run_key": run.key,
+        "config": run.to_dict(),
+        "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages],
+                   "options": dict(run.method_options), "option_sources": dict(run.option_sources)},
+        "device": str(inputs.device),
+        "threads": torch.get_num_threads(),
+        "versions": versions(),
+        "data": {**prep.data.summary(), "checksums": prep.data.checksums},
+        "partition": prep.partition.describe(),
+        "seeds": {"run_seed": run.seed, "streams": prep.streams.used},
+        "masks": mask_info,
+        "parameters": {"total": method.n_params(), "members": method.n_members},
+        "communication": method.channel.summary(),
+        "extras": extras,
+        "timings": {**inputs.timings, "seconds_per_epoch": float(np.mean(hist.seconds)) if hist.seconds else 0.0},
+        "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches},
+    }
+    return rows, manifest
+
+
+def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest)."""
+    torch.set_num_threads(max(1, int(os.environ.get("VFLBENCH_THREADS", torch.get_num_threads()))))
+    inputs = prepare(run, device)
+    method = build(run, inputs)
+    hist = train(run, inputs, method, callbacks)
+    evals = evaluate(run, inputs, method)
+    return record(run, inputs, method, hist, evals)
+
+
+def mask_summary(obs: np.ndarray) -> dict[str, Any]:
+    return {"observed_rate_per_block": obs.mean(0).round(4).tolist(), "fully_observed_fraction": float(obs.all(1).mean()), "all_missing_count": int((~obs.any(1)).sum())}
+
+
+def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "run_key": r.key,
+        "dataset": r.dataset,
+        "method": r.method,
+        "method_display": r.method_display,
+        "parties": r.parties,
+        "partitioner": r.partitioner,
+        "protocol": r.protocol["name"],
+        "train_missing": r.train_missing,
+        "p_miss_train": p_key(r.train_missing),
+        "test_missing": test_missing,
+        "p_miss_test": p_key(test_missing),
+        "seed": r.seed,
+        "epochs": r.hp.epochs,
+        "metric": metric,
+        "value": value,
+        "n_counted": met["n_counted"],
+        "n_test": met["n_test"],
+        **extras,
+    }
