@@ -15,6 +15,7 @@ from vflbench.errors import VFLBenchError
 from vflbench.methods import METHODS, BatchPrediction, Method, Stage
 from vflbench.methods.base import masked_mean_ce
 from vflbench.models import ParamStore
+from vflbench.optim import MaskedOptimizer
 from vflbench.pipeline import execute
 
 runner = CliRunner()
@@ -167,6 +168,56 @@ def _store(n_members):
     s.add("w", (n_members, 3), torch.arange(n_members), 0.5)
     s.finalize(torch.Generator().manual_seed(0))
     return s
+
+
+@pytest.mark.parametrize("name, kw", [("adam", dict(weight_decay=1e-2)), ("sgd", dict(momentum=0.8, weight_decay=1e-2))])
+def test_stale_updates_equal_torch_zero_grad_without_set_to_none(name, kw):
+    """One optimiser over two members (as LASER-VFL's one Adam): with stale updates, a member a batch
+    did not use still steps on a zero gradient once it has had one, exactly like
+    ``zero_grad(set_to_none=False)``; without, it sits out like ``set_to_none=True``."""
+    for stale in (True, False):
+        s = _store(2)
+        ref = torch.nn.Parameter(s["w"].detach().clone())  # [2, 3]
+        ref_rows = [torch.nn.Parameter(ref[i].detach().clone()) for i in range(2)]
+        cls = torch.optim.Adam if name == "adam" else torch.optim.SGD
+        ropt = cls(ref_rows, lr=0.01, **kw)
+        opt = MaskedOptimizer(s, [], 2, name=name, lr=0.01, groups=[0, 0], stale_updates=stale, **kw)
+        g = torch.Generator().manual_seed(1)
+        for step in range(15):
+            grad = torch.randn(2, 3, generator=g)
+            use = [True, step % 3 == 1]
+            ropt.zero_grad(set_to_none=not stale)
+            for i in range(2):
+                if use[i]:
+                    ref_rows[i].grad = grad[i].clone()
+            ropt.step()
+            s.flat.grad = (grad * torch.tensor(use, dtype=torch.float)[:, None]).view(-1).clone()
+            opt.step(torch.tensor(use))
+        for i in range(2):
+            assert torch.allclose(s["w"][i], ref_rows[i], atol=1e-6), (name, stale, i)
+
+
+def test_stale_updates_stay_inside_their_optimiser_group():
+    """Separate optimisers (Local's per-party models) never step a model whose batch was skipped."""
+    s = _store(2)
+    before = s["w"].detach().clone()
+    opt = MaskedOptimizer(s, [], 2, name="adam", lr=0.1, weight_decay=0.1, groups=[0, 1], stale_updates=True)
+    s.flat.grad = torch.ones(6)
+    opt.step(torch.tensor([True, True]))
+    mid = s["w"].detach().clone()
+    s.flat.grad = torch.cat([torch.ones(3), torch.zeros(3)])
+    opt.step(torch.tensor([True, False]))
+    assert not torch.equal(s["w"][0], mid[0]) and torch.equal(s["w"][1], mid[1]) and not torch.equal(mid[1], before[1])
+
+
+def test_stale_updates_protocol_option_reaches_the_optimiser():
+    base = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 800}, hp={"epochs": 2}, protocol="compat")
+    a = execute(resolve(base), device="cpu")[0]
+    b = execute(resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device="cpu")[0]
+    assert [r["value"] for r in a] != [r["value"] for r in b]
+    c = execute(resolve(RunConfig(**{**base.__dict__, "method": "local", "protocol_options": {"stale_updates": "true"}})), device="cpu")[0]
+    d = execute(resolve(RunConfig(**{**base.__dict__, "method": "local"})), device="cpu")[0]
+    assert [r["value"] for r in c] == [r["value"] for r in d]  # per-model optimisers: no stale steps
 
 
 def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):

@@ -5,6 +5,11 @@ skips models and parameters that a batch did not touch. Here all members share o
 object, but each member has its own step count and moments and is updated only when ``active``;
 the arithmetic is torch.optim.Adam / torch.optim.SGD's (coupled L2 weight decay, bias-corrected
 Adam, heavy-ball momentum without dampening).
+
+``stale_updates`` reproduces PyTorch < 2.0, whose ``zero_grad()`` zeroed gradients instead of
+dropping them: once a member has had a gradient, every later step of *its* optimiser (``group``)
+updates it with a zero gradient when a batch did not use it (weight decay and stale Adam moments
+still move it, and its step count advances).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from .models import ParamStore
 
 class MaskedOptimizer:
     def __init__(self, store: ParamStore | None, module_params: list[tuple[torch.nn.Parameter, int]], n_members: int, *, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8,
-                 groups: list[int] | None = None, trainable: torch.Tensor | None = None):
+                 groups: list[int] | None = None, stale_updates: bool = False, trainable: torch.Tensor | None = None):
         if name not in ("adam", "sgd"):
             raise VFLBenchError(f"Unknown optimizer '{name}'. Choices: adam, sgd.")
         if lr <= 0:
@@ -31,21 +36,29 @@ class MaskedOptimizer:
         self.entries += module_params
         self.n_members = n_members
         self.steps = torch.zeros(n_members)
+        self.stale = bool(stale_updates)
         self.groups = torch.as_tensor(groups if groups is not None else [0] * n_members, dtype=torch.long)
+        self.ever = torch.zeros(n_members, dtype=torch.bool)  # members that have had a gradient
         self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
 
     def to(self, device) -> None:
         self.steps = self.steps.to(device)
-        self.groups = self.groups.to(device)
+        self.groups, self.ever = self.groups.to(device), self.ever.to(device)
         if self.trainable is not None:
             self.trainable = self.trainable.to(device)
 
     def effective(self, active: torch.Tensor) -> torch.Tensor:
-        """The members this step updates: the active ones, restricted to the trainable ones."""
+        """The members this step updates: the active ones, restricted to the trainable ones, plus
+        (with stale updates) every member that ever had a gradient in an optimiser group that steps."""
         if self.trainable is not None:
             active = active & self.trainable
-        return active
+        if not self.stale:
+            return active
+        self.ever |= active
+        stepping = torch.zeros(int(self.groups.max()) + 1, dtype=torch.bool, device=active.device)
+        stepping.index_fill_(0, self.groups[active], True)
+        return active | (self.ever & stepping[self.groups])
 
     def zero_grad(self) -> None:
         for p, _ in self.entries:
@@ -60,7 +73,9 @@ class MaskedOptimizer:
         b1, b2 = self.betas
         for (p, mem), st in zip(self.entries, self.state, strict=True):
             if p.grad is None:
-                continue
+                if not (self.stale and isinstance(mem, int) and bool(active[mem])):
+                    continue
+                p.grad = torch.zeros_like(p)  # a zeroed (not dropped) gradient, as PyTorch < 2.0
             if isinstance(mem, int):  # a whole tensor owned by one member
                 if not bool(active[mem]):
                     continue

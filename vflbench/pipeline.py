@@ -104,7 +104,7 @@ def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
 def policy(run: ResolvedRun) -> TrainPolicy:
     p = run.protocol
     return TrainPolicy(per_batch_masks=p["train_granularity"] == "batch", shuffle=bool(p["shuffle"]), balanced_sampler=bool(p["balanced_sampler"]),
-                       augment=bool(p["augment"]))
+                       augment=bool(p["augment"]), stale_updates=bool(p.get("stale_updates", False)))
 
 
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:

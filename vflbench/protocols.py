@@ -22,6 +22,7 @@ class Protocol:
     plug_denominator: str  # "exclude" samples whose active party is missing | score them as "random" guesses
     laser_subsets: str  # "batch": one subset per (head, size) per batch (authors) | "sample": per sample
     all_missing: str  # "keep" (skipped by training and evaluation) | "resample"
+    stale_updates: bool = False  # step members a batch did not use if they ever had a gradient (PyTorch < 2.0's zero_grad)
 
     def resolve(self, dataset: str) -> dict[str, Any]:
         d = asdict(self)

@@ -105,6 +105,7 @@ class TrainPolicy:
     shuffle: bool
     balanced_sampler: bool
     augment: bool
+    stale_updates: bool = False
 
 
 @dataclass
@@ -164,7 +165,7 @@ class Loop:
 def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
     opt = MaskedOptimizer(
         method.store, method.module_params(), method.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
-        momentum=hp.momentum, groups=method.member_group, trainable=method.trainable(stage),
+        momentum=hp.momentum, groups=method.member_group, stale_updates=policy.stale_updates, trainable=method.trainable(stage),
     )
     opt.to(method.device)
     return opt
