@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import sys
@@ -28,10 +29,16 @@ def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Pyt
             for p in plugin:
                 plugins.add(p)
         except VFLBenchError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            _error(str(e))
             raise typer.Exit(2) from None
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+def _error(msg: str) -> None:
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
 
 def friendly(fn):
@@ -42,8 +49,21 @@ def friendly(fn):
         try:
             return fn(*args, **kwargs)
         except VFLBenchError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            _error(str(e))
+            raise typer.Exit(getattr(e, "exit_code", 2)) from None
+        except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as e:
+            what = {PermissionError: "permission denied", IsADirectoryError: "is a directory", NotADirectoryError: "a part of the path is not a directory",
+                    FileNotFoundError: "no such file or directory"}[type(e)]
+            _error(f"{e.filename or ''}: {what}; check the path and its permissions.")
             raise typer.Exit(2) from None
+        except UnicodeDecodeError as e:
+            _error(f"a file is not text (UTF-8): {e.reason} at byte {e.start}; give a YAML/CSV text file.")
+            raise typer.Exit(2) from None
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                _error(f"the disk is full while writing {e.filename or 'output'}; free space or use another --out.")
+                raise typer.Exit(2) from None
+            raise
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
@@ -266,7 +286,7 @@ def run(
     protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     out: Path = typer.Option(Path("results/runs"), help="output directory"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
     from .config import RunConfig, resolve
@@ -291,6 +311,9 @@ def run(
         preset=preset, device=device, labeled=labeled, aligned=aligned,
     )
     resolved = resolve(cfg)
+    from .outputs import check_output_dir
+
+    check_output_dir(out)
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -345,10 +368,12 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     for r in rows:
         opts = "\n".join(
             f"{o['name']}={o['default']}" + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
-            + (f" [default from protocol {o['protocol_default']}]" if "protocol_default" in o else "") + f": {o['help']}"
+            + (f" (default from protocol field {o['protocol_default']})" if "protocol_default" in o else "") + f": {o['help']}"
             for o in r["options"]) or "-"
         stages = ", ".join(f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"])
-        t.add_row(r["name"], r["display"], r["paper"], stages, opts)
+        from rich.markup import escape
+
+        t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts))
     console.print(t)
 
 
@@ -359,12 +384,12 @@ def sweep(
     datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
     workers: int = typer.Option(1, help="parallel worker processes (each gets cores/workers threads)"),
-    quick: bool = typer.Option(False, "--quick", help="smoke test: few epochs, first seed; output marked QUICK"),
+    quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
     out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
     executor: str = typer.Option("local", help="local | ray"),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="list what would run and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="list what would run and exit"),
 ):
     """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes."""
     import time
@@ -384,6 +409,8 @@ def sweep(
 
     if workers < 1:
         raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
+    if executor not in ("local", "ray"):
+        raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
     try:
         sd = [int(s) for s in seeds.split(",")] if seeds else None
@@ -391,6 +418,9 @@ def sweep(
         raise VFLBenchError(f"--seeds must be comma-separated integers, got '{seeds}'.") from None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
+    from .outputs import check_output_dir
+
+    check_output_dir(out)
     p = plan(exp, out)
     if quick:
         console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")
@@ -438,6 +468,10 @@ def table(
     from .outputs import atomic_write_text
     from .report import make_table
 
+    if out:
+        from .outputs import check_output_file
+
+        check_output_file(out)
     text, _ = make_table(results, layout, reference, fmt)
     if out:
         atomic_write_text(out, text)
@@ -458,6 +492,11 @@ def plot(
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
     from .plot import plot_curves, plot_scalability
 
+    if kind not in ("scalability", "curves", "bars"):
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
+    from .outputs import check_output_file
+
+    check_output_file(out.with_suffix(".png"))
     if kind == "scalability":
         paths = plot_scalability(results, out, metric, test_missing)
     elif kind == "curves":

@@ -84,6 +84,12 @@ class HParams:
             raise VFLBenchError(f"epochs and batch_size must be >= 1{where}.")
         if not math.isfinite(self.lr) or self.lr <= 0:
             raise VFLBenchError(f"lr must be a finite number > 0{where}, got {self.lr}.")
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise VFLBenchError(f"weight_decay must be a finite number >= 0{where}, got {self.weight_decay}.")
+        if not math.isfinite(self.momentum) or not 0 <= self.momentum < 1:
+            raise VFLBenchError(f"momentum must be in [0, 1){where}, got {self.momentum}.")
+        if not math.isfinite(self.eta_min_ratio) or not 0 <= self.eta_min_ratio <= 1:
+            raise VFLBenchError(f"eta_min_ratio must be in [0, 1]{where}, got {self.eta_min_ratio}.")
         if self.schedule not in ("none", "cosine"):
             raise VFLBenchError(f"Unknown schedule '{self.schedule}'{where}. Choices: none, cosine.")
 
@@ -187,6 +193,12 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         raise VFLBenchError("Give at least one --test-missing setting.")
     train_missing = canonical(cfg.train_missing)
     test_missing = tuple(canonical(s) for s in cfg.test_missing)
+    dupes = sorted({s for s in test_missing if test_missing.count(s) > 1})
+    if dupes:
+        raise VFLBenchError(f"Test setting(s) {', '.join(dupes)} given more than once; list each test setting once.")
+    from .partitioners import check_options
+
+    check_options(cfg.partitioner or ("tiles" if spec.info.kind == "image" else "contiguous"), cfg.partition_options)
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     load_preset(cfg.preset)
     base = hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
@@ -202,6 +214,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     hp = stage_hp[mcls.stages[0].name]
     model = model_spec(cfg.preset, cfg.dataset, spec.info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
+    check_model(model, spec.info.kind)
     options, sources = resolve_method_options(mcls, cfg.method_options, proto)
     if cfg.labeled is not None and (cfg.labeled < 1 or not 0 <= cfg.aligned <= cfg.labeled):
         raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={cfg.labeled}, aligned={cfg.aligned}.")
@@ -220,6 +233,27 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         protocol=proto, preset=cfg.preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
     )
+
+
+def check_model(model: dict[str, Any], kind: str) -> None:
+    from .models import IMAGE_EXTRACTORS
+
+    archs = ["mlp", *IMAGE_EXTRACTORS]
+    if model.get("arch") not in archs:
+        raise VFLBenchError(f"Unknown extractor architecture {model.get('arch')!r}. Choices: {', '.join(archs)}.")
+    try:
+        cut = _int(model.get("cut"), "cut")
+        hidden = [_int(h, "hidden") for h in model.get("hidden", [])]
+    except (TypeError, ValueError) as e:
+        raise VFLBenchError(f"Bad model setting: {e}.") from None
+    if cut < 1:
+        raise VFLBenchError(f"--cut (the representation size) must be >= 1, got {cut}.")
+    if kind == "image" and model["arch"] == "mlp":
+        raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
+    if kind != "image" and model["arch"] != "mlp":
+        raise VFLBenchError(f"Extractor '{model['arch']}' needs image data; use --arch mlp for tabular data.")
+    if any(h < 1 for h in hidden):
+        raise VFLBenchError(f"--hidden sizes must all be >= 1, got {','.join(map(str, hidden))}.")
 
 
 def config_from_dict(d: dict[str, Any]) -> RunConfig:

@@ -8,6 +8,17 @@ class VFLBenchError(Exception):
     """
 
 
+class TrainingDiverged(VFLBenchError):
+    """The training loss became NaN or infinite; the CLI exits with status 3."""
+
+    exit_code = 3
+
+    def __init__(self, epoch: int, loss: float, stage: str | None = None):
+        where = f"epoch {epoch}" + (f" of stage {stage}" if stage else "")
+        super().__init__(f"training diverged at {where} (loss = {loss}); lower --lr")
+        self.epoch, self.loss = epoch, loss
+
+
 class DataUnavailableError(VFLBenchError):
     """A dataset's files are not on disk and cannot be downloaded or copied from the mirror."""
 

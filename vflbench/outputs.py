@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .errors import VFLBenchError
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -20,12 +21,45 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_output_dir(path: Path, flag: str = "--out") -> None:
+    """Fail before any work if ``path`` cannot become a writable directory."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise VFLBenchError(f"{flag} {p} is a file; give a directory.")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise VFLBenchError(f"{flag} {p}: {probe} is a file, so the directory cannot be created; give another path.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise VFLBenchError(f"{flag} {p}: {probe} is not writable; give a directory you can write to.")
+
+
+def check_output_file(path: Path, flag: str = "--out") -> None:
+    """Fail before any work if ``path`` cannot be written as a file (its folder must exist)."""
+    p = Path(path)
+    if p.is_dir():
+        raise VFLBenchError(f"{flag} {p} is a directory; give a file path.")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise VFLBenchError(f"{flag} {p}: the folder {parent} does not exist; create it first or give another path.")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise VFLBenchError(f"{flag} {p} is not writable; give a path you can write to.")
 
 
 def write_outputs(out_dir: Path, rows: list[dict[str, Any]], manifest: dict[str, Any]) -> Path:

@@ -154,7 +154,26 @@ def grid(shape, k: int, rng: np.random.Generator, rows: int | None = None, cols:
     return Partition("tiles", [(r0, r1, c0, c1) for r0, r1 in _bands(h, rows) for c0, c1 in _bands(w, cols)], "grid", {"rows": rows, "cols": cols})
 
 
+def partition_options(name: str) -> list[str]:
+    """The options a partitioner takes (its keyword parameters)."""
+    import inspect
+
+    fn = PARTITIONERS.get(name)
+    skip = {"shape", "k", "rng"}
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.name not in skip and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+def check_options(name: str, params: dict[str, Any]) -> None:
+    known = partition_options(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        from .errors import VFLBenchError
+
+        raise VFLBenchError(f"Partitioner '{name}' has no option {', '.join(unknown)}; its options: {', '.join(known) or 'none'}.")
+
+
 def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, **params) -> Partition:
+    check_options(name, params)
     fn = PARTITIONERS.get(name)
     part = fn(tuple(shape), int(k), rng, **params)
     part.params = {**params, **part.params}

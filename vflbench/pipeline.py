@@ -67,6 +67,8 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
                              all_missing=proto["all_missing"], labeled=run.labeled, aligned=run.aligned)
     test_masks = {s: draw_masks(prep, s, split="test", granularity=proto["test_granularity"], batch_size=bs, all_missing=proto["all_missing"])
                   for s in run.test_missing}
+    if not train_masks.observed.any():
+        raise VFLBenchError(f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; lower the missing probability.")
     labeled = None
     if train_masks.labeled is not None:
         labeled = torch.zeros(len(data.y_train), dtype=torch.bool, device=dev)

@@ -30,7 +30,6 @@ def _manifests(path: Path) -> list[dict]:
 
 
 def _save(fig, out: Path) -> list[Path]:
-    out.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in (".png", ".pdf"):
         p = out.with_suffix(ext)
@@ -43,9 +42,18 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
     """Metric (mean +- std over seeds) and seconds per training epoch against the number of parties."""
     plt = _plt()
     df = load_results(results)
+    metrics = sorted(set(df["metric"]))
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
     df = df[df["metric"] == metric]
     if test_missing:
+        settings = list(dict.fromkeys(df["test_missing"]))
         df = df[df["test_missing"] == test_missing]
+        if df.empty:
+            raise VFLBenchError(f"--test-missing {test_missing!r} matches no result; the test settings are {', '.join(settings)}.")
+    ks = sorted(set(df["parties"]))
+    if len(ks) < 2:
+        raise VFLBenchError(f"The scalability plot needs results for at least two numbers of parties K; these have only K = {', '.join(map(str, ks))}.")
     timing = pd.DataFrame([{"method": m["config"]["method"], "parties": m["config"]["parties"], "seed": m["config"]["seed"], "s_per_epoch": m["timings"]["seconds_per_epoch"]} for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for m in method_order(df["method"]):

@@ -8,6 +8,7 @@ and the members it trains, and predictions. :func:`fit` below is the whole loop.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .errors import TrainingDiverged
 from .methods import Batch, Epoch, Method, Stage
 from .optim import MaskedOptimizer, cosine_lr
 from .partitioners import Partition
@@ -226,13 +228,15 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
                     method.channel.discard()
                     hist.skipped_batches += 1
                     continue
+                value = float(loss.detach())
+                if not math.isfinite(value):  # stop before a NaN reaches the parameters
+                    raise TrainingDiverged(epoch + 1, value, stage.name if len(method.stages) > 1 else None)
                 opt.zero_grad()
                 loss.backward()
                 for cb in callbacks:
                     cb.before_step(loop, batch, loss)
                 opt.step(active)
                 method.channel.commit("train", backward=True)
-                value = float(loss.detach())
                 for cb in callbacks:
                     cb.after_step(loop, batch, value)
                 total += value

@@ -129,10 +129,19 @@ def variant_in_mirror(name: str, variant: Variant) -> Path | None:
     return None
 
 
-def unavailable_message(name: str, what: str = "") -> str:
+def unavailable_message(name: str, what: str = "", ds_dir: Path | None = None, variants: tuple[Variant, ...] = ()) -> str:
+    """Say what is missing, where it was looked for, and how to supply it."""
+    files = ", ".join(f.path for f in variants[0].files) if variants else "its raw files"
+    mirror = mirror_root()
+    looked = f"not in {ds_dir}" if ds_dir is not None else "not on disk"
+    subdirs = sorted({v.mirror_dir for v in variants if v.mirror_dir})
+    looked += f", not in the mirror {mirror}/{'|'.join(subdirs) or name}" if mirror is not None else f", and {MIRROR_ENV} is not set"
+    urls = [u for v in variants for u in v.urls]
+    manual = f" download {urls[0]} by hand into {ds_dir or 'the data folder'}," if urls else ""
     return (
-        f"Dataset '{name}' is not available locally{what}. Run `vflbench data fetch {name}` while online, "
-        f"or set {MIRROR_ENV} to a directory holding an offline copy (e.g. {MIRROR_ENV}=../shared/data)."
+        f"Dataset '{name}' is missing ({files}): {looked}{what}. To supply it:{manual} or set {MIRROR_ENV} to a folder "
+        f"holding {'/'.join(subdirs) or name}/ with those files (e.g. {MIRROR_ENV}=../shared/data), or run `vflbench data fetch {name}` "
+        f"on a machine with internet access."
     )
 
 
@@ -163,9 +172,9 @@ def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], downl
             except OSError as e:  # URLError is an OSError
                 errors.append(f"{v.urls[0]}: {e}")
         if chosen is None:
-            raise DataUnavailableError(unavailable_message(name, " and the download failed (" + "; ".join(errors) + ")"))
+            raise DataUnavailableError(unavailable_message(name, "; the download failed (" + "; ".join(errors) + ")", ds_dir, variants))
     if chosen is None:
-        raise DataUnavailableError(unavailable_message(name))
+        raise DataUnavailableError(unavailable_message(name, "", ds_dir, variants))
     sums = {}
     for f in chosen.files:
         sums[f.path] = f.verify(ds_dir / f.path)

@@ -1,0 +1,130 @@
+"""Bad input never trains, never prints a traceback and never writes a result: one line naming the
+fix and exit status 2 (3 when training diverges). Every case runs through the CLI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+
+runner = CliRunner()
+RUN = ["run", "--dataset", "synthetic", "--method", "laser", "--epochs", "1", "--quiet", "--data-opt", "n=300"]
+
+
+def _fails(args, needle, code=2, out_dir=None):
+    r = runner.invoke(app, args)
+    text = r.output
+    assert r.exit_code == code, (args, r.exit_code, text)
+    assert "Traceback" not in text, text
+    assert needle in text, (args, text)
+    assert len([ln for ln in text.strip().splitlines() if ln.strip()]) <= 4, text  # one message (wrapped at most)
+    if out_dir is not None:
+        assert not any(out_dir.rglob("results.csv")), "a results file was written"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--cut", "0"], "--cut"),
+    (["--hidden", "0"], "--hidden sizes must all be >= 1"),
+    (["--hidden", "8,-2"], "--hidden sizes must all be >= 1"),
+    (["--momentum", "-0.1"], "momentum must be in [0, 1)"),
+    (["--momentum", "1"], "momentum must be in [0, 1)"),
+    (["--weight-decay", "-1"], "weight_decay must be a finite number >= 0"),
+    (["--lr", "nan"], "lr must be a finite number > 0"),
+    (["--lr", "inf"], "lr must be a finite number > 0"),
+    (["--weight-decay", "inf"], "weight_decay"),
+    (["--part-opt", "bogus=1"], "Partitioner 'contiguous' has no option bogus"),
+    (["--train-missing", "mcar:1"], "observes no block of any sample"),
+    (["--test-missing", "none,none"], "given more than once"),
+    (["--test-missing", "mcar:0.1,mcar:0.10"], "given more than once"),
+    (["--arch", "bogus"], "Unknown extractor architecture 'bogus'. Choices: mlp, resnet18-half, resnet18, cnn-small"),
+    (["--arch", "cnn-small"], "needs image data"),
+    (["--method-opt", "fusion=concat"], "choices are mean, sum"),
+])
+def test_run_rejects_before_training(tmp_path, args, needle):
+    _fails([*RUN, "--out", str(tmp_path / "o"), *args], needle, out_dir=tmp_path)
+
+
+def test_divergence_stops_the_run_with_status_3(tmp_path):
+    _fails([*RUN, "--out", str(tmp_path / "o"), "--optimizer", "sgd", "--lr", "1e12"], "training diverged at epoch 1 (loss = ", code=3, out_dir=tmp_path)
+    r = runner.invoke(app, [*RUN, "--out", str(tmp_path / "o"), "--optimizer", "sgd", "--lr", "1e12"])
+    assert "lower --lr" in r.output
+
+
+def test_outputs_are_checked_before_work(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _fails([*RUN, "--out", str(f)], "is a file; give a directory")
+    _fails([*RUN, "--out", str(f / "sub")], "is a file, so the directory cannot be created")
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"],
+                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    _fails(["sweep", str(exp), "--out", str(f)], "is a file; give a directory")
+    _fails(["table", str(tmp_path), "--out", str(tmp_path)], "is a directory; give a file path")
+    _fails(["table", str(tmp_path), "--out", str(tmp_path / "missing" / "t.md")], "does not exist")
+    _fails(["plot", "curves", str(tmp_path), "--out", str(tmp_path / "missing" / "dir" / "x")], "does not exist")
+    _fails(["plot", "pie", str(tmp_path)], "Unknown plot 'pie'")
+    _fails(["sweep", str(exp), "--executor", "bogus"], "Unknown executor 'bogus'")
+    _fails(["sweep", str(exp), "--executor", "bogus", "--dry-run"], "Unknown executor 'bogus'")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    _fails([*RUN, "--out", str(ro / "x")], "is not writable")
+
+
+def test_plot_filters_that_match_nothing_are_errors(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none", "mcar:0.5"],
+                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    out = tmp_path / "s"
+    assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
+    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--metric", "bogus"], "--metric 'bogus' is not in these results")
+    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--test-missing", "mar1"], "matches no result")
+    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f")], "needs results for at least two numbers of parties")
+    assert not list(tmp_path.glob("f.*"))
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    exp = tmp_path / "bin.yaml"
+    exp.write_bytes(b"\xff\xfe\x00garbage")
+    _fails(["sweep", str(exp)], "not text")
+
+
+def test_offline_fetch_says_what_is_missing_and_how_to_supply_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    monkeypatch.delenv("VFLBENCH_DATA_MIRROR", raising=False)
+    import urllib.request
+
+    def offline(*a, **k):
+        raise OSError("offline")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    r = runner.invoke(app, ["data", "fetch", "uci-har"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    for needle in ("train/X_train.txt", str(tmp_path), "VFLBENCH_DATA_MIRROR", "by hand"):
+        assert needle in r.output, (needle, r.output)
+
+
+def test_results_are_shareable_files(tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert runner.invoke(app, [*RUN, "--out", str(tmp_path)]).exit_code == 0
+    finally:
+        os.umask(old)
+    for f in tmp_path.rglob("*.*"):
+        assert f.stat().st_mode & 0o777 == 0o644, (f, oct(f.stat().st_mode))
+
+
+def test_flags_render_as_flags():
+    import re
+
+    r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    line = next(ln for ln in r.output.splitlines() if "--quiet" in ln)
+    assert not re.search(r"<bool>|BOOLEAN", line), line
