@@ -261,3 +261,25 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
         assert torch.equal(flat, m.store.flat) and not torch.equal(w1, m.extra.weight)  # stage b: only the module moved
     finally:
         METHODS._items.pop("_twostage")
+
+
+def test_experiment_files_take_plugins_method_options_and_labeled_runs(tmp_path):
+    import shutil
+
+    from vflbench.experiment import load_experiment
+
+    shutil.copy(__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py", tmp_path / "om.py")
+    (tmp_path / "om.py").write_text((tmp_path / "om.py").read_text().replace('"obsmean"', '"om_exp"'))
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "name: t\nplugins: [om.py]\nmethods: [om_exp, plug]\ntrain_missing: [none]\ntest_missing: [none]\nlabeled: 50\naligned: 10\n"
+        "method_options: {plug: {p_drop: 0.3}}\n"
+        "datasets:\n  synthetic: {method_options: {om_exp: {min_observed: 2}}}\n")
+    e = load_experiment(exp)
+    runs = {r.method: resolve(r) for r in e.runs}
+    assert runs["om_exp"].method_options == {"min_observed": 2} and runs["plug"].method_options["p_drop"] == 0.3
+    assert runs["plug"].labeled == 50 and runs["plug"].aligned == 10
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(exp.read_text().replace("p_drop: 0.3", "p_drop: 3"))
+    r = runner.invoke(app, ["sweep", str(bad), "--dry-run", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "must be in [0, 1)" in r.output
