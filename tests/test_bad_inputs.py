@@ -128,3 +128,33 @@ def test_flags_render_as_flags():
     r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     line = next(ln for ln in r.output.splitlines() if "--quiet" in ln)
     assert not re.search(r"<bool>|BOOLEAN", line), line
+
+
+def _tiny_experiment(tmp_path, name="t"):
+    exp = tmp_path / f"{name}.yaml"
+    exp.write_text(yaml.safe_dump({"name": name, "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"],
+                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    return exp
+
+
+def test_a_second_sweep_on_a_locked_folder_stops_at_once(tmp_path):
+    import time
+
+    from vflbench.sweep import FolderLock
+
+    out = tmp_path / "s"
+    with FolderLock(out):
+        t = time.perf_counter()
+        _fails(["sweep", str(_tiny_experiment(tmp_path)), "--out", str(out)], "is in use by sweep PID")
+        assert time.perf_counter() - t < 10
+        assert not (out / "runs").exists()
+    r = runner.invoke(app, ["sweep", str(_tiny_experiment(tmp_path)), "--out", str(out)])  # released: runs
+    assert r.exit_code == 0, r.output
+
+
+def test_a_folder_of_another_experiment_needs_force(tmp_path):
+    out = tmp_path / "s"
+    assert runner.invoke(app, ["sweep", str(_tiny_experiment(tmp_path, "a")), "--out", str(out)]).exit_code == 0
+    _fails(["sweep", str(_tiny_experiment(tmp_path, "b")), "--out", str(out)], "holds the sweep of experiment 'a'")
+    r = runner.invoke(app, ["sweep", str(_tiny_experiment(tmp_path, "b")), "--out", str(out), "--force"])
+    assert r.exit_code == 0, r.output

@@ -390,22 +390,12 @@ def sweep(
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="list what would run and exit"),
+    force: bool = typer.Option(False, "--force", metavar="", help="share an output folder that holds another experiment's sweep"),
 ):
-    """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes."""
-    import time
-
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
+    """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
+    One sweep at a time per output folder (a second one stops at once)."""
     from .experiment import load_experiment
-    from .report import make_table
-    from .sweep import execute_plan, finalize, plan
+    from .sweep import FolderLock, check_same_experiment
 
     if workers < 1:
         raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
@@ -421,6 +411,29 @@ def sweep(
     from .outputs import check_output_dir
 
     check_output_dir(out)
+    check_same_experiment(exp, out, force)
+    if dry_run:
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True)
+        return
+    with FolderLock(out):
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False)
+
+
+def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
+    import time
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .report import make_table
+    from .sweep import execute_plan, finalize, plan
+
     p = plan(exp, out)
     if quick:
         console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")

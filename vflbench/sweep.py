@@ -60,6 +60,50 @@ def plan(exp: Experiment, out: Path) -> SweepPlan:
     return p
 
 
+class FolderLock:
+    """Exclusive use of a sweep's output folder (``fcntl.flock`` on ``<out>/.sweep.lock``): a second
+    sweep there stops at once instead of racing the first over ``results.csv`` and ``sweep.json``.
+    The lock dies with its process, so a killed sweep never leaves the folder locked."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / ".sweep.lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> FolderLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another sweep"
+            os.close(fd)
+            raise VFLBenchError(f"{self.path.parent} is in use by {holder}; wait for it or use another --out.") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"sweep PID {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+
+def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
+    """Refuse a folder that holds another experiment's sweep (unless ``force``)."""
+    meta = Path(out) / "sweep.json"
+    if force or not meta.exists():
+        return
+    try:
+        other = json.loads(meta.read_text()).get("experiment")
+    except (OSError, ValueError):
+        return
+    if other and other != exp.name:
+        raise VFLBenchError(f"{out} holds the sweep of experiment '{other}', not '{exp.name}'; use another --out, or --force to share the folder.")
+
+
 def _worker_init(threads: int) -> None:
     try:  # die with the parent (SIGKILL of the sweep must not leave orphans computing)
         import ctypes
