@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from vflbench.cli import app
 
+from .conftest import needs_mirror
+
 runner = CliRunner()
 RUN = ["run", "--dataset", "synthetic", "--method", "laser", "--epochs", "1", "--quiet", "--data-opt", "n=300"]
 
@@ -158,3 +160,75 @@ def test_a_folder_of_another_experiment_needs_force(tmp_path):
     _fails(["sweep", str(_tiny_experiment(tmp_path, "b")), "--out", str(out)], "holds the sweep of experiment 'a'")
     r = runner.invoke(app, ["sweep", str(_tiny_experiment(tmp_path, "b")), "--out", str(out), "--force"])
     assert r.exit_code == 0, r.output
+
+
+@needs_mirror
+@pytest.mark.parametrize("damage", ["bitflip", "truncate"])
+def test_a_damaged_data_file_is_moved_aside_and_restored(tmp_path, monkeypatch, damage):
+    from vflbench.datasets import load_dataset
+    from vflbench.datasets.credit import CSV_GZ
+
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    first = load_dataset("credit")
+    assert first.checksum_checks == {CSV_GZ: "published"}
+    f = tmp_path / "credit" / CSV_GZ
+    raw = bytearray(f.read_bytes())
+    if damage == "bitflip":
+        raw[len(raw) // 2] ^= 0xFF
+    else:
+        raw = raw[: len(raw) // 3]
+    f.write_bytes(bytes(raw))
+    out = tmp_path / "o"
+    _fails(["run", "--dataset", "credit", "--method", "local", "--epochs", "1", "--quiet", "--out", str(out)], "is damaged", out_dir=tmp_path)
+    r = runner.invoke(app, ["masks", "--dataset", "credit"])
+    assert r.exit_code == 0, r.output  # the next use restored the file from the mirror
+    assert not (tmp_path / "credit" / (CSV_GZ + ".corrupt")).exists() or f.exists()
+    again = load_dataset("credit")
+    assert again.checksums == first.checksums
+
+
+def test_files_without_a_published_checksum_are_checked_against_their_first_use(tmp_path):
+    from vflbench.datasets.fetch import RawFile
+    from vflbench.errors import VFLBenchError
+
+    f = tmp_path / "a.txt"
+    f.write_text("1 2 3\n")
+    rf = RawFile("a.txt")
+    sha, kind = rf.verify(f, tmp_path)
+    assert kind == "first-use"
+    assert rf.verify(f, tmp_path) == (sha, "recorded")
+    f.write_text("1 2 4\n")
+    with pytest.raises(VFLBenchError, match="recorded when it was first used"):
+        rf.verify(f, tmp_path)
+    assert not f.exists() and (tmp_path / "a.txt.corrupt").exists()
+    f.write_text("1 2 3\n")  # a fresh copy is accepted again
+    assert rf.verify(f, tmp_path)[1] == "first-use"
+
+
+@needs_mirror
+def test_a_parallel_first_sweep_on_an_empty_data_folder_finishes(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "seeds": [0, 1, 2, 3],
+                                   "hp": {"epochs": 1}, "datasets": {"credit": {}}}))
+    r = runner.invoke(app, ["sweep", str(exp), "--workers", "2", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "s" / "runs").glob("*/manifest.json"))) == 4
+    assert not list((tmp_path / "data").rglob("*.part")) and not list((tmp_path / "data").rglob(".tmp-*"))
+
+
+def test_concurrent_fetches_of_one_dataset_do_not_collide(tmp_path, monkeypatch):
+    """Two processes fetching the same dataset from the mirror at once both succeed."""
+    import subprocess
+    import sys
+
+    from .conftest import MIRROR
+
+    if not (MIRROR / "fashion-mnist").exists():
+        pytest.skip("offline data mirror not present")
+    env = {**os.environ, "VFLBENCH_DATA": str(tmp_path / "data"), "VFLBENCH_DATA_MIRROR": str(MIRROR)}
+    code = "from vflbench.datasets import DATASETS; print(sorted(DATASETS.get('fashion-mnist').fetch()))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert outs[0][0] == outs[1][0]

@@ -52,7 +52,7 @@ def test_corrupt_file_fails_checksum(tmp_data):
     d = tmp_data / "phishing"
     d.mkdir(parents=True)
     (d / "Training Dataset.arff").write_text("@relation x\n@attribute a {0,1}\n@data\n1\n")
-    with pytest.raises(VFLBenchError, match="Checksum mismatch"):
+    with pytest.raises(VFLBenchError, match="is damaged .*published"):
         load_dataset("phishing")
 
 
@@ -73,7 +73,10 @@ def test_har_family_official_layout(tmp_data, name, tr, te, classes):
     d = load_dataset(name)
     assert d.x_train.shape == (40, 561) and np.allclose(d.x_train, Xtr, atol=1e-6)
     assert d.y_test.tolist() == (np.arange(15) % classes).tolist()  # labels shifted to 0-based
-    _write_txt(root / te / "X_test.txt", Xte[:, :500])
+    _write_txt(root / te / "X_test.txt", Xte[:, :500])  # the file changed since its first use
+    with pytest.raises(VFLBenchError, match="is damaged .*recorded when it was first used"):
+        load_dataset(name)
+    _write_txt(root / te / "X_test.txt", Xte[:, :500])  # a new copy: first use, then the shape check
     with pytest.raises(VFLBenchError, match="561"):
         load_dataset(name)
 
@@ -115,7 +118,7 @@ def test_idx_family_through_torchvision(tmp_data, name, cls):
     _idx(raw / "t10k-images-idx3-ubyte", imgs[:10])
     _idx(raw / "t10k-labels-idx1-ubyte", np.arange(10))
     if name == "fashion-mnist":  # real checksums are verified: fixtures must fail them
-        with pytest.raises(VFLBenchError, match="Checksum"):
+        with pytest.raises(VFLBenchError, match="is damaged"):
             load_dataset(name)
         return
     d = load_dataset(name, {"normalize": "none"})
@@ -188,5 +191,6 @@ def test_corrupt_unverifiable_credit_xls_is_a_clear_error(tmp_data):
     d = tmp_data / "credit"
     d.mkdir(parents=True)
     (d / "default of credit card clients.xls").write_bytes(b"not an excel file")
-    with pytest.raises(VFLBenchError, match="could not be read"):
+    with pytest.raises(VFLBenchError, match="is damaged .*could not be read"):
         load_dataset("credit")
+    assert (d / "default of credit card clients.xls.corrupt").exists()  # set aside for the next fetch

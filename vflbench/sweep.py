@@ -104,6 +104,15 @@ def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
         raise VFLBenchError(f"{out} holds the sweep of experiment '{other}', not '{exp.name}'; use another --out, or --force to share the folder.")
 
 
+def prefetch(p: SweepPlan) -> None:
+    """Fetch (copy, download, verify) every dataset the pending runs need, once, in this process,
+    before any worker starts: workers then only read files that are complete."""
+    from .datasets import DATASETS
+
+    for name in dict.fromkeys(r.dataset for r in p.todo):
+        DATASETS.get(name).fetch(download=True)
+
+
 def _worker_init(threads: int) -> None:
     try:  # die with the parent (SIGKILL of the sweep must not leave orphans computing)
         import ctypes
@@ -138,6 +147,7 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     """Run the pending runs; ``on_done(record)`` after each. Returns the status records."""
     if not p.todo:
         return []
+    prefetch(p)
     cores = os.cpu_count() or 1
     workers = max(1, min(workers, len(p.todo)))
     threads = max(1, cores // workers)

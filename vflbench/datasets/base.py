@@ -40,6 +40,7 @@ class Dataset:
     feature_names: list[str] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # resolved preprocessing options
     checksums: dict[str, str] = field(default_factory=dict)  # raw file -> sha256
+    checksum_checks: dict[str, str] = field(default_factory=dict)  # raw file -> published | recorded | first-use
 
     @property
     def name(self) -> str:
@@ -69,4 +70,5 @@ class Dataset:
             "train_class_counts": np.bincount(self.y_train, minlength=self.n_classes).tolist(),
             "options": self.options,
             "checksums": self.checksums,
+            "checksum_checks": self.checksum_checks,
         }

@@ -74,7 +74,9 @@ def _parse(ds_dir: Path) -> pd.DataFrame:
     try:
         df = pd.read_excel(src, header=1) if src.suffix == ".xls" else pd.read_csv(src)
     except Exception as e:  # xlrd, pandas and gzip raise many types on damaged files
-        raise VFLBenchError(f"{src} could not be read ({type(e).__name__}: {e}); delete it and run `vflbench data fetch credit`.") from None
+        from .fetch import damaged
+
+        damaged(src, f"could not be read: {type(e).__name__}: {e}"[:300], "credit", ds_dir)
     df = df.rename(columns={"default.payment.next.month": LABEL})
     missing = [c for c in COLUMNS + [LABEL] if c not in df.columns]
     if missing:

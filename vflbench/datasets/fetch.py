@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +65,76 @@ class RawFile:
     def digest(self, path: Path) -> str:
         return sha256_file(path, decompress_gz=self.sha256_of_uncompressed and path.suffix == ".gz")
 
-    def verify(self, path: Path) -> str:
-        got = self.digest(path)
-        if self.sha256 and got != self.sha256:
-            raise VFLBenchError(
-                f"Checksum mismatch for {path}: expected sha256 {self.sha256[:12]}..., got {got[:12]}... "
-                f"The file is corrupt or a different version; delete it and run `vflbench data fetch` again."
-            )
-        return got
+    def verify(self, path: Path, ds_dir: Path | None = None) -> tuple[str, str]:
+        """sha256 of the file and the kind of check made: ``published`` (against the source's
+        checksum), ``recorded`` (against the sha256 vflbench recorded the first time it used the
+        file) or ``first-use`` (recorded now). A file that cannot be read or does not match is
+        moved aside as ``*.corrupt`` and a one-line error says how to restore it."""
+        try:
+            got = self.digest(path)
+        except (OSError, EOFError, zlib.error) as e:
+            damaged(path, f"unreadable: {e or type(e).__name__}")
+        if self.sha256:
+            if got != self.sha256:
+                damaged(path, f"sha256 {got[:12]}... instead of the published {self.sha256[:12]}...")
+            return got, "published"
+        book = RecordedChecksums(ds_dir or path.parent)
+        known = book.get(self.path)
+        if known is None:
+            book.put(self.path, got)
+            return got, "first-use"
+        if known != got:
+            book.forget(self.path)  # the next copy is checked afresh
+            damaged(path, f"sha256 {got[:12]}... instead of {known[:12]}... recorded when it was first used")
+        return got, "recorded"
+
+
+class RecordedChecksums:
+    """sha256 of files without a published checksum, recorded on first use (``.checksums.json``)."""
+
+    def __init__(self, ds_dir: Path):
+        self.file = Path(ds_dir) / ".checksums.json"
+
+    def _read(self) -> dict[str, str]:
+        try:
+            return json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, rel: str) -> str | None:
+        return self._read().get(rel)
+
+    def put(self, rel: str, sha: str) -> None:
+        book = {**self._read(), rel: sha}
+        tmp = self.file.with_name(f".checksums.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(book, indent=1, sort_keys=True))
+        os.replace(tmp, self.file)
+
+    def forget(self, rel: str) -> None:
+        book = self._read()
+        if book.pop(rel, None) is not None:
+            tmp = self.file.with_name(f".checksums.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(book, indent=1, sort_keys=True))
+            os.replace(tmp, self.file)
+
+
+def damaged(path: Path, reason: str, name: str | None = None, ds_dir: Path | None = None) -> None:
+    """Move a damaged local copy aside (``*.corrupt``) so the next run restores it, and say so.
+    ``ds_dir``: forget the sha256 recorded for it there, so a fresh copy is checked afresh."""
+    path = Path(path)
+    if ds_dir is not None:
+        try:
+            RecordedChecksums(ds_dir).forget(str(path.relative_to(ds_dir)))
+        except ValueError:
+            pass
+    aside = path.with_name(path.name + ".corrupt")
+    moved = ""
+    try:
+        os.replace(path, aside)
+        moved = f" It was moved aside to {aside.name}; run again to restore it from the mirror ({MIRROR_ENV}) or with `vflbench data fetch{' ' + name if name else ''}` online."
+    except OSError:
+        moved = f" Delete it and run `vflbench data fetch{' ' + name if name else ''}` to restore it."
+    raise VFLBenchError(f"Data file {path} is damaged ({reason}).{moved}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +179,38 @@ def _download(url: str, dst: Path, timeout: float = 30.0) -> None:
         raise
 
 
+class fetch_lock:  # noqa: N801 - used as a context manager
+    """Serialise fetching one dataset across processes (``flock`` on ``<ds_dir>/.fetch.lock``), so
+    two runs or sweep workers never write the same files at once."""
+
+    def __init__(self, ds_dir: Path):
+        self.path = Path(ds_dir) / ".fetch.lock"
+        self.fd: int | None = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def gunzip_atomic(src: Path, dst: Path) -> None:
+    """Decompress ``src`` to ``dst`` through a unique temporary file."""
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-" + dst.name)
+    try:
+        with gzip.open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def variant_present(ds_dir: Path, variant: Variant) -> bool:
     return all((ds_dir / f.path).exists() for f in variant.files)
 
@@ -149,8 +245,14 @@ def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], downl
     """Make one variant's files present under ``ds_dir``; return it with the files' sha256.
 
     Order: a variant already on disk; a variant in the mirror (copied); the first variant with a URL
-    (downloaded, when ``download``). Every file is verified against its known checksum.
+    (downloaded, when ``download``). Every file is verified against its known checksum. Holds the
+    dataset's fetch lock throughout.
     """
+    with fetch_lock(ds_dir):
+        return _ensure_variant(name, ds_dir, variants, download)
+
+
+def _ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool) -> tuple[Variant, dict[str, str]]:
     chosen = next((v for v in variants if variant_present(ds_dir, v)), None)
     if chosen is None:
         for v in variants:
@@ -175,10 +277,14 @@ def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], downl
             raise DataUnavailableError(unavailable_message(name, "; the download failed (" + "; ".join(errors) + ")", ds_dir, variants))
     if chosen is None:
         raise DataUnavailableError(unavailable_message(name, "", ds_dir, variants))
-    sums = {}
+    sums, kinds = {}, {}
     for f in chosen.files:
-        sums[f.path] = f.verify(ds_dir / f.path)
+        sums[f.path], kinds[f.path] = f.verify(ds_dir / f.path, ds_dir)
+    LAST_CHECKS[name] = kinds
     return chosen, sums
+
+
+LAST_CHECKS: dict[str, dict[str, str]] = {}  # dataset -> file -> kind of check made by the last fetch
 
 
 def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
@@ -196,8 +302,10 @@ def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
                     raise VFLBenchError(f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?")
                 target = ds_dir / f.path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                with z.open(member) as src, open(target, "wb") as dst:
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name)
+                with z.open(member) as src, os.fdopen(fd, "wb") as dst:
                     shutil.copyfileobj(src, dst)
+                os.replace(tmp, target)
     else:
         for url, f in zip(v.urls, v.files, strict=True):
             _download(url, ds_dir / f.path)

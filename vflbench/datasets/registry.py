@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..errors import VFLBenchError
 from ..registry import Registry
 from .base import Dataset, DatasetInfo
-from .fetch import data_root, ensure_variant, variant_in_mirror, variant_present
+from .fetch import (
+    RecordedChecksums,
+    damaged,
+    data_root,
+    ensure_variant,
+    variant_in_mirror,
+    variant_present,
+)
 
 
 @dataclass
@@ -95,9 +106,24 @@ def load_dataset(name: str, options: dict[str, Any] | None = None, download: boo
     spec = DATASETS.get(name)
     opts = resolve_options(spec, options)
     sums = spec.fetch(download=download)
-    ds = spec.loader(spec.ds_dir(), opts)
+    try:
+        ds = spec.loader(spec.ds_dir(), opts)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, struct.error) as e:
+        if not sums:
+            raise
+        # the files passed their checks (or have none) but cannot be parsed: set them aside
+        first = spec.ds_dir() / next(iter(sums))
+        for rel in list(sums)[1:]:
+            aside = spec.ds_dir() / rel
+            if aside.exists():
+                os.replace(aside, aside.with_name(aside.name + ".corrupt"))
+            RecordedChecksums(spec.ds_dir()).forget(rel)
+        damaged(first, f"cannot be read: {type(e).__name__}: {e}"[:300], name, spec.ds_dir())
     ds.options = {**opts, **ds.options}
     ds.checksums = {**sums, **ds.checksums}
+    from .fetch import LAST_CHECKS
+
+    ds.checksum_checks = dict(LAST_CHECKS.get(name, {}))
     return ds
 
 

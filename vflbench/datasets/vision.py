@@ -8,7 +8,6 @@ part of the data.
 
 from __future__ import annotations
 
-import gzip
 import shutil
 from pathlib import Path
 
@@ -16,7 +15,15 @@ import numpy as np
 
 from ..errors import DataUnavailableError, VFLBenchError
 from .base import Dataset, DatasetInfo
-from .fetch import RawFile, _atomic_copy, mirror_root, unavailable_message
+from .fetch import (
+    LAST_CHECKS,
+    RawFile,
+    _atomic_copy,
+    fetch_lock,
+    gunzip_atomic,
+    mirror_root,
+    unavailable_message,
+)
 from .registry import DatasetSpec, register
 
 STATS = {
@@ -59,15 +66,17 @@ def _make_idx_family(name: str, cls_name: str, shas: dict[str, str] | None):
         return m is not None and all((m / name / (f + ".gz")).exists() for f in IDX_FILES)
 
     def fetch(ds_dir: Path, download: bool) -> dict[str, str]:
+        with fetch_lock(ds_dir):
+            return _fetch(ds_dir, download)
+
+    def _fetch(ds_dir: Path, download: bool) -> dict[str, str]:
         raw = _idx_raw(ds_dir, cls_name)
         if not all((raw / f).exists() for f in IDX_FILES):
             m = mirror_root()
             if m is not None and all((m / name / (f + ".gz")).exists() for f in IDX_FILES):
                 for f in IDX_FILES:
                     _atomic_copy(m / name / (f + ".gz"), raw / (f + ".gz"))
-                    with gzip.open(raw / (f + ".gz"), "rb") as src, open(raw / (f + ".part"), "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-                    (raw / (f + ".part")).replace(raw / f)
+                    gunzip_atomic(raw / (f + ".gz"), raw / f)
             elif download:
                 try:
                     getattr(_tv(), cls_name)(str(ds_dir), train=True, download=True)
@@ -76,7 +85,11 @@ def _make_idx_family(name: str, cls_name: str, shas: dict[str, str] | None):
                     raise DataUnavailableError(unavailable_message(name, f" and the download failed ({e})")) from None
             else:
                 raise DataUnavailableError(unavailable_message(name))
-        return {f: RawFile(f, (shas or {}).get(f)).verify(raw / f) for f in IDX_FILES}
+        sums, kinds = {}, {}
+        for f in IDX_FILES:
+            sums[f], kinds[f] = RawFile(f, (shas or {}).get(f)).verify(raw / f, raw)
+        LAST_CHECKS[name] = kinds
+        return sums
 
     def load(ds_dir: Path, opts: dict) -> Dataset:
         tvd = _tv()
