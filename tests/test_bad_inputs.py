@@ -232,3 +232,36 @@ def test_concurrent_fetches_of_one_dataset_do_not_collide(tmp_path, monkeypatch)
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert outs[0][0] == outs[1][0]
+
+
+def test_damaged_run_files_are_re_run_never_read(tmp_path):
+    import pandas as pd
+
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "d", "methods": ["local", "svfl"], "train_missing": ["none"], "test_missing": ["none", "mcar:0.5"],
+                                   "seeds": [0, 1], "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 300}}}}))
+    ref, out = tmp_path / "ref", tmp_path / "s"
+    assert runner.invoke(app, ["sweep", str(exp), "--out", str(ref)]).exit_code == 0
+    assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
+    runs = sorted((out / "runs").iterdir())
+    text = (runs[0] / "results.csv").read_text()
+    (runs[0] / "results.csv").write_text(text[: len(text) // 2])  # truncated mid-line by hand
+    (runs[1] / "results.csv").write_text("")  # empty
+    r = runner.invoke(app, ["sweep", str(exp), "--out", str(out)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert r.output.count("re-running") == 2 and "2 to run" in r.output
+    a, b = pd.read_csv(ref / "results.csv"), pd.read_csv(out / "results.csv")
+    pd.testing.assert_frame_equal(a, b)  # same rows, same values, integer columns still integer
+    assert b["n_counted"].dtype.kind == "i" and b["seed"].dtype.kind == "i"
+
+
+def test_table_refuses_a_results_csv_cut_mid_line(tmp_path):
+    exp = _tiny_experiment(tmp_path)
+    out = tmp_path / "s"
+    assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
+    text = (out / "results.csv").read_text()
+    bad = tmp_path / "cut.csv"
+    bad.write_text(text[: text.rindex(",") - 3])
+    _fails(["table", str(bad), "--layout", "generic"], "line 4 has 18 fields where the header has")
+    bad.write_text("")
+    _fails(["table", str(bad)], "is empty")

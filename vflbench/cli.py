@@ -439,6 +439,8 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
         console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")
     for d, why in p.skipped.items():
         console.print(f"[yellow]skipping {d}[/]: {why}")
+    for rid, why in p.damaged:
+        console.print(f"[yellow]re-running {rid}[/]: {why}")
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if dry_run:
         for r in p.todo:

@@ -3,6 +3,7 @@ manifest last (it marks the run complete). Nothing here computes anything."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -63,12 +64,61 @@ def check_output_file(path: Path, flag: str = "--out") -> None:
 
 
 def write_outputs(out_dir: Path, rows: list[dict[str, Any]], manifest: dict[str, Any]) -> Path:
+    """The manifest, written last, records the CSV's sha256 and row count: a run is finished only
+    when both files exist and agree (:func:`run_finished`)."""
     import pandas as pd
 
     run_dir = Path(out_dir) / manifest["run_id"]
-    atomic_write_text(run_dir / "results.csv", pd.DataFrame(rows).to_csv(index=False))
+    text = pd.DataFrame(rows).to_csv(index=False)
+    manifest = {**manifest, "results_file": {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": len(rows)}}
+    atomic_write_text(run_dir / "results.csv", text)
     atomic_write_text(run_dir / "manifest.json", json.dumps(manifest, indent=2, default=json_default))
     return run_dir
+
+
+def csv_problem(path: Path) -> str | None:
+    """Why a results CSV cannot be trusted (empty, a line with the wrong number of fields, cut off
+    mid-line), or None."""
+    import csv
+
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot be read ({e})"
+    if not text.strip():
+        return "is empty"
+    lines = list(csv.reader(text.splitlines()))
+    width = len(lines[0])
+    for i, row in enumerate(lines[1:], start=2):
+        if len(row) != width:
+            return f"line {i} has {len(row)} fields where the header has {width}"
+    if len(lines) < 2:
+        return "has a header but no rows"
+    if not text.endswith("\n"):
+        return f"ends in the middle of line {len(lines)}"
+    return None
+
+
+def run_finished(run_dir: Path) -> tuple[bool, str | None]:
+    """(finished, why not) for a run folder. Not started: (False, None). A run whose files are
+    damaged: (False, reason), so it is re-run, never read as data."""
+    run_dir = Path(run_dir)
+    man = run_dir / "manifest.json"
+    if not man.exists():
+        return False, None
+    try:
+        rec = json.loads(man.read_text()).get("results_file")
+    except (OSError, ValueError):
+        return False, "manifest.json is unreadable"
+    csv_path = run_dir / "results.csv"
+    if not csv_path.exists():
+        return False, "results.csv is missing"
+    if rec:
+        if hashlib.sha256(csv_path.read_bytes()).hexdigest() != rec["sha256"]:
+            return False, "results.csv does not match the sha256 recorded in its manifest"
+        return True, None
+    problem = csv_problem(csv_path)  # runs written before checksums were recorded
+    return (False, f"results.csv {problem}") if problem else (True, None)
 
 
 def json_default(o):

@@ -23,7 +23,7 @@ import pandas as pd
 from .config import ResolvedRun, resolve
 from .errors import VFLBenchError
 from .experiment import Experiment
-from .outputs import atomic_write_text, versions, write_outputs
+from .outputs import atomic_write_text, run_finished, versions, write_outputs
 
 
 @dataclass
@@ -34,6 +34,7 @@ class SweepPlan:
     done: list[str] = field(default_factory=list)  # run ids already finished
     skipped: dict[str, str] = field(default_factory=dict)  # dataset -> reason
     run_ids: list[str] = field(default_factory=list)  # every run of the grid that can run
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (run id, why): re-run, never read
 
 
 def plan(exp: Experiment, out: Path) -> SweepPlan:
@@ -53,10 +54,13 @@ def plan(exp: Experiment, out: Path) -> SweepPlan:
         r = resolve(cfg)
         rid = r.run_id
         p.run_ids.append(rid)
-        if (p.out / "runs" / rid / "manifest.json").exists():
+        finished, why = run_finished(p.out / "runs" / rid)
+        if finished:
             p.done.append(rid)
         else:
             p.todo.append(r)
+            if why:
+                p.damaged.append((rid, why))
     return p
 
 
@@ -215,7 +219,7 @@ def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
     frames = []
     for rid in dict.fromkeys(run_ids):
         d = Path(out) / "runs" / rid
-        if (d / "manifest.json").exists():
+        if run_finished(d)[0]:
             frames.append(pd.read_csv(d / "results.csv"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -242,7 +246,7 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
         "spec": p.experiment.spec,
         "quick": p.experiment.quick,
         "runs_total": len(p.run_ids),
-        "runs_finished": int(sum((p.out / "runs" / r / "manifest.json").exists() for r in p.run_ids)),
+        "runs_finished": int(sum(run_finished(p.out / "runs" / r)[0] for r in p.run_ids)),
         "runs_failed": [r for r in records if not r["ok"]],
         "skipped_datasets": p.skipped,
         **this,
