@@ -265,3 +265,22 @@ def test_table_refuses_a_results_csv_cut_mid_line(tmp_path):
     _fails(["table", str(bad), "--layout", "generic"], "line 4 has 18 fields where the header has")
     bad.write_text("")
     _fails(["table", str(bad)], "is empty")
+
+
+def test_a_sweep_records_a_diverged_run_and_goes_on(tmp_path):
+    import pandas as pd
+
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "div", "methods": ["local"], "parties": [2, 4], "train_missing": ["none"], "test_missing": ["none"],
+                                   "hp": {"epochs": 1, "optimizer": "sgd", "lr": 0.01}, "lr_by_parties": {"local": {4: 1.0e12}},
+                                   "datasets": {"synthetic": {"data_options": {"n": 300}}}}))
+    out = tmp_path / "s"
+    r = runner.invoke(app, ["sweep", str(exp), "--out", str(out)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert "1 run(s) diverged" in r.output
+    df = pd.read_csv(out / "results.csv")
+    assert set(df["status"]) == {"ok", "diverged"} and df[df["status"] == "diverged"]["value"].isna().all()
+    t = runner.invoke(app, ["table", str(out), "--layout", "generic"])
+    assert t.exit_code == 0 and "Excluded: 1 run(s)" in t.output and "training diverged" in t.output, t.output
+    again = runner.invoke(app, ["sweep", str(exp), "--out", str(out)])
+    assert "0 to run" in again.output  # recorded, not retried

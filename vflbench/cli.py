@@ -447,12 +447,15 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
             console.print(f"  {r.dataset} {r.method} K={r.parties} train={r.train_missing} seed={r.seed} epochs={r.hp.epochs}")
         return
     t0 = time.perf_counter()
-    failures = []
+    failures, diverged = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=err_console) as bar:
         task = bar.add_task(exp.name, total=len(p.run_ids), completed=len(p.done))
 
         def done(rec):
             bar.advance(task)
+            if rec.get("diverged"):
+                diverged.append(rec)
+                bar.console.print(f"[yellow]run {rec['run_id']} diverged[/]: {rec['diverged']} (recorded; excluded from tables)")
             if not rec["ok"]:
                 failures.append(rec)
                 bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
@@ -466,6 +469,8 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
 
         atomic_write_text(out / "table.md", text)
         console.print(f"table -> {out / 'table.md'}")
+    if diverged:
+        console.print(f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded from tables; lower the learning rate to retry them in a new --out.")
     if failures:
         raise VFLBenchError(f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them.")
 

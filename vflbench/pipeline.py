@@ -204,5 +204,6 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         "value": value,
         "n_counted": met["n_counted"],
         "n_test": met["n_test"],
+        "status": "ok",
         **extras,
     }

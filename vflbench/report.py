@@ -230,10 +230,21 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(LAYOUTS)}.")
     layout = LAYOUTS[layout_name]
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
+    excluded = []
+    if "status" in df.columns:  # runs that diverged (or otherwise failed) are never averaged in
+        bad = df["status"].fillna("ok") != "ok"
+        for _, r in df[bad].drop_duplicates("run_id").iterrows():
+            why = r["error"] if "error" in r and isinstance(r["error"], str) else r["status"]
+            excluded.append(f"{display(r['method'])} on {r['dataset']} (K={r['parties']}, train {label(r['train_missing'])}, seed {r['seed']}): {why}")
+        df = df[~bad]
     agg = aggregate(df, layout)
     if reference:
         agg = attach_reference(agg, load_reference(reference))
     protocol = ",".join(sorted(set(df["protocol"]))) if "protocol" in df.columns else None
     if "quick" in df.columns and df["quick"].any():
         title = (title or "") + " [QUICK SMOKE RUN: reduced epochs/seeds, not a reproduction]"
-    return render(agg, layout, fmt, title, protocol), agg
+    text = render(agg, layout, fmt, title, protocol)
+    if excluded:
+        pre = "" if fmt == "md" else "% "
+        text += f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
+    return text, agg

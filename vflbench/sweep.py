@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from .config import ResolvedRun, resolve
-from .errors import VFLBenchError
+from .errors import TrainingDiverged, VFLBenchError
 from .experiment import Experiment
 from .outputs import atomic_write_text, run_finished, versions, write_outputs
 
@@ -141,10 +141,20 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
         rows, manifest = execute(resolved, device=device)
         write_outputs(Path(out) / "runs", rows, manifest)
         return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t}
+    except TrainingDiverged as e:  # a result, not a crash: recorded, excluded from tables, not retried
+        write_outputs(Path(out) / "runs", diverged_rows(resolved, str(e)), {
+            "run_id": rid, "run_key": resolved.key, "status": "diverged", "error": str(e), "config": resolved.to_dict(), "versions": versions()})
+        return {"run_id": rid, "ok": True, "diverged": str(e), "seconds": time.perf_counter() - t}
     except VFLBenchError as e:
         return {"run_id": rid, "ok": False, "error": str(e), "seconds": time.perf_counter() - t}
     except Exception:  # a bug: keep the sweep going, report it
         return {"run_id": rid, "ok": False, "error": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t}
+
+
+def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
+    from .pipeline import row
+
+    return [{**row(r, s, "accuracy", float("nan"), {"n_counted": 0, "n_test": 0}, {}), "status": "diverged", "error": error} for s in r.test_missing]
 
 
 def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None) -> list[dict[str, Any]]:
@@ -248,6 +258,7 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
         "runs_total": len(p.run_ids),
         "runs_finished": int(sum(run_finished(p.out / "runs" / r)[0] for r in p.run_ids)),
         "runs_failed": [r for r in records if not r["ok"]],
+        "runs_diverged": [r for r in records if r.get("diverged")],
         "skipped_datasets": p.skipped,
         **this,
         "invocations": previous + [this],
