@@ -124,6 +124,24 @@ def test_results_are_shareable_files(tmp_path):
         assert f.stat().st_mode & 0o777 == 0o644, (f, oct(f.stat().st_mode))
 
 
+@needs_mirror
+def test_copied_data_files_are_shareable(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    from vflbench.datasets import DATASETS
+
+    old = os.umask(0o022)
+    try:
+        DATASETS.get("phishing").fetch()
+    finally:
+        os.umask(old)
+    files = [f for f in (tmp_path / "phishing").iterdir() if not f.name.startswith(".")]
+    assert files and all(f.stat().st_mode & 0o777 == 0o644 for f in files), [(f.name, oct(f.stat().st_mode)) for f in files]
+
+
+def test_granularity_hint_names_options_that_exist(tmp_path):
+    _fails([*RUN, "--out", str(tmp_path), "--train-missing", "mar1", "--protocol", "compat"], "--protocol-opt train_granularity=sample")
+
+
 def test_flags_render_as_flags():
     import re
 

@@ -264,7 +264,7 @@ def generate_masks(
         raise ValueError(f"{spec} needs the block statistics")
     if granularity == "batch":
         if mech.needs_data:
-            raise VFLBenchError(f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; use --granularity sample.")
+            raise VFLBenchError(f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; draw it per sample (`--protocol-opt train_granularity=sample` / `test_granularity=sample` for runs, `--granularity sample` for `vflbench masks`).")
         if not batch_size or batch_size < 1:
             raise VFLBenchError("Per-batch masks need a positive batch size.")
         units = -(-n // batch_size)
