@@ -329,7 +329,7 @@ def run(
     ) as bar:
         rows, manifest = execute(resolved, device=device, callbacks=[_StageProgress(bar, f"{method} on {dataset} (seed {seed})")])
     run_dir = write_outputs(out, rows, manifest)
-    t = Table(title=f"{resolved.method_display} | {dataset} | K={parties} | train {resolved.train_missing} | {resolved.protocol['name']} | seed {seed}")
+    t = Table(title=f"{resolved.method_display} | {dataset} | K={parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {seed}")
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:

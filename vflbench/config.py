@@ -17,6 +17,7 @@ from typing import Any
 
 from . import __version__
 from .errors import VFLBenchError
+from .protocols import ResolvedProtocol
 
 HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
 
@@ -120,7 +121,7 @@ class ResolvedRun:
     train_missing: str  # canonical labels (vflbench.missingness.canonical)
     test_missing: tuple[str, ...]
     seed: int
-    protocol: dict[str, Any]
+    protocol: ResolvedProtocol
     preset: str
     hp: HParams  # the first stage's (what `--epochs` etc. set; CSV `epochs`)
     stage_hp: dict[str, HParams]
@@ -132,6 +133,7 @@ class ResolvedRun:
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["protocol"] = self.protocol.as_dict()
         d["hp"] = self.hp.as_dict()
         d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
         d["test_missing"] = list(self.test_missing)
@@ -157,7 +159,7 @@ def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "-" for c in s)
 
 
-def resolve_method_options(mcls, user: dict[str, Any], protocol: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def resolve_method_options(mcls, user: dict[str, Any], protocol: ResolvedProtocol) -> tuple[dict[str, Any], dict[str, str]]:
     """Each declared option's value and its source: the user's value always wins; otherwise the
     protocol field the option names; otherwise the option's default. Unknown names are errors."""
     declared = {o.name: o for o in mcls.option_specs}
@@ -170,7 +172,7 @@ def resolve_method_options(mcls, user: dict[str, Any], protocol: dict[str, Any])
         if name in user and user[name] is not None:
             values[name], sources[name] = opt.parse(user[name], mcls.name), "user"
         elif opt.protocol is not None:
-            values[name], sources[name] = opt.parse(protocol[opt.protocol], mcls.name), f"protocol:{protocol['name']}"
+            values[name], sources[name] = opt.parse(getattr(protocol, opt.protocol), mcls.name), f"protocol:{protocol.name}"
         else:
             values[name], sources[name] = opt.default, "default"
     return values, sources
@@ -224,7 +226,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
         data_options["split_seed"] = int(cfg.seed)
     # per-batch test masks are drawn with the training batch size, so evaluate in those batches
-    eval_bs = hp.batch_size if proto["test_granularity"] == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
+    eval_bs = hp.batch_size if proto.test_granularity == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
     return ResolvedRun(
         dataset=cfg.dataset, data_options=resolve_options(spec, data_options), method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources, parties=int(cfg.parties),

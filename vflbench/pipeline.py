@@ -57,15 +57,15 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     prep = prepare_data(run.dataset, run.data_options, run.parties, run.partitioner, run.partition_options, run.seed)
     timings = {"load_and_partition_s": time.perf_counter() - t}
     t = time.perf_counter()
-    if proto["permute_once"]:  # the authors' HAPT loader permutes rows once with the seed
+    if proto.permute_once:  # the authors' HAPT loader permutes rows once with the seed
         prep.permute_rows(prep.streams.numpy("permute"))
     data = prep.data
     if run.labeled is not None and run.labeled > len(data.y_train):
         raise VFLBenchError(f"--labeled {run.labeled} is larger than the training set ({len(data.y_train)} samples).")
     bs = run.hp.batch_size
-    train_masks = draw_masks(prep, run.train_missing, split="train", granularity=proto["train_granularity"], batch_size=bs,
-                             all_missing=proto["all_missing"], labeled=run.labeled, aligned=run.aligned)
-    test_masks = {s: draw_masks(prep, s, split="test", granularity=proto["test_granularity"], batch_size=bs, all_missing=proto["all_missing"])
+    train_masks = draw_masks(prep, run.train_missing, split="train", granularity=proto.train_granularity, batch_size=bs,
+                             all_missing=proto.all_missing, labeled=run.labeled, aligned=run.aligned)
+    test_masks = {s: draw_masks(prep, s, split="test", granularity=proto.test_granularity, batch_size=bs, all_missing=proto.all_missing)
                   for s in run.test_missing}
     if not train_masks.observed.any():
         raise VFLBenchError(f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; lower the missing probability.")
@@ -105,8 +105,8 @@ def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
 
 def policy(run: ResolvedRun) -> TrainPolicy:
     p = run.protocol
-    return TrainPolicy(per_batch_masks=p["train_granularity"] == "batch", shuffle=bool(p["shuffle"]), balanced_sampler=bool(p["balanced_sampler"]),
-                       augment=bool(p["augment"]), stale_updates=bool(p.get("stale_updates", False)))
+    return TrainPolicy(per_batch_masks=p.train_granularity == "batch", shuffle=p.shuffle, balanced_sampler=p.balanced_sampler,
+                       augment=p.augment, stale_updates=p.stale_updates)
 
 
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
@@ -129,7 +129,7 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method) -> list[Evalua
     data = inputs.prep.data
     for s, m in inputs.test_masks.items():
         tta = None
-        if run.protocol["test_time_augmentation"]:
+        if run.protocol.test_time_augmentation:
             tta = torch.Generator(device=inputs.device)
             tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
         preds, valid, scores, counted = predict(method, inputs.test, torch.as_tensor(m.observed, device=inputs.device), run.eval_batch_size, tta)
@@ -193,7 +193,7 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         "method_display": r.method_display,
         "parties": r.parties,
         "partitioner": r.partitioner,
-        "protocol": r.protocol["name"],
+        "protocol": r.protocol.name,
         "train_missing": r.train_missing,
         "p_miss_train": p_key(r.train_missing),
         "test_missing": test_missing,

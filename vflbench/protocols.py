@@ -24,13 +24,35 @@ class Protocol:
     all_missing: str  # "keep" (skipped by training and evaluation) | "resample"
     stale_updates: bool = False  # step members a batch did not use if they ever had a gradient (PyTorch < 2.0's zero_grad)
 
-    def resolve(self, dataset: str) -> dict[str, Any]:
+    def resolve(self, dataset: str) -> ResolvedProtocol:
+        """The protocol for one dataset: every "auto" decided, every field typed."""
         d = asdict(self)
         d["balanced_sampler"] = _auto(self.balanced_sampler, dataset in ("credit",))
         d["permute_once"] = _auto(self.permute_once, dataset in ("hapt",) and self.name == "compat")
         d["augment"] = _auto(self.augment, dataset in ("cifar10", "cifar100"))
         d["test_time_augmentation"] = bool(self.test_time_augmentation and d["augment"])
-        return d
+        return ResolvedProtocol(**d)
+
+
+@dataclass(frozen=True)
+class ResolvedProtocol:
+    """A protocol as one run uses it (see :class:`Protocol` for the meaning of each field)."""
+
+    name: str
+    train_granularity: str
+    test_granularity: str
+    shuffle: bool
+    balanced_sampler: bool
+    permute_once: bool
+    augment: bool
+    test_time_augmentation: bool
+    plug_denominator: str
+    laser_subsets: str
+    all_missing: str
+    stale_updates: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _auto(v: str, default: bool) -> bool:
