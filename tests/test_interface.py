@@ -211,7 +211,10 @@ def test_stale_updates_stay_inside_their_optimiser_group():
 
 
 def test_stale_updates_protocol_option_reaches_the_optimiser():
-    base = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 800}, hp={"epochs": 2}, protocol="compat")
+    base = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 800}, hp={"epochs": 2},
+                     protocol="compat", protocol_options={"stale_updates": "false"})
+    assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat")).protocol.stale_updates  # compat's default
+    assert not resolve(RunConfig(dataset="synthetic", method="laser", protocol="clean")).protocol.stale_updates
     a = execute(resolve(base), device="cpu")[0]
     b = execute(resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device="cpu")[0]
     assert [r["value"] for r in a] != [r["value"] for r in b]

@@ -66,7 +66,7 @@ def _auto(v: str, default: bool) -> bool:
 
 
 PROTOCOLS = {
-    "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep"),
+    "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True),
     "clean": Protocol("clean", "sample", "sample", True, "auto", "off", "auto", False, "random", "sample", "keep"),
 }
 
