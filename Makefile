@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)  ## create .venv and install vflbench with its dev and ray extras (idempotent)
 
-test: $(STAMP)  ## the test suite (about a minute on 2 cores)
+test: $(STAMP)  ## the test suite (no GPU needed)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
