@@ -39,6 +39,7 @@ class MaskedOptimizer:
         self.stale = bool(stale_updates)
         self.groups = torch.as_tensor(groups if groups is not None else [0] * n_members, dtype=torch.long)
         self.ever = torch.zeros(n_members, dtype=torch.bool)  # members that have had a gradient
+        self.one_group = bool((self.groups == self.groups[0]).all()) if n_members else True
         self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
 
@@ -56,6 +57,8 @@ class MaskedOptimizer:
         if not self.stale:
             return active
         self.ever |= active
+        if self.one_group:  # one optimiser (LASER-VFL, PlugVFL): it steps whenever anything is active
+            return self.ever.clone() if bool(active.any()) else active
         stepping = torch.zeros(int(self.groups.max()) + 1, dtype=torch.bool, device=active.device)
         stepping.index_fill_(0, self.groups[active], True)
         return active | (self.ever & stepping[self.groups])

@@ -20,9 +20,8 @@ from .errors import VFLBenchError
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = shareable_mkstemp(path.parent, f".{path.name}.")
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -31,10 +30,14 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def _umask() -> int:
+def shareable_mkstemp(folder: Path, prefix: str) -> tuple[int, str]:
+    """A unique temporary file with the umask's mode (mkstemp's is 0600; results and data files
+    are meant to be shared)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
     mask = os.umask(0)
     os.umask(mask)
-    return mask
+    os.chmod(tmp, 0o666 & ~mask)
+    return fd, tmp
 
 
 def check_output_dir(path: Path, flag: str = "--out") -> None:

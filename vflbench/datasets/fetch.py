@@ -13,13 +13,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataUnavailableError, VFLBenchError
+from ..outputs import shareable_mkstemp
 
 MIRROR_ENV = "VFLBENCH_DATA_MIRROR"
 DATA_ENV = "VFLBENCH_DATA"
@@ -153,18 +153,9 @@ class Variant:
     extract_zip: bool = False
 
 
-def _shareable_tmp(folder: Path, prefix: str) -> tuple[int, str]:
-    """A unique temporary file with the umask's mode (mkstemp's is 0600)."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)
-    return fd, tmp
-
-
 def _atomic_copy(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _shareable_tmp(dst.parent, ".tmp-" + dst.name)
+    fd, tmp = shareable_mkstemp(dst.parent, ".tmp-" + dst.name)
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)
@@ -176,7 +167,7 @@ def _atomic_copy(src: Path, dst: Path) -> None:
 
 def _download(url: str, dst: Path, timeout: float = 30.0) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _shareable_tmp(dst.parent, ".dl-" + dst.name)
+    fd, tmp = shareable_mkstemp(dst.parent, ".dl-" + dst.name)
     os.close(fd)
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "vflbench"})
@@ -210,7 +201,7 @@ class fetch_lock:  # noqa: N801 - used as a context manager
 
 def gunzip_atomic(src: Path, dst: Path) -> None:
     """Decompress ``src`` to ``dst`` through a unique temporary file."""
-    fd, tmp = _shareable_tmp(dst.parent, ".tmp-" + dst.name)
+    fd, tmp = shareable_mkstemp(dst.parent, ".tmp-" + dst.name)
     try:
         with gzip.open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
             shutil.copyfileobj(fin, fout)
@@ -311,7 +302,7 @@ def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
                     raise VFLBenchError(f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?")
                 target = ds_dir / f.path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = _shareable_tmp(target.parent, ".tmp-" + target.name)
+                fd, tmp = shareable_mkstemp(target.parent, ".tmp-" + target.name)
                 with z.open(member) as src, os.fdopen(fd, "wb") as dst:
                     shutil.copyfileobj(src, dst)
                 os.replace(tmp, target)
