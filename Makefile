@@ -8,7 +8,7 @@ WORKERS  ?= 2
 DATASETS ?=
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-fmnist clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-fmnist reproduce-pbm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ reproduce-credit-clean: $(STAMP)  ## the Credit grid under the clean protocol
 
 reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-sized CNN
 	$(BIN)/vflbench sweep experiments/laser_table1_fmnist.yaml --workers $(WORKERS) --out results/laser_table1/fmnist
+
+reproduce-pbm: $(STAMP)  ## PBM-VFL Table 3 on Phishing (51 runs, CPU) -> results/pbm/table3
+	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -34,14 +34,16 @@ from vflbench.methods import METHODS  # noqa: E402
 from vflbench.training import StageHP, TrainSet, fit, predict  # noqa: E402
 
 
-def bench_dataset(dataset: str, protocol: str, train_missing: str, rounds: int, max_batches: int | None, hp_over: dict) -> list[dict]:
+def bench_dataset(dataset: str, protocol: str, train_missing: str, rounds: int, max_batches: int | None, hp_over: dict,
+                  protocol_options: dict | None = None) -> list[dict]:
     """Build every method through the run pipeline (same data and masks), then time one epoch of
     each method per round, interleaved (so machine-speed drift hits all methods alike); report the
     median over rounds."""
     setups = []
     names = [m for m in METHODS.names() if METHODS.get(m).__module__.startswith("vflbench.")]
     for name in names:
-        run = resolve(RunConfig(dataset=dataset, method=name, train_missing=train_missing, test_missing=["mcar:0.5"], protocol=protocol, hp=hp_over))
+        run = resolve(RunConfig(dataset=dataset, method=name, train_missing=train_missing, test_missing=["mcar:0.5"], protocol=protocol,
+                                  protocol_options=dict(protocol_options or {}), hp=hp_over))
         inputs = pipeline.prepare(run, "cpu")
         method = pipeline.build(run, inputs)
         tr = inputs.train
@@ -75,14 +77,20 @@ def main() -> None:
     ap.add_argument("--fmnist-batches", type=int, default=30)
     ap.add_argument("--train-missing", default="none")
     ap.add_argument("--protocol", default="compat")
+    ap.add_argument("--protocol-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one protocol option, e.g. stale_updates=false (to compare with code that had none)")
     ap.add_argument("--skip-fmnist", action="store_true")
     ap.add_argument("--full-run", action="store_true", help="also time `vflbench run` for 100-epoch LASER on Credit")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("VFLBENCH_THREADS", torch.get_num_threads())))
-    rows = bench_dataset("credit", args.protocol, args.train_missing, args.rounds, None, {})
+    popts = {}
+    for kv in args.protocol_opt:
+        k, _, v = kv.partition("=")
+        popts[k] = {"true": True, "false": False}.get(v.lower(), v)
+    rows = bench_dataset("credit", args.protocol, args.train_missing, args.rounds, None, {}, popts)
     if not args.skip_fmnist:
-        rows += bench_dataset("fashion-mnist", args.protocol, args.train_missing, 2, args.fmnist_batches, {"batch_size": 128})
+        rows += bench_dataset("fashion-mnist", args.protocol, args.train_missing, 2, args.fmnist_batches, {"batch_size": 128}, popts)
     con = Console()
     t = Table(title=f"vflbench speed ({args.protocol}, train missing {args.train_missing}, {torch.get_num_threads()} threads, {os.cpu_count()} cores)")
     for c in ("dataset", "method", "s/epoch", "s/eval", "x SVFL epoch", "params"):

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-PHASES = ("train", "eval")
+PHASES = ("train", "eval", "monitor")  # monitor: passes over the training set that only measure
 
 
 class Channel:
@@ -35,22 +35,34 @@ class Channel:
         self._pending: dict[tuple[str, bool], list[tuple[torch.Tensor, torch.Tensor | None, float, float]]] = {}
         self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
         self.calls = 0
+        self.mode = "train"  # set by the trainer and the evaluator: which phase the next crossings belong to
 
     # -- the boundary
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """``reps`` ``[M, B, D]``: what M senders computed for a batch; ``sent`` ``[M, B]`` bool: which
         of them actually cross (observed, not dropped); ``party_of`` ``[M]``: the party each sender
         belongs to (default: sender m is party m). Returns what the server receives."""
+        self.count(reps, sent, party_of)
+        return self.transform(reps, sent, party_of)
+
+    def count(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
+        """Book the traffic of one crossing without transforming it (what :meth:`up` counts)."""
         self.calls += 1
         per_value = reps.shape[-1] if reps.ndim == 3 else 1
         up_b = float(self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
         down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
         self._step.append((sent.sum(1), party_of, per_value * up_b, per_value * down_b))
-        return self.transform(reps, sent, party_of)
 
     def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
         """What the server receives; the identity here. Override to quantise, add noise or aggregate."""
         return reps
+
+    def aggregate(self, reps: torch.Tensor, sent: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """For methods that fuse by summing: the server's view of ``sum_m sent[m] * reps[m]``
+        (``[B, D]``). Here the exact sum of what :meth:`up` delivers; a secure-aggregation or
+        quantising channel (:mod:`vflbench.mechanisms`) overrides it. ``idx``: the batch's sample
+        indices (for accountants)."""
+        return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
 
     # -- bookkeeping, called by the trainer and the evaluator
     def commit(self, phase: str, backward: bool) -> None:

@@ -277,6 +277,8 @@ def run(
     method_opt: list[str] | None = typer.Option(None, "--method-opt", help="method option key=value (repeatable; `vflbench methods` lists them)"),
     labeled: int | None = typer.Option(None, help="semi-supervised run: number of labeled training samples"),
     aligned: int = typer.Option(0, help="fully observed reserve inside the labeled set (with --labeled)"),
+    target: str | None = typer.Option(None, help="record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)"),
+    eval_epochs: str | None = typer.Option(None, help="also evaluate after these epochs: 5,10,20 or 1:100[:step]; CSV rows get an epoch column"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
@@ -308,7 +310,7 @@ def run(
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, model={k: v for k, v in model.items() if v is not None},
-        preset=preset, device=device, labeled=labeled, aligned=aligned,
+        preset=preset, device=device, labeled=labeled, aligned=aligned, target=target, eval_epochs=eval_epochs,
     )
     resolved = resolve(cfg)
     from .outputs import check_output_dir
@@ -483,6 +485,7 @@ def table(
     reference: str | None = typer.Option(None, help="laser-table1 | laser-table3 | a reference CSV path"),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
+    epoch: int | None = typer.Option(None, help="table a budget recorded with --eval-epochs (default: each run's final epoch)"),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
     from .outputs import atomic_write_text
@@ -492,7 +495,7 @@ def table(
         from .outputs import check_output_file
 
         check_output_file(out)
-    text, _ = make_table(results, layout, reference, fmt)
+    text, _ = make_table(results, layout, reference, fmt, epoch=epoch)
     if out:
         atomic_write_text(out, text)
         console.print(f"-> {out}")
@@ -503,24 +506,29 @@ def table(
 @app.command()
 @friendly
 def plot(
-    kind: str = typer.Argument(..., help="scalability | curves | bars"),
+    kind: str = typer.Argument(..., help="scalability | curves | bars | budget"),
     results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
     out: Path = typer.Option(Path("results/figure"), help="output path without extension (.png and .pdf are written)"),
-    metric: str = typer.Option("accuracy", help="metric for scalability plots"),
-    test_missing: str | None = typer.Option(None, help="test setting to plot (scalability)"),
+    metric: str | None = typer.Option(None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"),
+    test_missing: str | None = typer.Option(None, help="test setting to plot (scalability, budget)"),
+    panel: str | None = typer.Option(None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"),
 ):
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
     from .plot import plot_curves, plot_scalability
 
-    if kind not in ("scalability", "curves", "bars"):
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
+    if kind not in ("scalability", "curves", "bars", "budget"):
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget.")
     from .outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))
     if kind == "scalability":
-        paths = plot_scalability(results, out, metric, test_missing)
+        paths = plot_scalability(results, out, metric or "accuracy", test_missing)
     elif kind == "curves":
         paths = plot_curves(results, out)
+    elif kind == "budget":
+        from .plot import plot_budget
+
+        paths = plot_budget(results, out, metric, panel, test_missing)
     elif kind == "bars":
         from .plot import plot_bars
         from .report import make_table

@@ -46,6 +46,8 @@ class RunConfig:
     eval_batch_size: int | None = None
     labeled: int | None = None  # semi-supervised runs: number of labeled training samples
     aligned: int = 0  # fully observed reserve inside the labeled set
+    target: str | None = None  # e.g. "train_auprc=0.9": record the first epoch that reaches it
+    eval_epochs: Any = None  # evaluate also after these epochs: [5, 10, 20], "5,10,20" or "1:100" (inclusive range)
 
 
 @dataclass(frozen=True)
@@ -129,10 +131,17 @@ class ResolvedRun:
     eval_batch_size: int
     labeled: int | None
     aligned: int
+    target: str | None = None  # canonical "train_<metric>=<value>"
+    eval_epochs: tuple[int, ...] | None = None  # extra evaluations (epochs counted across stages); the last epoch always
     vflbench_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k in ("target", "eval_epochs"):  # absent keeps the keys of runs recorded before these existed
+            if d[k] is None:
+                d.pop(k)
+        if "eval_epochs" in d:
+            d["eval_epochs"] = list(d["eval_epochs"])
         d["protocol"] = self.protocol.as_dict()
         d["hp"] = self.hp.as_dict()
         d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
@@ -175,6 +184,9 @@ def resolve_method_options(mcls, user: dict[str, Any], protocol: ResolvedProtoco
             values[name], sources[name] = opt.parse(getattr(protocol, opt.protocol), mcls.name), f"protocol:{protocol.name}"
         else:
             values[name], sources[name] = opt.default, "default"
+    msg = mcls.validate_options(values)
+    if msg:
+        raise VFLBenchError(f"Method '{mcls.name}': {msg}.")
     return values, sources
 
 
@@ -234,7 +246,55 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         partition_options=dict(cfg.partition_options), train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
         protocol=proto, preset=cfg.preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
+        target=parse_target(cfg.target, spec.info.n_classes, cfg.dataset),
+        eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
     )
+
+
+def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
+    """``[5, 10]``, ``"5,10"`` or ``"1:100"`` / ``"1:100:5"`` (inclusive) -> sorted epochs <= total,
+    without the last epoch (always evaluated)."""
+    if value is None or value == "" or value == []:
+        return None
+    try:
+        if isinstance(value, str) and ":" in value:
+            parts = [int(x) for x in value.split(":")]
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
+                raise ValueError
+            epochs = list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
+        else:
+            items = value.split(",") if isinstance(value, str) else (value if isinstance(value, (list, tuple)) else [value])
+            epochs = [_int(x, "eval epoch") for x in items if str(x).strip()]
+    except (TypeError, ValueError):
+        raise VFLBenchError(f"--eval-epochs takes epochs like 5,10,20 or a range like 1:100 (or 1:100:5); got {value!r}.") from None
+    if not epochs or min(epochs) < 1:
+        raise VFLBenchError(f"--eval-epochs must list epochs >= 1; got {value!r}.")
+    if max(epochs) > total:
+        raise VFLBenchError(f"--eval-epochs lists epoch {max(epochs)}, but the run trains {total} epochs; raise --epochs or drop it.")
+    out = tuple(sorted(set(epochs) - {total}))
+    return out or None
+
+
+TARGET_METRICS = ("train_accuracy", "train_f1", "train_auprc")
+
+
+def parse_target(text: str | None, n_classes: int, dataset: str) -> str | None:
+    """``train_auprc=0.9`` -> canonical text; errors name the fix."""
+    if text is None or str(text).strip() == "":
+        return None
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or name not in TARGET_METRICS:
+        raise VFLBenchError(f"--target must look like METRIC=VALUE with METRIC one of {', '.join(TARGET_METRICS)}; got {text!r}.")
+    try:
+        v = float(value)
+    except ValueError:
+        raise VFLBenchError(f"--target value must be a number in (0, 1]; got {value!r}.") from None
+    if not 0 < v <= 1:
+        raise VFLBenchError(f"--target value must be in (0, 1]; got {v}.")
+    if name in ("train_auprc", "train_f1") and n_classes != 2:
+        raise VFLBenchError(f"Dataset '{dataset}' has {n_classes} classes; {name} is defined for binary tasks only. Use train_accuracy.")
+    return f"{name}={v:g}"
 
 
 def check_model(model: dict[str, Any], kind: str) -> None:
@@ -275,5 +335,6 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
-        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"],
+        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], target=c.get("target"),
+        eval_epochs=c.get("eval_epochs"),
     )

@@ -20,6 +20,10 @@ Schema (unknown keys are errors)::
     hp: {epochs: 10}                   # optional overrides for every run
     model: {arch: cnn-small}           # optional overrides for every run
     method_options: {plug: {p_drop: 0.2}}   # per method, typed and validated (`vflbench methods`)
+    method_grid:                       # per method: a list of option grids; lists expand (cartesian product)
+      pbm: [{mechanism: pbm, b: [8, 16], beta: [0.1, 0.2]}, {mechanism: npq}]
+    target: train_auprc=0.9            # record the first epoch reaching a training metric
+    eval_epochs: "1:100"               # also evaluate after these epochs (list, "5,10" or "A:B[:step]")
     stage_hp: {stage1: {epochs: 5}}    # per-stage hyper-parameter overrides (multi-stage methods)
     labeled: 500                       # semi-supervised runs: labeled training samples ...
     aligned: 100                       # ... of which this many are fully observed
@@ -44,9 +48,10 @@ from .errors import VFLBenchError
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "labeled", "aligned", "plugins",
+    "stage_hp", "labeled", "aligned", "plugins", "method_grid", "target", "eval_epochs",
 }
-DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp", "labeled", "aligned"}
+DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
+                "labeled", "aligned", "target", "eval_epochs"}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -93,6 +98,27 @@ def _dict(spec, key, path, default=None):
     if not isinstance(v, dict):
         _fail(path, f"'{key}' must be a mapping, got {type(v).__name__}.")
     return v
+
+
+def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
+    """A method's option grid(s) -> the list of option sets (one run each). A mapping is one grid;
+    a list holds several; in a grid, a list value expands (cartesian product) and a scalar is fixed."""
+    import itertools
+
+    if grids is None:
+        return [{}]
+    if isinstance(grids, dict):
+        grids = [grids]
+    if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
+        _fail(path, f"method_grid.{method} must be a mapping or a list of mappings of option -> value or list of values.")
+    out = []
+    for g in grids:
+        keys = list(g)
+        values = [v if isinstance(v, list) else [v] for v in g.values()]
+        if any(len(v) == 0 for v in values):
+            _fail(path, f"method_grid.{method}: an option has an empty list of values.")
+        out += [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    return out
 
 
 def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False) -> Experiment:
@@ -158,6 +184,11 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, f"quick: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(QUICK_KEYS))}.")
     lr_by_k = _dict(spec, "lr_by_parties", path)
     method_opts = _dict(spec, "method_options", path)
+    grid_spec = _dict(spec, "method_grid", path)
+    for m in grid_spec:
+        if m not in methods and not any(m in (o or {}).get("methods", []) for o in ds_spec.values()):
+            _fail(path, f"method_grid names '{m}', which is not among the methods ({', '.join(methods)}).")
+    grids = {m: expand_grid(g, m, path) for m, g in grid_spec.items()}
 
     chosen = list(ds_spec)
     if datasets:
@@ -178,7 +209,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
         for k in ds_parties:
-            for m in ds_methods:
+            for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
                 for tr in train:
                     for seed in run_seeds:
                         hp = {**hp_all, **_dict(over, "hp", path)}
@@ -192,9 +223,11 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options={**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)},
-                            method_options={**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {})}, hp=hp,
+                            method_options={**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **grid_opts}, hp=hp,
                             stage_hp={**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)},
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
+                            target=over.get("target", spec.get("target")),
+                            eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset", "laser_table1"),
                         ))
     return Experiment(spec["name"], path, spec, quick, runs)

@@ -109,6 +109,75 @@ def policy(run: ResolvedRun) -> TrainPolicy:
                        augment=p.augment, stale_updates=p.stale_updates)
 
 
+class TargetMonitor(Callback):
+    """``--target train_auprc=0.9``: after every epoch, one pass over the training set the way the
+    method predicts (PBM-VFL: through its mechanism), in the ``monitor`` phase; records the first
+    epoch at or above the target and the run's cost columns (``comm_*``, ``epsilon_*``) at that
+    point. Epochs count across stages."""
+
+    COST_PREFIXES = ("comm_", "epsilon_")
+
+    def __init__(self, target: str, inputs: RunInputs, method: Method, batch_size: int):
+        name, _, value = target.partition("=")
+        self.metric, self.value = name.removeprefix("train_"), float(value)
+        self.inputs, self.batch_size, self.method = inputs, batch_size, method
+        n_classes = inputs.prep.data.n_classes
+        if self.metric in ("auprc", "f1") and n_classes != 2:  # (dataset options can change the class count)
+            raise VFLBenchError(f"This data has {n_classes} classes; {name} is defined for binary tasks only. Use train_accuracy.")
+        self.f1_rule = method.f1_rule
+        self.curve: list[float] = []
+        self.reached: int | None = None
+        self.at_target: dict[str, Any] = {}
+
+    def on_epoch_end(self, loop) -> None:
+        tr, data = self.inputs.train, self.inputs.prep.data
+        preds, valid, scores, counted = predict(loop.method, tr.blocks, tr.obs, self.batch_size, phase="monitor")
+        y = tr.y.cpu().numpy()
+        if tr.labeled is not None:  # only labeled samples can be scored
+            keep = tr.labeled.cpu().numpy()
+            preds, valid, counted, y = preds[:, keep], valid[:, keep], counted[keep], y[keep]
+            scores = None if scores is None else scores[:, keep]
+        met = compute_metrics(preds, valid, scores, counted, y, rule=self.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+        v = float(met[self.metric]) / 100.0  # metrics are percentages; targets are fractions
+        self.curve.append(v)
+        if self.reached is None and v >= self.value:
+            self.reached = len(self.curve)
+            cost = {**loop.method.channel.extras(), **loop.method.extras()}
+            self.at_target = {f"{k}_at_target": x for k, x in cost.items() if k.startswith(self.COST_PREFIXES)}
+
+    def extras(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"target": f"train_{self.metric}>={self.value:g}",
+                               "epochs_to_target": float(self.reached) if self.reached is not None else float("inf")}
+        if self.reached is None:  # never reached: the cost to reach it is unbounded
+            cost = {**self.method.channel.extras(), **self.method.extras()}
+            out.update({f"{k}_at_target": float("inf") for k in cost if k.startswith(self.COST_PREFIXES)})
+        out.update(self.at_target)
+        return out
+
+
+class BudgetEvaluator(Callback):
+    """``--eval-epochs``: evaluate under every test setting after the listed epochs (counted across
+    stages), as if training had stopped there. Random draws that evaluation makes are restored
+    afterwards, so training, and the final evaluation, are the same as in a run without it."""
+
+    def __init__(self, run: ResolvedRun, inputs: RunInputs, method: Method):
+        self.run, self.inputs, self.method = run, inputs, method
+        self.epochs = set(run.eval_epochs or ())
+        self.seen = 0
+        self.results: dict[int, list[Evaluation]] = {}
+
+    def on_epoch_end(self, loop) -> None:
+        self.seen += 1
+        if self.seen not in self.epochs:
+            return
+        m = self.method
+        gens = [m.gen, *getattr(m.channel, "gens", {}).values()]
+        states = [g.get_state() for g in gens]
+        self.results[self.seen] = evaluate(self.run, self.inputs, m, timed=False)
+        for g, st in zip(gens, states, strict=True):
+            g.set_state(st)
+
+
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
     t = time.perf_counter()
     hist = fit(method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks)
@@ -123,7 +192,7 @@ class Evaluation:
     masks: dict[str, Any]
 
 
-def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method) -> list[Evaluation]:
+def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = True) -> list[Evaluation]:
     t = time.perf_counter()
     out = []
     data = inputs.prep.data
@@ -132,18 +201,35 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method) -> list[Evalua
         if run.protocol.test_time_augmentation:
             tta = torch.Generator(device=inputs.device)
             tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
-        preds, valid, scores, counted = predict(method, inputs.test, torch.as_tensor(m.observed, device=inputs.device), run.eval_batch_size, tta)
+        obs = torch.as_tensor(m.observed, device=inputs.device)
+        preds, valid, scores, counted = predict(method, inputs.test, obs, run.eval_batch_size, tta)
         met = compute_metrics(preds, valid, scores, counted, inputs.y_test, rule=method.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+        default = run.method_options.get("eval")
+        for variant in (v for v in type(method).eval_variants if v != default):  # e.g. PBM-VFL with exact sums
+            method.use_variant(variant)
+            pv, vv, sv, cv = predict(method, inputs.test, obs, run.eval_batch_size, tta)
+            other = compute_metrics(pv, vv, sv, cv, inputs.y_test, rule=method.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+            met.update({f"{k}@{variant}": other[k] for k in ("accuracy", "f1", "auprc") if k in other})
+            method.use_variant(default)
         out.append(Evaluation(s, met, {**m.info, **mask_summary(m.observed)}))
-    inputs.timings["eval_s"] = time.perf_counter() - t
+    if timed:
+        inputs.timings["eval_s"] = time.perf_counter() - t
     return out
 
 
-def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, evals: list[Evaluation]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, evals: list[Evaluation],
+           callbacks: list[Callback] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The run's tidy CSV rows (one per test setting and metric, with the run's extras as columns)
     and its manifest."""
     extras = {**method.channel.extras(), **method.extras()}
-    rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras) for e in evals for metric in ("accuracy", "f1", "auprc") if metric in e.metrics]
+    for cb in callbacks:
+        extras.update(getattr(cb, "extras", dict)())
+    names = ("accuracy", "f1", "auprc")
+    metrics = [*names, *(f"{n}@{v}" for v in type(method).eval_variants for n in names)]
+    total = sum(h.epochs for h in run.stage_hp.values())
+    budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
+    rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)
+            for epoch, evs in [*sorted(budgets.items()), (total, evals)] for e in evs for metric in metrics if metric in e.metrics]
     prep = inputs.prep
     mask_info = {"train": {**inputs.train_masks.info, **mask_summary(inputs.train_masks.observed)}}
     mask_info.update({f"test/{e.setting}": e.masks for e in evals})
@@ -153,7 +239,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "run_key": run.key,
         "config": run.to_dict(),
         "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages],
-                   "options": dict(run.method_options), "option_sources": dict(run.option_sources)},
+                   "options": dict(run.method_options), "option_sources": dict(run.option_sources), "assumptions": list(mcls.assumptions)},
         "device": str(inputs.device),
         "threads": torch.get_num_threads(),
         "versions": versions(),
@@ -165,8 +251,13 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "communication": method.channel.summary(),
         "extras": extras,
         "timings": {**inputs.timings, "seconds_per_epoch": float(np.mean(hist.seconds)) if hist.seconds else 0.0},
-        "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches},
+        "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches,
+                    **{f"train_{cb.metric}": cb.curve for cb in callbacks if isinstance(cb, TargetMonitor)}},
     }
+    accountant = getattr(method, "accountant", None)
+    if accountant is not None:
+        manifest["privacy"] = {"spec": dict(accountant.spec.__dict__), "samples": accountant.n, "max_releases_per_sample": accountant.epochs(),
+                               "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
     return rows, manifest
 
 
@@ -175,16 +266,21 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
     torch.set_num_threads(max(1, int(os.environ.get("VFLBENCH_THREADS", torch.get_num_threads()))))
     inputs = prepare(run, device)
     method = build(run, inputs)
+    callbacks = list(callbacks)
+    if run.target:
+        callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
+    if run.eval_epochs:
+        callbacks.append(BudgetEvaluator(run, inputs, method))
     hist = train(run, inputs, method, callbacks)
     evals = evaluate(run, inputs, method)
-    return record(run, inputs, method, hist, evals)
+    return record(run, inputs, method, hist, evals, callbacks)
 
 
 def mask_summary(obs: np.ndarray) -> dict[str, Any]:
     return {"observed_rate_per_block": obs.mean(0).round(4).tolist(), "fully_observed_fraction": float(obs.all(1).mean()), "all_missing_count": int((~obs.any(1)).sum())}
 
 
-def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[str, Any], extras: dict[str, Any], epoch: int | None = None) -> dict[str, Any]:
     return {
         "run_id": r.run_id,
         "run_key": r.key,
@@ -200,6 +296,9 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         "p_miss_test": p_key(test_missing),
         "seed": r.seed,
         "epochs": r.hp.epochs,
+        **({"options": ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")}
+           if any(src == "user" for src in r.option_sources.values()) else {}),  # the method options a user set (variants of a method)
+        **({"epoch": epoch} if r.eval_epochs else {}),  # runs evaluated at several budgets: the epoch of each row
         "metric": metric,
         "value": value,
         "n_counted": met["n_counted"],

@@ -1,4 +1,5 @@
-"""Figures: scalability (metric and time per epoch against K) and training curves, via matplotlib."""
+"""Figures via matplotlib: scalability (metric and time per epoch against K), training curves, and
+metric against the training budget (runs recorded with ``--eval-epochs``)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,57 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
     lo = np.nanmin(agg["mean"]) - 10
     ax.set_ylim(max(0, lo), None)
     ax.legend(fontsize=7, ncol=3)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def _variant(r: pd.Series, drop: str | None) -> str:
+    """A line's label: the method's display name and the options its runs set (minus the panel key)."""
+    opts = r.get("options")
+    parts = [] if not isinstance(opts, str) or not opts else [kv for kv in opts.split(";") if kv.split("=")[0] != drop]
+    return display(r["method"]) + (f" ({', '.join(parts)})" if parts else "")
+
+
+def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str | None = None, test_missing: str | None = None) -> list[Path]:
+    """Metric against training epochs, one line per method (and option variant) with a band of
+    +-1 std over seeds; one panel per (train setting, test setting), or per value of ``panel`` (a
+    column such as ``beta``)."""
+    plt = _plt()
+    df = load_results(results)
+    if "epoch" not in df.columns:
+        raise VFLBenchError("These results have no epoch column; record budgets with --eval-epochs (run) or eval_epochs: (experiment file).")
+    metrics = sorted(set(df["metric"]))
+    metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
+    df = df[df["metric"] == metric].copy()
+    if test_missing:
+        df = df[df["test_missing"] == test_missing]
+        if df.empty:
+            raise VFLBenchError(f"--test-missing {test_missing!r} matches no result.")
+    if panel and panel not in df.columns:
+        raise VFLBenchError(f"--panel {panel!r} is not a results column; try train_missing, test_missing, parties or a method extra such as beta.")
+    if panel:
+        key = df[panel].astype(str).where(df[panel].notna(), "all")
+        panels = [p for p in dict.fromkeys(sorted(key)) if p != "all"] or ["all"]
+        df["_panel"] = key
+    else:
+        df["_panel"] = "train " + df["train_missing"] + ", test " + df["test_missing"]
+        panels = list(dict.fromkeys(df["_panel"]))
+    df["_line"] = df.apply(lambda r: _variant(r, panel), axis=1)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False, sharey=True)
+    for ax, p in zip(axes[0], panels, strict=True):
+        g = df[(df["_panel"] == p) | (df["_panel"] == "all")]  # lines without the panel key (e.g. NPQ) appear in every panel
+        for line in dict.fromkeys(sorted(g["_line"])):
+            h = g[g["_line"] == line].groupby("epoch")["value"]
+            ep = np.array(sorted(h.groups))
+            mean, std = h.mean().loc[ep].to_numpy(), h.std(ddof=0).loc[ep].to_numpy()
+            ax.plot(ep, mean, label=line, linewidth=1.3)
+            ax.fill_between(ep, mean - std, mean + std, alpha=0.2)
+        ax.set(title=f"{panel} = {p}" if panel else p, xlabel="epoch", ylabel=f"test {metric}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
     paths = _save(fig, out)
     plt.close(fig)
     return paths

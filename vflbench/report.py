@@ -16,16 +16,31 @@ from .errors import VFLBenchError
 
 
 def method_order(names) -> list[str]:
-    """Methods in registry order (the only list of methods), unknown names after, sorted."""
+    """Methods in registry order (the only list of methods), each method's option variants
+    (``name[opts]``) right after it, unknown names after, sorted."""
     from .methods import method_order as order
 
-    return order(names)
+    names = list(dict.fromkeys(names))
+    bases = order(n.split("[", 1)[0] for n in names)
+    return [n for b in bases for n in sorted(x for x in names if x.split("[", 1)[0] == b)]
 
 
 def display(name: str) -> str:
     from .methods import display_name
 
-    return display_name(name)
+    base, _, opts = name.partition("[")
+    return display_name(base) + (f" ({opts.rstrip(']').replace(';', ', ')})" if opts else "")
+
+
+def with_variants(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs of one method with different user-set options (an experiment's ``method_grid``) become
+    separate table columns: ``method`` -> ``method[options]``."""
+    if "options" not in df.columns:
+        return df
+    opts = df["options"].fillna("").astype(str)
+    df = df.copy()
+    df["method"] = np.where(opts != "", df["method"] + "[" + opts + "]", df["method"])
+    return df
 
 
 @dataclass
@@ -42,8 +57,9 @@ LAYOUTS = {
     "laser-table1": Layout("laser-table1", ["none", "mcar:0.1", "mcar:0.5"], ["none", "mcar:0.1", "mcar:0.5"], {"credit": "f1", "mimic4": "f1"}, "accuracy", "laser-table1"),
     "laser-table3": Layout("laser-table3", ["mcar-beta:2,2"], ["none", "mcar:0.1", "mcar:0.5", "mcar-beta:2,2"], {"credit": "f1", "mimic4": "f1"}, "accuracy", "laser-table3"),
     "generic": Layout("generic", None, None, {"credit": "f1", "mimic4": "f1"}, "accuracy", None),
+    "pbm-table3": Layout("pbm-table3", None, None, {"phishing": "auprc", "credit": "f1"}, "accuracy", "pbm-table3"),
 }
-REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.csv"}
+REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.csv", "pbm-table3": "pbm_tables1_3.csv"}
 
 
 def ref_key(spec: str) -> str:
@@ -99,7 +115,7 @@ def load_reference(name: str) -> pd.DataFrame:
             return pd.read_csv(p, dtype={"p_miss_train": str, "p_miss_test": str})
         raise VFLBenchError(f"Unknown reference '{name}'. Built in: {', '.join(REFERENCES)}; or pass a CSV path.")
     text = resources.files("vflbench.reference").joinpath(REFERENCES[name]).read_text()
-    df = pd.read_csv(StringIO(text), dtype={"p_miss_train": str, "p_miss_test": str})
+    df = pd.read_csv(StringIO(text), dtype={"p_miss_train": str, "p_miss_test": str, "b": str})
     return df
 
 
@@ -225,11 +241,30 @@ def summary_lines(g: pd.DataFrame, with_ref: bool, fmt: str) -> list[str]:
     return out
 
 
-def make_table(results, layout_name: str = "laser-table1", reference: str | None = None, fmt: str = "md", title: str | None = None) -> tuple[str, pd.DataFrame]:
+def at_budget(df: pd.DataFrame, epoch: int | None = None) -> pd.DataFrame:
+    """Rows of one training budget: each run's final epoch (default), or ``epoch`` for runs recorded
+    with ``--eval-epochs``. Results without an ``epoch`` column hold final rows only."""
+    if "epoch" not in df.columns:
+        if epoch is not None:
+            raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to table other budgets.")
+        return df
+    final = df.groupby("run_id")["epoch"].transform("max")
+    if epoch is None:
+        return df[df["epoch"].isna() | (df["epoch"] == final)]
+    sel = df[df["epoch"] == epoch]
+    if sel.empty:
+        have = sorted({int(e) for e in df["epoch"].dropna()})
+        raise VFLBenchError(f"No rows at epoch {epoch}; recorded budgets: {', '.join(map(str, have))}.")
+    return sel
+
+
+def make_table(results, layout_name: str = "laser-table1", reference: str | None = None, fmt: str = "md", title: str | None = None,
+               epoch: int | None = None) -> tuple[str, pd.DataFrame]:
     if layout_name not in LAYOUTS:
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(LAYOUTS)}.")
     layout = LAYOUTS[layout_name]
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
+    df = at_budget(df, epoch)
     excluded = []
     if "status" in df.columns:  # runs that diverged (or otherwise failed) are never averaged in
         bad = df["status"].fillna("ok") != "ok"
@@ -237,7 +272,10 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
             why = r["error"] if "error" in r and isinstance(r["error"], str) else r["status"]
             excluded.append(f"{display(r['method'])} on {r['dataset']} (K={r['parties']}, train {label(r['train_missing'])}, seed {r['seed']}): {why}")
         df = df[~bad]
-    agg = aggregate(df, layout)
+    if layout_name == "pbm-table3":
+        text, agg = pbm_table(df, load_reference(reference) if reference else None, fmt, title)
+        return text, agg
+    agg = aggregate(with_variants(df), layout)
     if reference:
         agg = attach_reference(agg, load_reference(reference))
     protocol = ",".join(sorted(set(df["protocol"]))) if "protocol" in df.columns else None
@@ -248,3 +286,140 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
         pre = "" if fmt == "md" else "% "
         text += f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
     return text, agg
+
+
+# ---------------------------------------------------------------- PBM-VFL (epochs and cost to a target)
+def _epochs_cell(vals: np.ndarray) -> str:
+    reached = vals[np.isfinite(vals)]
+    if len(reached) == 0:
+        return "∞"
+    txt = f"{reached.mean():.1f} ± {reached.std():.1f}"
+    return txt if len(reached) == len(vals) else f"{txt} ({len(reached)}/{len(vals)} reached; others ∞)"
+
+
+def pbm_aggregate(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, parties, mechanism, b, beta): epochs to the target and the cost up to it
+    (the paper's formula, bits / 1e9, and the exact wire bytes / 1e9), the final test metric and
+    epsilon, over seeds."""
+    need = {"mechanism", "epochs_to_target"}
+    if not need <= set(df.columns):
+        raise VFLBenchError("These results have no PBM-VFL target columns (run with --method pbm and --target).")
+    out = []
+    keys = ["dataset", "parties", "mechanism", "b", "beta"]
+    runs = df.drop_duplicates("run_id").copy()
+    for (ds, k, mech, b, beta), g in runs.groupby(keys, sort=True, dropna=False):
+        metric = "auprc" if "auprc" in set(df[df["dataset"] == ds]["metric"]) else "accuracy"
+        test = df[df["run_id"].isin(g["run_id"]) & (df["metric"] == metric) & (df["test_missing"] == "none")]["value"].to_numpy(float)
+        ep = g["epochs_to_target"].to_numpy(float)
+        wire = ((g["comm_bytes_up_at_target"] + g["comm_bytes_down_at_target"]) / 1e9).to_numpy(float)
+        paper_bits = (g["comm_bits_paper_at_target"] / 1e9).to_numpy(float)
+        finite = np.isfinite(ep)
+        out.append({
+            "dataset": ds, "parties": int(k), "mechanism": mech, "b": b, "beta": beta, "n_seeds": len(g), "target": g["target"].iloc[0],
+            "epochs_seeds": ",".join("inf" if not np.isfinite(e) else str(int(e)) for e in ep), "reached": int(finite.sum()),
+            "epochs_mean": float(ep[finite].mean()) if finite.any() else float("inf"), "epochs_std": float(ep[finite].std()) if finite.any() else float("nan"),
+            "cost_paper_gbit": float(paper_bits[finite].mean()) if finite.any() else float("inf"),
+            "cost_wire_gbyte": float(wire[finite].mean()) if finite.any() else float("inf"),
+            "test_metric": metric, "test_mean": float(np.mean(test)) if len(test) else float("nan"), "test_std": float(np.std(test)) if len(test) else float("nan"),
+            "epsilon_feature": float(g["epsilon_feature"].mean()) if "epsilon_feature" in g else float("nan"),
+            "epsilon_sample": float(g["epsilon_sample"].mean()) if "epsilon_sample" in g else float("nan"),
+            "epochs_list": ep,
+        })
+    return pd.DataFrame(out)
+
+
+def _pbm_ref(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    ref = ref.copy()
+    ref["dataset"] = ref["dataset"].str.replace(r"\(.*\)", "", regex=True).str.strip()
+
+    def key(ds, k, mech, b, beta):
+        if mech == "npq":
+            return (ds, int(k), "NPQ", "")
+        return (ds, int(k), str(int(float(b))), f"{float(beta):g}")
+
+    lookup = {(r.dataset, int(r.parties), str(r.b), "" if pd.isna(r.beta) else f"{float(r.beta):g}"): (float(r.epochs_to_target), float(r.comm_cost), r.comm_unit)
+              for r in ref.itertuples()}
+    agg = agg.copy()
+    hits = [lookup.get(key(r.dataset, r.parties, r.mechanism, r.b, r.beta)) for r in agg.itertuples()]
+    agg["paper_epochs"] = [h[0] if h else np.nan for h in hits]
+    agg["paper_cost"] = [h[1] if h else np.nan for h in hits]
+    agg["paper_unit"] = [h[2] if h else "" for h in hits]
+    ours_reached = agg["reached"] * 2 > agg["n_seeds"]  # a majority of seeds reached the target
+    paper_reached = np.isfinite(agg["paper_epochs"].astype(float))
+    has = agg["paper_epochs"].notna()
+    agg["agree_reach"] = np.where(has, ours_reached == paper_reached, np.nan)
+    ratio = agg["epochs_mean"] / agg["paper_epochs"]
+    agg["within_2x"] = np.where(has & ours_reached & paper_reached, (ratio >= 0.5) & (ratio <= 2.0), np.nan)
+    return agg
+
+
+def pbm_table(df: pd.DataFrame, ref: pd.DataFrame | None, fmt: str = "md", title: str | None = None) -> tuple[str, pd.DataFrame]:
+    agg = pbm_aggregate(df)
+    if ref is not None:
+        agg = _pbm_ref(agg, ref)
+    if fmt == "csv":
+        return agg.drop(columns=["epochs_list"]).to_csv(index=False), agg
+    if fmt != "md":
+        raise VFLBenchError(f"The pbm-table3 layout is written as md or csv, not {fmt}.")
+    lines = [f"# {title}", ""] if title else []
+    for (ds, k), g in agg.groupby(["dataset", "parties"], sort=False):
+        g = pd.concat([g[g["mechanism"] != "pbm"], g[g["mechanism"] == "pbm"]])
+        tgt = g["target"].iloc[0]
+        lines += [f"## {ds}, M = {k}: epochs to {tgt} and communication up to it (mean ± std over reached seeds; {g['n_seeds'].max()} seeds)", ""]
+        cols = ["mechanism", "b", "β", "epochs (per seed)", "epochs", "cost, paper formula (Gbit)", "wire (GB)", f"test {g['test_metric'].iloc[0].upper()} x 100",
+                "ε feature (δ=1e-5)"]
+        with_ref = "paper_epochs" in g
+        if with_ref:
+            cols += ["paper epochs", "paper cost (GB)", "agree: reach", "within 2x"]
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in g.itertuples():
+            fb = "–" if pd.isna(r.b) or r.mechanism == "npq" else str(int(float(r.b)))
+            fbeta = "–" if pd.isna(r.beta) or r.mechanism == "npq" else f"{float(r.beta):g}"
+            cost = "∞" if not np.isfinite(r.cost_paper_gbit) else f"{r.cost_paper_gbit:.2f}"
+            wire = "∞" if not np.isfinite(r.cost_wire_gbyte) else f"{r.cost_wire_gbyte:.3f}"
+            eps = "∞" if not np.isfinite(r.epsilon_feature) else f"{r.epsilon_feature:.4g}"
+            row = [r.mechanism.upper(), fb, fbeta, r.epochs_seeds, _epochs_cell(r.epochs_list), cost, wire, f"{r.test_mean:.1f} ± {r.test_std:.1f}", eps]
+            if with_ref:
+                pe = "–" if pd.isna(r.paper_epochs) else ("∞" if not np.isfinite(r.paper_epochs) else f"{r.paper_epochs:g}")
+                pc = "–" if pd.isna(r.paper_cost) else ("∞" if not np.isfinite(r.paper_cost) else f"{r.paper_cost:g}")
+                ag = "–" if pd.isna(r.agree_reach) else ("yes" if r.agree_reach else "**no**")
+                w2 = "–" if pd.isna(r.within_2x) else ("yes" if r.within_2x else "**no**")
+                row += [pe, pc, ag, w2]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        if with_ref:
+            h = g[g["paper_epochs"].notna()]
+            n_reach = int(h["agree_reach"].astype(bool).sum())
+            w = h["within_2x"].dropna()
+            lines.append(f"Agree with the paper on reaching the target or not: **{n_reach}/{len(h)}** rows; "
+                         f"epochs within a factor of 2 where both reach it: **{int(w.astype(bool).sum())}/{len(w)}**.")
+        lines += pbm_claims(g)
+        lines += ["", "Cost, paper formula: E_target x ceil(N/B) x B x M x P x (ln(bM) + 32) bits for PBM, x 64 for NPQ (PBM-VFL Tables 1-3, "
+                  "reported there as 'GB'). Wire: ceil(log2(Mb+1)) bits per masked integer up plus 32 per float down, in bytes.", ""]
+    return "\n".join(lines), agg
+
+
+def _rises(rows: pd.DataFrame, by: str, along: str) -> int:
+    """How often the paper-formula cost goes up as ``along`` grows with ``by`` fixed (inf = not reached)."""
+    n = 0
+    for _, h in rows.groupby(by):
+        c = h.sort_values(along)["cost_paper_gbit"].to_numpy(float)
+        n += int(np.sum(np.diff(np.where(np.isfinite(c), c, np.inf)) > 1e-12))
+    return n
+
+
+def pbm_claims(g: pd.DataFrame) -> list[str]:
+    """The paper's qualitative claims, checked on the rows at hand."""
+    pbm = g[g["mechanism"] == "pbm"].assign(bf=lambda d: d["b"].astype(float), betaf=lambda d: d["beta"].astype(float))
+    if pbm.empty:
+        return []
+    out = []
+    for by, along, what in (("betaf", "bf", "b at fixed β"), ("bf", "betaf", "β at fixed b")):
+        n = _rises(pbm, by, along)
+        out.append(f"cost never rises with {what}: {'yes' if n == 0 else f'no ({n} rises)'}")
+    ldp = g[g["mechanism"] == "ldp"]
+    if len(ldp):
+        pairs = pbm.merge(ldp.assign(bf=ldp["b"].astype(float), betaf=ldp["beta"].astype(float)), on=["bf", "betaf"], suffixes=("", "_ldp"))
+        wins = int((pairs["test_mean"] > pairs["test_mean_ldp"]).sum())
+        out.append(f"PBM-VFL above LDP in test {g['test_metric'].iloc[0].upper()}: {wins}/{len(pairs)} (b, β) settings")
+    return ["Paper's claims, checked on these rows: " + "; ".join(out) + "."]

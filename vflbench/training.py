@@ -206,6 +206,7 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
             yp = data.y if pool is None else data.y[pool]
             weights = (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
         method.train(True)
+        method.channel.mode = "train"
         for cb in callbacks:
             cb.on_stage_start(loop)
         for epoch in range(hp.epochs):
@@ -255,15 +256,21 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
 
 
 @torch.no_grad()
-def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int, tta: torch.Generator | None = None):
-    """Concatenate the method's batch predictions over a split; returns numpy arrays."""
+def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int, tta: torch.Generator | None = None, phase: str = "eval"):
+    """Concatenate the method's batch predictions over a split; returns numpy arrays. ``phase``
+    "monitor" marks a measuring pass over the training set (its traffic is booked apart)."""
+    was_training, was_mode = method.store.training, method.channel.mode
     method.train(False)
+    method.channel.mode = phase
     method.store.begin()
     parts = []
     for j, start in enumerate(range(0, data.n, batch_size)):
         idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)
         parts.append(method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j)))
-        method.channel.commit("eval", backward=False)
+        method.channel.commit(phase, backward=False)
+    method.channel.mode = was_mode
+    if was_training:  # a pass in the middle of training (a target monitor, an evaluation at a budget)
+        method.train(True)
     preds = torch.cat([p.preds for p in parts], 1).cpu().numpy()
     valid = torch.cat([p.valid for p in parts], 1).cpu().numpy()
     counted = torch.cat([p.counted for p in parts]).cpu().numpy()

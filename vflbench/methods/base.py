@@ -188,6 +188,9 @@ class Method:
     option_specs: ClassVar[tuple[Option, ...]] = ()
     stages: ClassVar[tuple[Stage, ...]] = (Stage(),)
     local_only: ClassVar[bool] = False  # True: no representation ever leaves a party (e.g. Local)
+    eval_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, logged as metric@variant (see use_variant)
+    assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
+    smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx
@@ -219,6 +222,11 @@ class Method:
                 return o
         raise KeyError(name)
 
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> str | None:
+        """Checks across options (each option's own check runs first); an error message or None."""
+        return None
+
     def build(self) -> None:
         raise NotImplementedError
 
@@ -236,6 +244,10 @@ class Method:
     def extras(self) -> dict[str, Any]:
         """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""
         return {}
+
+    def use_variant(self, variant: str) -> None:
+        """Predict the ``variant`` way (one of ``eval_variants``) until told otherwise."""
+        raise VFLBenchError(f"{self.display} has no evaluation variant {variant!r}.")
 
     def trainable(self, stage: Stage) -> torch.Tensor:
         """Members the optimiser of ``stage`` may update (all by default; e.g. a second stage that
@@ -290,6 +302,7 @@ class Method:
         return self.store.n_params() + sum(p.numel() for p, _ in self.module_params())
 
     def train(self, mode: bool = True) -> None:
+        self.store.train(mode)
         for e in self.extractor_sets:
             e.train(mode)
         for mod, _ in self.module_members:

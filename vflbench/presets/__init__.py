@@ -42,9 +42,9 @@ def _p_key(block: dict, p: float | str | None) -> dict:
 def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
     hp = load_preset(preset)["hyperparameters"]
     ds = hp.get(dataset, hp["default"])
-    block = ds.get(hp_key, ds.get("all"))
-    if block is None:
-        block = hp["default"]["all"]
+    # the dataset's block for this method, else the method's own default block (a method with its own
+    # recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
+    block = ds.get(hp_key) or hp["default"].get(hp_key) or ds.get("all") or hp["default"]["all"]
     return dict(_p_key(block, p_train))
 
 

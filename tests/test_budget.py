@@ -1,0 +1,68 @@
+"""Evaluation at several training budgets (--eval-epochs), option grids in experiment files, and
+the tables and plots that read them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.config import RunConfig, resolve
+from vflbench.experiment import build_experiment
+from vflbench.pipeline import execute
+from vflbench.report import at_budget, make_table
+
+runner = CliRunner()
+BASE = dict(dataset="synthetic", train_missing="mcar:0.3", test_missing=["none", "mcar:0.5"], data_options={"n": 500}, hp={"epochs": 4})
+
+
+@pytest.mark.parametrize("method", ["laser", "plug"])
+def test_intermediate_evaluations_do_not_change_the_run(method):
+    plain, _ = execute(resolve(RunConfig(method=method, **BASE)), device="cpu")
+    run = resolve(RunConfig(method=method, eval_epochs="1:3", **BASE))
+    budgets, manifest = execute(run, device="cpu")
+    assert run.eval_epochs == (1, 2, 3)
+    assert sorted({r["epoch"] for r in budgets}) == [1, 2, 3, 4]
+    assert [r["value"] for r in budgets if r["epoch"] == 4] == [r["value"] for r in plain]  # bit-identical final rows
+    assert manifest["config"]["eval_epochs"] == [1, 2, 3]
+    assert resolve(RunConfig(method=method, **BASE)).key != run.key  # part of the run (resume treats it so)
+
+
+def test_eval_epochs_parse_and_reject():
+    mk = lambda v: resolve(RunConfig(method="svfl", eval_epochs=v, **BASE)).eval_epochs  # noqa: E731
+    assert mk([2, 1, 4]) == (1, 2) and mk("1,3") == (1, 3) and mk("1:4:2") == (1, 3) and mk(None) is None
+    for bad, needle in (("0", ">= 1"), ("9", "trains 4 epochs"), ("a:b", "takes epochs like")):
+        r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "svfl", "--epochs", "4", "--quiet", "--eval-epochs", bad])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+
+
+def test_tables_use_the_final_epoch_unless_asked(tmp_path):
+    rows, _ = execute(resolve(RunConfig(method="svfl", eval_epochs="2", **BASE)), device="cpu")
+    df = pd.DataFrame(rows)
+    assert set(at_budget(df)["epoch"]) == {4} and set(at_budget(df, 2)["epoch"]) == {2}
+    _, agg4 = make_table(df, "generic")
+    _, agg2 = make_table(df, "generic", epoch=2)
+    assert len(agg4) == len(agg2) > 0
+    with pytest.raises(Exception, match="recorded budgets: 2, 4"):
+        at_budget(df, 3)
+    csv = tmp_path / "r.csv"
+    df.to_csv(csv, index=False)
+    r = runner.invoke(app, ["plot", "budget", str(csv), "--out", str(tmp_path / "fig")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "fig.png").exists() and (tmp_path / "fig.pdf").exists()
+
+
+def test_method_grid_expands_to_variants_with_their_own_columns():
+    spec = {"name": "g", "methods": ["plug", "svfl"], "train_missing": ["none"], "test_missing": ["none"], "seeds": [0, 1],
+            "method_grid": {"plug": [{"p_drop": [0.1, 0.3], "fusion": "sum"}, {"p_drop": 0.5}]}, "datasets": {"synthetic": None}}
+    exp = build_experiment(spec)
+    plug = [r.method_options for r in exp.runs if r.method == "plug"]
+    assert len(plug) == 3 * 2 and {o["p_drop"] for o in plug} == {0.1, 0.3, 0.5}
+    assert all(o.get("fusion") == "sum" for o in plug if o["p_drop"] != 0.5)
+    df = pd.DataFrame([{"run_id": f"r{i}", "dataset": "synthetic", "method": "plug", "options": f"p_drop={p}", "train_missing": "none",
+                        "test_missing": "none", "seed": s, "metric": "accuracy", "value": 50.0 + p} for i, (p, s) in enumerate([(0.1, 0), (0.1, 1), (0.3, 0)])])
+    text, agg = make_table(df, "generic")
+    assert len(agg) == 2 and "PlugVFL (p_drop=0.1)" in text and "PlugVFL (p_drop=0.3)" in text
+    with pytest.raises(Exception, match="not among the methods"):
+        build_experiment({**spec, "method_grid": {"laser": {"laser_subsets": "batch"}}})
