@@ -180,6 +180,7 @@ def test_a_folder_of_another_experiment_needs_force(tmp_path):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @needs_mirror
 @pytest.mark.parametrize("damage", ["bitflip", "truncate"])
 def test_a_damaged_data_file_is_moved_aside_and_restored(tmp_path, monkeypatch, damage):
@@ -223,6 +224,7 @@ def test_files_without_a_published_checksum_are_checked_against_their_first_use(
     assert rf.verify(f, tmp_path)[1] == "first-use"
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @needs_mirror
 def test_a_parallel_first_sweep_on_an_empty_data_folder_finishes(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
@@ -252,6 +254,7 @@ def test_concurrent_fetches_of_one_dataset_do_not_collide(tmp_path, monkeypatch)
     assert outs[0][0] == outs[1][0]
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_damaged_run_files_are_re_run_never_read(tmp_path):
     import pandas as pd
 
@@ -285,6 +288,7 @@ def test_table_refuses_a_results_csv_cut_mid_line(tmp_path):
     _fails(["table", str(bad)], "is empty")
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_a_sweep_records_a_diverged_run_and_goes_on(tmp_path):
     import pandas as pd
 

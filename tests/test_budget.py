@@ -17,6 +17,7 @@ runner = CliRunner()
 BASE = dict(dataset="synthetic", train_missing="mcar:0.3", test_missing=["none", "mcar:0.5"], data_options={"n": 500}, hp={"epochs": 4})
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @pytest.mark.parametrize("method", ["laser", "plug"])
 def test_intermediate_evaluations_do_not_change_the_run(method):
     plain, _ = execute(resolve(RunConfig(method=method, **BASE)), device="cpu")
@@ -37,6 +38,7 @@ def test_eval_epochs_parse_and_reject():
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_tables_use_the_final_epoch_unless_asked(tmp_path):
     rows, _ = execute(resolve(RunConfig(method="svfl", eval_epochs="2", **BASE)), device="cpu")
     df = pd.DataFrame(rows)
@@ -46,6 +48,12 @@ def test_tables_use_the_final_epoch_unless_asked(tmp_path):
     assert len(agg4) == len(agg2) > 0
     with pytest.raises(Exception, match="recorded budgets: 2, 4"):
         at_budget(df, 3)
+    text, _ = make_table(df, "generic")
+    assert "Convergence: the best method is the same at epochs 2 and 4" in text
+    flipped = df.copy()  # a second method that is best at epoch 2 and worst at epoch 4
+    other = df.assign(method="laser", run_id="x", value=lambda d: d["value"] + (d["epoch"] == 2) * 50 - (d["epoch"] == 4) * 50)
+    text, _ = make_table(pd.concat([flipped, other]), "generic")
+    assert "Ranking not yet stable" in text and "best LASER-VFL at epoch 2, Standard VFL at epoch 4" in text
     csv = tmp_path / "r.csv"
     df.to_csv(csv, index=False)
     r = runner.invoke(app, ["plot", "budget", str(csv), "--out", str(tmp_path / "fig")])

@@ -56,6 +56,7 @@ def recorder():
     METHODS._items.pop("_recorder")
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_stages_see_the_samples_they_declare(recorder):
     cfg = RunConfig(dataset="synthetic", method="_recorder", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 1000},
                     hp={"epochs": 1, "batch_size": 64}, labeled=120, aligned=30)
@@ -135,6 +136,7 @@ def test_methods_command_lists_the_registry():
     assert r.exit_code == 0 and "LASER-VFL" in r.output
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_plugin_file_registers_and_runs(tmp_path):
     src = tmp_path / "mine.py"
     src.write_text((__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py").read_text().replace('"obsmean"', '"mine"'))
@@ -144,6 +146,7 @@ def test_plugin_file_registers_and_runs(tmp_path):
     assert r.exit_code == 2 and "does not exist" in r.output
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_standard_vfl_traffic_by_hand():
     """Up: every complete training sample's embedding (cut floats x 4 bytes) per party per epoch;
     down: one gradient of the same size for each."""
@@ -158,6 +161,7 @@ def test_standard_vfl_traffic_by_hand():
     assert c["bytes_eval_up"] == man["data"]["n_test"] * 6 * 4 * 4 and c["bytes_eval_down"] == 0
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_local_sends_nothing():
     rows, man = execute(resolve(RunConfig(dataset="synthetic", method="local", hp={"epochs": 1})), device="cpu")
     assert rows[0]["comm_bytes_up"] == 0 and man["communication"]["bytes_eval_up"] == 0
@@ -210,6 +214,7 @@ def test_stale_updates_stay_inside_their_optimiser_group():
     assert not torch.equal(s["w"][0], mid[0]) and torch.equal(s["w"][1], mid[1]) and not torch.equal(mid[1], before[1])
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_stale_updates_protocol_option_reaches_the_optimiser():
     base = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 800}, hp={"epochs": 2},
                      protocol="compat", protocol_options={"stale_updates": "false"})
@@ -223,6 +228,7 @@ def test_stale_updates_protocol_option_reaches_the_optimiser():
     assert [r["value"] for r in c] == [r["value"] for r in d]  # per-model optimisers: no stale steps
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
     """A method's own nn.Module is optimised like an extractor; `trainable` freezes members per stage."""
 
@@ -266,6 +272,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
         METHODS._items.pop("_twostage")
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_experiment_files_take_plugins_method_options_and_labeled_runs(tmp_path):
     import shutil
 

@@ -177,6 +177,7 @@ def test_same_seed_gives_identical_numbers(name):
     assert not torch.equal(a.store.flat, c.store.flat)
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @pytest.mark.parametrize("name", ALL)
 def test_learns_an_easy_task_above_chance(name):
     from vflbench.pipeline import execute

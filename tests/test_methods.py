@@ -173,6 +173,7 @@ def test_svfl_guesses_randomly_when_incomplete():
     assert (counts - 0.1).abs().max() < 0.03
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_same_seed_same_numbers_other_seed_differs():
     from vflbench.config import RunConfig, resolve
     from vflbench.pipeline import execute
@@ -238,6 +239,7 @@ def test_image_extractors_never_read_missing_tiles(name):
     assert pred.preds.shape[1] == 16
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @pytest.mark.parametrize("name", ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"])
 def test_image_methods_run_end_to_end(name):
     from vflbench.config import RunConfig, resolve

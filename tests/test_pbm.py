@@ -78,6 +78,7 @@ def test_gradient_passes_straight_through_to_the_exact_embeddings():
     assert torch.equal(reps.grad, g.expand(3, -1, -1))  # d(estimate)/d(h_m) = I for every party
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_large_b_approaches_npq_gradients():
     def grads(opts):
         run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 400}, method_options=opts, hp={"epochs": 1}))
@@ -128,6 +129,7 @@ def test_each_masked_upload_is_uniform_and_masks_are_fresh():
     assert (y0 == y1).float().mean() < 2.0 / sec.R
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_secagg_masked_gives_bit_identical_runs():
     def rows(secagg):
         run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 300}, hp={"epochs": 2},

@@ -1,3 +1,4 @@
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -6,6 +7,7 @@ from vflbench.cli import app
 runner = CliRunner()
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_scalability_curves_and_bars(tmp_path):
     spec = {"name": "scal", "protocol": "clean", "seeds": [0], "parties": [2, 4], "methods": ["svfl", "laser"],
             "train_missing": ["mcar:0.1"], "test_missing": ["mcar:0.1"], "hp": {"epochs": 2},

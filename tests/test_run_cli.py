@@ -1,6 +1,7 @@
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app, split_specs
@@ -15,6 +16,7 @@ def test_split_specs_keeps_per_block_lists_together():
     assert split_specs("none,mcar:0.1,0.2,0.5,0,mar1") == ["none", "mcar:0.1,0.2,0.5,0", "mar1"]
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @needs_mirror
 def test_run_credit_end_to_end_is_repeatable(tmp_path):
     args = ["run", "--dataset", "credit", "--method", "laser", "--train-missing", "mcar:0.1", "--test-missing", "none,mcar:0.5",
@@ -52,6 +54,7 @@ def test_run_bad_input_exits_cleanly(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_split_seed_can_follow_the_run_seed():
     from vflbench.config import RunConfig, resolve
 

@@ -71,6 +71,7 @@ def _rows_per_run(df):
     return df.groupby("run_id").size()
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_sweep_resumes_after_sigkill_without_loss_or_duplicates(tmp_path):
     spec = {**TINY, "seeds": [0, 1, 2], "methods": ["local", "svfl", "laser"], "hp": {"epochs": 4}}
     exp = write(tmp_path, spec)
@@ -102,6 +103,7 @@ def test_sweep_resumes_after_sigkill_without_loss_or_duplicates(tmp_path):
     assert pd.read_csv(out / "results.csv").equals(df)
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_parallel_workers_match_serial(tmp_path):
     exp = write(tmp_path, TINY)
     for w in ("1", "2"):
@@ -112,6 +114,7 @@ def test_parallel_workers_match_serial(tmp_path):
     pd.testing.assert_frame_equal(a, b)  # same seeds, same numbers, whatever the parallelism
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_ray_executor_tiny_sweep(tmp_path):
     ray = pytest.importorskip("ray")
     exp = write(tmp_path, {**TINY, "seeds": [0]})
@@ -129,6 +132,7 @@ def test_ray_executor_tiny_sweep(tmp_path):
     assert sorted(df["value"].round(10)) == sorted(s["value"].round(10))
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_unavailable_dataset_is_skipped_with_a_note(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "empty"))
     spec = {**TINY, "seeds": [0], "methods": ["local"], "datasets": {"synthetic": {"data_options": {"n": 600}}, "hapt": {}}}
@@ -138,6 +142,7 @@ def test_unavailable_dataset_is_skipped_with_a_note(tmp_path, monkeypatch):
     assert Path(tmp_path / "o" / "results.csv").exists()
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_sweep_json_keeps_earlier_invocations(tmp_path):
     import json
 

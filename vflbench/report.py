@@ -264,6 +264,7 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(LAYOUTS)}.")
     layout = LAYOUTS[layout_name]
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
+    all_budgets = df
     df = at_budget(df, epoch)
     excluded = []
     if "status" in df.columns:  # runs that diverged (or otherwise failed) are never averaged in
@@ -282,6 +283,8 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
     if "quick" in df.columns and df["quick"].any():
         title = (title or "") + " [QUICK SMOKE RUN: reduced epochs/seeds, not a reproduction]"
     text = render(agg, layout, fmt, title, protocol)
+    if epoch is None and "epoch" in all_budgets.columns:
+        text += convergence_note(all_budgets, layout, fmt)
     if excluded:
         pre = "" if fmt == "md" else "% "
         text += f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
@@ -423,3 +426,27 @@ def pbm_claims(g: pd.DataFrame) -> list[str]:
         wins = int((pairs["test_mean"] > pairs["test_mean_ldp"]).sum())
         out.append(f"PBM-VFL above LDP in test {g['test_metric'].iloc[0].upper()}: {wins}/{len(pairs)} (b, β) settings")
     return ["Paper's claims, checked on these rows: " + "; ".join(out) + "."]
+
+
+def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
+    """Does the best method of each condition change between the last two recorded budgets? A table
+    of a run recorded with --eval-epochs says so in its footer, with a warning per unstable condition."""
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    budgets = sorted({int(e) for e in df["epoch"].dropna()})
+    if len(budgets) < 2:
+        return ""
+    prev, last = budgets[-2], budgets[-1]
+    best = {}
+    for ep in (prev, last):
+        agg = aggregate(with_variants(df[df["epoch"] == ep]), layout)
+        for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
+            best.setdefault((ds, tr, te), {})[ep] = g.loc[g["mean"].idxmax(), "method"]
+    pre = "" if fmt == "md" else "% "
+    unstable = [(k, v) for k, v in best.items() if len(v) == 2 and v[prev] != v[last]]
+    stable = sum(1 for v in best.values() if len(v) == 2) - len(unstable)
+    lines = [f"\n{pre}Convergence: the best method is the same at epochs {prev} and {last} in {stable}/{stable + len(unstable)} conditions."]
+    for (ds, tr, te), v in unstable:
+        lines.append(f"{pre}**Ranking not yet stable** on {ds}, train {label(tr)}, test {label(te)}: best {display(v[prev])} at epoch {prev}, "
+                     f"{display(v[last])} at epoch {last}.")
+    return "\n".join(lines) + "\n"
