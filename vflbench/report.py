@@ -333,7 +333,7 @@ def pbm_aggregate(df: pd.DataFrame) -> pd.DataFrame:
 
 def _pbm_ref(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     ref = ref.copy()
-    ref["dataset"] = ref["dataset"].str.replace(r"\(.*\)", "", regex=True).str.strip()
+    ref["dataset"] = ref["dataset"].str.extract(r"\((.*)\)")[0].fillna(ref["dataset"]).str.strip()  # "activity(uci-har)" -> uci-har
 
     def key(ds, k, mech, b, beta):
         if mech == "npq":
