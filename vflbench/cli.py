@@ -219,27 +219,22 @@ def _num(v: str):
             return v
 
 
-class _StageProgress:
-    """A progress bar per training stage (a trainer callback)."""
+def _stage_progress(bar, label: str):
+    """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
+    answers bad input without loading torch)."""
+    from .training import Callback
 
-    def __init__(self, bar, label: str):
-        self.bar, self.label, self.task = bar, label, None
+    class StageProgress(Callback):
+        task = None
 
-    def on_stage_start(self, loop):
-        name = f" [{loop.stage.name}]" if len(loop.method.stages) > 1 else ""
-        self.task = self.bar.add_task(f"{self.label}{name}", total=loop.epochs, loss="-")
+        def on_stage_start(self, loop):
+            name = f" [{loop.stage.name}]" if len(loop.method.stages) > 1 else ""
+            self.task = bar.add_task(f"{label}{name}", total=loop.epochs, loss="-")
 
-    def before_step(self, loop, batch, loss):
-        pass
+        def on_epoch_end(self, loop):
+            bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.epoch_loss:.4f}")
 
-    def after_step(self, loop, batch, loss):
-        pass
-
-    def on_epoch_end(self, loop):
-        self.bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.epoch_loss:.4f}")
-
-    def on_stage_end(self, loop):
-        pass
+    return StageProgress()
 
 
 def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
@@ -329,7 +324,7 @@ def run(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
     ) as bar:
-        rows, manifest = execute(resolved, device=device, callbacks=[_StageProgress(bar, f"{method} on {dataset} (seed {seed})")])
+        rows, manifest = execute(resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {seed})")])
     run_dir = write_outputs(out, rows, manifest)
     t = Table(title=f"{resolved.method_display} | {dataset} | K={parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {seed}")
     t.add_column("test setting")

@@ -124,20 +124,14 @@ class TargetMonitor(Callback):
         n_classes = inputs.prep.data.n_classes
         if self.metric in ("auprc", "f1") and n_classes != 2:  # (dataset options can change the class count)
             raise VFLBenchError(f"This data has {n_classes} classes; {name} is defined for binary tasks only. Use train_accuracy.")
-        self.f1_rule = method.f1_rule
         self.curve: list[float] = []
         self.reached: int | None = None
         self.at_target: dict[str, Any] = {}
 
     def on_epoch_end(self, loop) -> None:
-        tr, data = self.inputs.train, self.inputs.prep.data
-        preds, valid, scores, counted = predict(loop.method, tr.blocks, tr.obs, self.batch_size, phase="monitor")
-        y = tr.y.cpu().numpy()
-        if tr.labeled is not None:  # only labeled samples can be scored
-            keep = tr.labeled.cpu().numpy()
-            preds, valid, counted, y = preds[:, keep], valid[:, keep], counted[keep], y[keep]
-            scores = None if scores is None else scores[:, keep]
-        met = compute_metrics(preds, valid, scores, counted, y, rule=self.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+        tr = self.inputs.train
+        keep = None if tr.labeled is None else tr.labeled.cpu().numpy()  # only labeled samples can be scored
+        met = score(loop.method, self.inputs, tr.blocks, tr.obs, tr.y.cpu().numpy(), self.batch_size, phase="monitor", keep=keep)
         v = float(met[self.metric]) / 100.0  # metrics are percentages; targets are fractions
         self.curve.append(v)
         if self.reached is None and v >= self.value:
@@ -192,24 +186,35 @@ class Evaluation:
     masks: dict[str, Any]
 
 
+METRICS = ("accuracy", "f1", "auprc")
+
+
+def score(method: Method, inputs: RunInputs, data: BlockData, obs: torch.Tensor, y: np.ndarray, batch_size: int,
+          tta: torch.Generator | None = None, phase: str = "eval", keep: np.ndarray | None = None) -> dict[str, Any]:
+    """Predict over a split and apply the metric rules (``keep``: the samples that are scored)."""
+    preds, valid, scores, counted = predict(method, data, obs, batch_size, tta, phase)
+    if keep is not None:
+        preds, valid, counted, y = preds[:, keep], valid[:, keep], counted[keep], y[keep]
+        scores = None if scores is None else scores[:, keep]
+    info = inputs.prep.data
+    return compute_metrics(preds, valid, scores, counted, y, rule=method.f1_rule, n_classes=info.n_classes, positive_class=info.info.positive_class)
+
+
 def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = True) -> list[Evaluation]:
     t = time.perf_counter()
     out = []
-    data = inputs.prep.data
     for s, m in inputs.test_masks.items():
         tta = None
         if run.protocol.test_time_augmentation:
             tta = torch.Generator(device=inputs.device)
             tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
         obs = torch.as_tensor(m.observed, device=inputs.device)
-        preds, valid, scores, counted = predict(method, inputs.test, obs, run.eval_batch_size, tta)
-        met = compute_metrics(preds, valid, scores, counted, inputs.y_test, rule=method.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
+        met = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
         default = run.method_options.get("eval")
         for variant in (v for v in type(method).eval_variants if v != default):  # e.g. PBM-VFL with exact sums
             method.use_variant(variant)
-            pv, vv, sv, cv = predict(method, inputs.test, obs, run.eval_batch_size, tta)
-            other = compute_metrics(pv, vv, sv, cv, inputs.y_test, rule=method.f1_rule, n_classes=data.n_classes, positive_class=data.info.positive_class)
-            met.update({f"{k}@{variant}": other[k] for k in ("accuracy", "f1", "auprc") if k in other})
+            other = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
+            met.update({f"{k}@{variant}": other[k] for k in METRICS if k in other})
             method.use_variant(default)
         out.append(Evaluation(s, met, {**m.info, **mask_summary(m.observed)}))
     if timed:
@@ -223,9 +228,8 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     and its manifest."""
     extras = {**method.channel.extras(), **method.extras()}
     for cb in callbacks:
-        extras.update(getattr(cb, "extras", dict)())
-    names = ("accuracy", "f1", "auprc")
-    metrics = [*names, *(f"{n}@{v}" for v in type(method).eval_variants for n in names)]
+        extras.update(cb.extras())
+    metrics = [*METRICS, *(f"{n}@{v}" for v in type(method).eval_variants for n in METRICS)]
     total = sum(h.epochs for h in run.stage_hp.values())
     budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
     rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)

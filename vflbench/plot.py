@@ -122,7 +122,7 @@ def _variant(r: pd.Series, drop: str | None) -> str:
     """A line's label: the method's display name and the options its runs set (minus the panel key)."""
     opts = r.get("options")
     parts = [] if not isinstance(opts, str) or not opts else [kv for kv in opts.split(";") if kv.split("=")[0] != drop]
-    return display(r["method"]) + (f" ({', '.join(parts)})" if parts else "")
+    return display(r["method"] + (f"[{';'.join(parts)}]" if parts else ""))  # the tables' variant names
 
 
 def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str | None = None, test_missing: str | None = None) -> list[Path]:

@@ -241,6 +241,13 @@ def summary_lines(g: pd.DataFrame, with_ref: bool, fmt: str) -> list[str]:
     return out
 
 
+def _excluded_note(excluded: list[str], fmt: str) -> str:
+    if not excluded:
+        return ""
+    pre = "" if fmt == "md" else "% "
+    return f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
+
+
 def at_budget(df: pd.DataFrame, epoch: int | None = None) -> pd.DataFrame:
     """Rows of one training budget: each run's final epoch (default), or ``epoch`` for runs recorded
     with ``--eval-epochs``. Results without an ``epoch`` column hold final rows only."""
@@ -275,7 +282,7 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
         df = df[~bad]
     if layout_name == "pbm-table3":
         text, agg = pbm_table(df, load_reference(reference) if reference else None, fmt, title)
-        return text, agg
+        return text + _excluded_note(excluded, fmt), agg
     agg = aggregate(with_variants(df), layout)
     if reference:
         agg = attach_reference(agg, load_reference(reference))
@@ -285,9 +292,7 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
     text = render(agg, layout, fmt, title, protocol)
     if epoch is None and "epoch" in all_budgets.columns:
         text += convergence_note(all_budgets, layout, fmt)
-    if excluded:
-        pre = "" if fmt == "md" else "% "
-        text += f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
+    text += _excluded_note(excluded, fmt)
     return text, agg
 
 

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -139,6 +140,9 @@ class Callback:
     def after_step(self, loop: Loop, batch: Batch, loss: float) -> None: ...
     def on_epoch_end(self, loop: Loop) -> None: ...
     def on_stage_end(self, loop: Loop) -> None: ...
+    def extras(self) -> dict[str, Any]:
+        """Per-run scalars this callback adds to the CSV rows (e.g. epochs to a target)."""
+        return {}
 
 
 @dataclass
