@@ -8,7 +8,8 @@ quantiser or a different cost model subclasses :class:`Channel` and is installed
 ``method.channel = MyChannel(...)``: the method's code does not change (the pattern of Flower's
 differential-privacy wrappers, which act around any strategy).
 
-Counting is cheap: one reduction per call on the hot path. Totals are folded in blocks.
+Counting is cheap: the hot path only keeps a reference to each crossing's ``sent`` mask; the masks
+are summed in one reduction per group when the totals are folded (every 512 crossings).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class Channel:
 
     def __init__(self, n_parties: int):
         self.k = int(n_parties)
-        self._step: list[tuple[torch.Tensor, torch.Tensor | None, float, float]] = []
+        self._step: list[tuple[torch.Tensor, torch.Tensor | None, float, float]] = []  # (sent [M, B], party_of, bytes up, bytes down per row)
         self._pending: dict[tuple[str, bool], list[tuple[torch.Tensor, torch.Tensor | None, float, float]]] = {}
+        self._n_pending = 0
         self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
         self.calls = 0
         self.mode = "train"  # set by the trainer and the evaluator: which phase the next crossings belong to
@@ -40,7 +42,8 @@ class Channel:
     # -- the boundary
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """``reps`` ``[M, B, D]``: what M senders computed for a batch; ``sent`` ``[M, B]`` bool: which
-        of them actually cross (observed, not dropped); ``party_of`` ``[M]``: the party each sender
+        of them actually cross (observed, not dropped; kept by reference until the totals are folded, so
+        it must not be modified in place afterwards); ``party_of`` ``[M]``: the party each sender
         belongs to (default: sender m is party m). Returns what the server receives."""
         self.count(reps, sent, party_of)
         return self.transform(reps, sent, party_of)
@@ -51,7 +54,7 @@ class Channel:
         per_value = reps.shape[-1] if reps.ndim == 3 else 1
         up_b = float(self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
         down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
-        self._step.append((sent.sum(1), party_of, per_value * up_b, per_value * down_b))
+        self._step.append((sent, party_of, per_value * up_b, per_value * down_b))
 
     def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
         """What the server receives; the identity here. Override to quantise, add noise or aggregate."""
@@ -70,8 +73,9 @@ class Channel:
         when the step back-propagated."""
         if self._step:
             self._pending.setdefault((phase, backward), []).extend(self._step)
+            self._n_pending += len(self._step)
             self._step = []
-            if sum(len(v) for v in self._pending.values()) >= 512:
+            if self._n_pending >= 512:
                 self.flush()
 
     def discard(self) -> None:
@@ -81,11 +85,11 @@ class Channel:
     def flush(self) -> None:
         for (phase, backward), recs in self._pending.items():
             groups: dict[tuple, list[torch.Tensor]] = {}
-            for counts, party_of, up_b, down_b in recs:
-                key = (id(party_of) if party_of is not None else None, counts.shape[0], up_b, down_b)
-                groups.setdefault(key, []).append((counts, party_of))
-            for (_, m, up_b, down_b), items in groups.items():
-                total = torch.stack([c for c, _ in items]).sum(0).to("cpu", torch.float64)  # [M]
+            for sent, party_of, up_b, down_b in recs:
+                key = (id(party_of) if party_of is not None else None, tuple(sent.shape), up_b, down_b)
+                groups.setdefault(key, []).append((sent, party_of))
+            for (_, (m, _b), up_b, down_b), items in groups.items():
+                total = torch.stack([c for c, _ in items]).sum((0, 2), dtype=torch.float64).to("cpu")  # [M]
                 party_of = items[0][1]
                 per_party = torch.zeros(self.k, dtype=torch.float64)
                 if party_of is None:
@@ -95,7 +99,7 @@ class Channel:
                 self.totals[f"{phase}_up"] += per_party * up_b
                 if backward:
                     self.totals[f"{phase}_down"] += per_party * down_b
-        self._pending = {}
+        self._pending, self._n_pending = {}, 0
 
     # -- results
     def summary(self) -> dict[str, Any]:
