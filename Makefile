@@ -8,7 +8,7 @@ WORKERS  ?= 2
 DATASETS ?=
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-fmnist reproduce-pbm clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-pbm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,8 +39,13 @@ reproduce-table1: $(STAMP)  ## LASER-VFL Table 1 (GPU advised); DATASETS=credit 
 reproduce-credit-clean: $(STAMP)  ## the Credit grid under the clean protocol
 	$(BIN)/vflbench sweep experiments/laser_table1_clean.yaml --workers $(WORKERS) --out results/laser_table1/clean
 
-reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-sized CNN
+reproduce-credit-budget: $(STAMP)  ## Credit compat p_train 0.5, evaluated at 10-100% of each paper budget (30 runs)
+	$(BIN)/vflbench sweep experiments/laser_table1_credit_budget.yaml --workers $(WORKERS) --out results/laser_table1/credit_budget
+	$(BIN)/vflbench plot budget results/laser_table1/credit_budget --out results/laser_table1/credit_budget/budget
+
+reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-sized CNN, 30 epochs with budget evaluations
 	$(BIN)/vflbench sweep experiments/laser_table1_fmnist.yaml --workers $(WORKERS) --out results/laser_table1/fmnist
+	$(BIN)/vflbench plot budget results/laser_table1/fmnist --out results/laser_table1/fmnist/budget
 
 reproduce-pbm: $(STAMP)  ## PBM-VFL Table 3 on Phishing (51 runs, CPU) -> results/pbm/table3
 	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3

@@ -30,10 +30,28 @@ def test_intermediate_evaluations_do_not_change_the_run(method):
     assert resolve(RunConfig(method=method, **BASE)).key != run.key  # part of the run (resume treats it so)
 
 
+@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+def test_credit_budget_rows_equal_a_plain_run(tmp_path):
+    """The issue's check on real data: `--epochs 4 --eval-epochs 2,4` on Credit writes rows for
+    epochs 2 and 4, and the epoch-4 rows equal a plain 4-epoch run's, value for value."""
+    common = ["run", "--dataset", "credit", "--method", "laser", "--train-missing", "mcar:0.5", "--test-missing", "none,mcar:0.5",
+              "--protocol", "compat", "--epochs", "4", "--quiet"]
+    for name, extra in (("plain", []), ("budgets", ["--eval-epochs", "2,4"])):
+        r = runner.invoke(app, [*common, *extra, "--out", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+    plain, budgets = (pd.read_csv(next((tmp_path / n).rglob("results.csv"))) for n in ("plain", "budgets"))
+    assert sorted(budgets["epoch"].unique()) == [2, 4]
+    last = budgets[budgets["epoch"] == 4].reset_index(drop=True)
+    assert len(last) == len(plain) == 6  # 2 test settings x accuracy, F1, AUPRC
+    assert last["value"].tolist() == plain["value"].tolist()
+    assert not budgets[budgets["epoch"] == 2]["value"].equals(last["value"])  # the epoch-2 model is a different model
+
+
 def test_eval_epochs_parse_and_reject():
     mk = lambda v: resolve(RunConfig(method="svfl", eval_epochs=v, **BASE)).eval_epochs  # noqa: E731
     assert mk([2, 1, 4]) == (1, 2) and mk("1,3") == (1, 3) and mk("1:4:2") == (1, 3) and mk(None) is None
-    for bad, needle in (("0", ">= 1"), ("9", "trains 4 epochs"), ("a:b", "takes epochs like")):
+    assert mk("25%,50%") == (1, 2) and mk(["50%", 3]) == (2, 3) and mk("100%") is None  # shares of the run's 4 epochs
+    for bad, needle in (("0", ">= 1"), ("9", "trains 4 epochs"), ("a:b", "takes epochs like"), ("0%", "shares of the run"), ("150%", "shares")):
         r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "svfl", "--epochs", "4", "--quiet", "--eval-epochs", bad])
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
 

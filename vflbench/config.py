@@ -253,7 +253,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
 def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
     """``[5, 10]``, ``"5,10"`` or ``"1:100"`` / ``"1:100:5"`` (inclusive) -> sorted epochs <= total,
-    without the last epoch (always evaluated)."""
+    without the last epoch (always evaluated). An item ending in ``%`` is that share of the run's
+    total (rounded, at least 1): ``"25%,50%"`` gives every method of a sweep the same relative budgets
+    whatever its own epoch count."""
     if value is None or value == "" or value == []:
         return None
     try:
@@ -264,15 +266,23 @@ def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
             epochs = list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
         else:
             items = value.split(",") if isinstance(value, str) else (value if isinstance(value, (list, tuple)) else [value])
-            epochs = [_int(x, "eval epoch") for x in items if str(x).strip()]
+            epochs = [_share(x, total) if str(x).strip().endswith("%") else _int(x, "eval epoch") for x in items if str(x).strip()]
     except (TypeError, ValueError):
-        raise VFLBenchError(f"--eval-epochs takes epochs like 5,10,20 or a range like 1:100 (or 1:100:5); got {value!r}.") from None
+        raise VFLBenchError(f"--eval-epochs takes epochs like 5,10,20, shares of the run like 25%,50%, or a range like 1:100 (or 1:100:5); got {value!r}.") from None
     if not epochs or min(epochs) < 1:
         raise VFLBenchError(f"--eval-epochs must list epochs >= 1; got {value!r}.")
     if max(epochs) > total:
         raise VFLBenchError(f"--eval-epochs lists epoch {max(epochs)}, but the run trains {total} epochs; raise --epochs or drop it.")
     out = tuple(sorted(set(epochs) - {total}))
     return out or None
+
+
+def _share(item: Any, total: int) -> int:
+    """``"25%"`` of ``total`` epochs, rounded half up, at least 1."""
+    pct = float(str(item).strip()[:-1])
+    if not 0 < pct <= 100:
+        raise ValueError
+    return max(1, int(math.floor(total * pct / 100 + 0.5)))
 
 
 TARGET_METRICS = ("train_accuracy", "train_f1", "train_auprc")
