@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -158,7 +159,7 @@ class ResolvedRun:
 
     @property
     def run_id(self) -> str:
-        return f"{self.dataset}_{self.method}_K{self.parties}_{_slug(self.train_missing)}_s{self.seed}_{self.key}"
+        return f"{_dataset_slug(self.dataset)}_{self.method}_K{self.parties}_{_slug(self.train_missing)}_s{self.seed}_{self.key}"
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, seed=int(seed))
@@ -166,6 +167,17 @@ class ResolvedRun:
 
 def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "-" for c in s)
+
+
+def _dataset_slug(name: str) -> str:
+    """Registered names as they are; ``csv:path/to/loans.csv`` -> ``csv-loans`` (the key holds the rest)."""
+    if ":" not in name:
+        return name
+    scheme, ref = name.split(":", 1)
+    stem = ref.replace("\\", "/").rstrip("/").split("/")[-1]
+    for ext in (".gz", ".csv", ".tsv", ".arff"):
+        stem = stem[: -len(ext)] if stem.lower().endswith(ext) else stem
+    return _slug(f"{scheme}-{stem}")[:40]
 
 
 def resolve_method_options(mcls, user: dict[str, Any], protocol: ResolvedProtocol) -> tuple[dict[str, Any], dict[str, str]]:
@@ -201,6 +213,15 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
     spec = DATASETS.get(cfg.dataset)
     mcls = METHODS.get(cfg.method)
+    data_options = dict(cfg.data_options)
+    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
+        data_options["split_seed"] = int(cfg.seed)
+    data_options = resolve_options(spec, data_options)
+    if "file_sha256" in data_options:  # a user's table: its content is part of the run (an edited file is a new run)
+        from .datasets.table import file_checksum
+
+        data_options["file_sha256"] = file_checksum(cfg.dataset, data_options)
+    info = spec.info_for(data_options)
     if cfg.parties < 1:
         raise VFLBenchError(f"--parties must be >= 1, got {cfg.parties}.")
     if not cfg.test_missing:
@@ -212,7 +233,17 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         raise VFLBenchError(f"Test setting(s) {', '.join(dupes)} given more than once; list each test setting once.")
     from .partitioners import check_options
 
-    check_options(cfg.partitioner or ("tiles" if spec.info.kind == "image" else "contiguous"), cfg.partition_options)
+    partitioner = cfg.partitioner or ("tiles" if info.kind == "image" else "contiguous")
+    check_options(partitioner, cfg.partition_options)
+    partition_options = dict(cfg.partition_options)
+    if partitioner == "columns":  # the parties file is checked now, and its content is part of the run
+        from .datasets.fetch import sha256_file
+        from .partitioners import read_parties_file
+
+        if not partition_options.get("file"):
+            raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
+        read_parties_file(partition_options["file"], int(cfg.parties))
+        partition_options["file_sha256"] = sha256_file(Path(str(partition_options["file"])).expanduser())
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     load_preset(cfg.preset)
     base = hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
@@ -226,27 +257,23 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         merged = {**base, **block, **overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
         stage_hp[st.name] = HParams.from_dict(merged, f" (stage {st.name})" if len(mcls.stages) > 1 else "")
     hp = stage_hp[mcls.stages[0].name]
-    model = model_spec(cfg.preset, cfg.dataset, spec.info.kind)
+    model = model_spec(cfg.preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
-    check_model(model, spec.info.kind)
+    check_model(model, info.kind)
     options, sources = resolve_method_options(mcls, cfg.method_options, proto)
     if cfg.labeled is not None and (cfg.labeled < 1 or not 0 <= cfg.aligned <= cfg.labeled):
         raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={cfg.labeled}, aligned={cfg.aligned}.")
     if cfg.labeled is None and cfg.aligned:
         raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
-    data_options = dict(cfg.data_options)
-    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
-        data_options["split_seed"] = int(cfg.seed)
     # per-batch test masks are drawn with the training batch size, so evaluate in those batches
     eval_bs = hp.batch_size if proto.test_granularity == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
     return ResolvedRun(
-        dataset=cfg.dataset, data_options=resolve_options(spec, data_options), method=cfg.method, method_display=mcls.display,
+        dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources, parties=int(cfg.parties),
-        partitioner=cfg.partitioner or ("tiles" if spec.info.kind == "image" else "contiguous"),
-        partition_options=dict(cfg.partition_options), train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
+        partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
         protocol=proto, preset=cfg.preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
-        target=parse_target(cfg.target, spec.info.n_classes, cfg.dataset),
+        target=parse_target(cfg.target, info.n_classes, cfg.dataset),
         eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
     )
 

@@ -8,6 +8,11 @@ class VFLBenchError(Exception):
     """
 
 
+class VFLBenchWarning(UserWarning):
+    """Something the user should know that does not stop the run (e.g. columns no party owns).
+    The CLI prints it as one yellow line."""
+
+
 class TrainingDiverged(VFLBenchError):
     """The training loss became NaN or infinite; the CLI exits with status 3."""
 

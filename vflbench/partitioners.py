@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,12 @@ class Partition:
     @property
     def n_parties(self) -> int:
         return len(self.blocks)
+
+    @property
+    def party_names(self) -> list[str]:
+        """Names from a parties file (partitioner ``columns``), else ``block 0`` ... ``block K-1``."""
+        names = self.params.get("parties")
+        return list(names) if names else [f"block {k}" for k in range(self.n_parties)]
 
     def widths(self) -> list[int]:
         if self.kind == "features":
@@ -108,6 +115,209 @@ def importance(shape, k: int, rng: np.random.Generator, alpha: float = 1.0, **_)
     return Partition("features", [np.flatnonzero(owner == i) for i in range(k)], "importance", {"alpha": alpha, "shares": w.tolist()})
 
 
+# ----------------------------------------------------------------------------- users' column groups
+
+
+def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
+    """``parties.yaml``: party name -> list of column names or glob patterns, in party order."""
+    import yaml
+
+    p = Path(str(path)).expanduser()
+    fix = "it maps each party name to a list of column names or glob patterns, e.g.\n  bank: [age, income, 'loan_*']\n  insurer: [claims, policy]"
+    if not p.is_file():
+        raise VFLBenchError(f"Parties file {p} does not exist; write one: {fix}")
+    try:
+        spec = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise VFLBenchError(f"Parties file {p} is not valid YAML{at}: {getattr(e, 'problem', e)}; {fix}") from None
+    except UnicodeDecodeError:
+        raise VFLBenchError(f"Parties file {p} is not a text file; {fix}") from None
+    if not isinstance(spec, dict) or not spec:
+        raise VFLBenchError(f"Parties file {p} must be a mapping; {fix}")
+    out: dict[str, list[str]] = {}
+    for name, cols in spec.items():
+        if isinstance(cols, str):
+            cols = [cols]
+        if cols is None or not isinstance(cols, list) or not all(isinstance(c, (str, int, float)) for c in cols):
+            raise VFLBenchError(f"Parties file {p}: party '{name}' must list column names (a YAML list of strings); {fix}")
+        if not cols:
+            raise VFLBenchError(f"Parties file {p}: party '{name}' has no columns; give it at least one, or remove it.")
+        out[str(name)] = [str(c) for c in cols]
+    if len(out) != k:
+        raise VFLBenchError(f"Parties file {p} defines {len(out)} parties ({', '.join(out)}) but the run has --parties {k}; "
+                            f"set --parties {len(out)} or edit the file.")
+    return out
+
+
+def _source_columns(data, d: int) -> list[str]:
+    if data is not None and getattr(data, "feature_sources", None):
+        return list(data.feature_sources)
+    if data is not None and data.feature_names:
+        return list(data.feature_names)
+    return [f"x{i}" for i in range(d)]
+
+
+@PARTITIONERS.register("columns")
+def columns(shape, k: int, rng: np.random.Generator, file: str | None = None, file_sha256: str = "", data=None, **_) -> Partition:
+    """Each party holds named columns, listed (names or glob patterns) in a YAML file. After one-hot
+    encoding a party keeps every encoded column of its source columns. Columns no party names are
+    dropped, with a warning that lists them. ``file_sha256`` is set by vflbench (the file's content
+    is part of the run key)."""
+    import difflib
+    import fnmatch
+    import warnings
+
+    from .errors import VFLBenchWarning
+
+    _need(shape, "tabular", "columns")
+    if not file:
+        raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
+    groups = read_parties_file(file, k)
+    sources = _source_columns(data, shape[0])
+    cols = list(dict.fromkeys(sources))
+    prep = getattr(data, "preprocessing", None) or {}
+    not_features = {prep.get("target"): "the target"} | {c: "dropped with drop=" for c in prep.get("dropped_columns", [])}
+    owner: dict[str, str] = {}
+    for party, pats in groups.items():
+        for pat in pats:
+            glob = any(ch in pat for ch in "*?[")
+            hits = [c for c in cols if fnmatch.fnmatchcase(c, pat)] if glob else ([pat] if pat in cols else [])
+            if not hits:
+                if pat in not_features:
+                    raise VFLBenchError(f"Parties file {file}: party '{party}' lists '{pat}', which is {not_features[pat]}; parties hold feature columns only.")
+                close = difflib.get_close_matches(pat, cols, n=1)
+                what = f"pattern '{pat}' matches no column" if glob else f"unknown column '{pat}'"
+                raise VFLBenchError(f"Parties file {file}: party '{party}': {what}" + (f" (closest: '{close[0]}')" if close else "") + f". Columns: {', '.join(cols)}.")
+            for c in hits:
+                if owner.get(c, party) != party:
+                    raise VFLBenchError(f"Parties file {file}: column '{c}' is given to two parties ('{owner[c]}' and '{party}'); each column belongs to one party.")
+                owner[c] = party
+    for party in groups:
+        if party not in owner.values():
+            raise VFLBenchError(f"Parties file {file}: party '{party}' ends up with no columns.")
+    unassigned = [c for c in cols if c not in owner]
+    if unassigned:
+        warnings.warn(f"{len(unassigned)} column(s) belong to no party in {file} and are dropped: {', '.join(unassigned)}", VFLBenchWarning, stacklevel=2)
+    blocks = [np.asarray([i for i, s in enumerate(sources) if owner.get(s) == party], dtype=np.int64) for party in groups]
+    return Partition("features", blocks, "columns", {"file": str(file), "parties": list(groups),
+                                                    "columns": {party: [c for c in cols if owner.get(c) == party] for party in groups},
+                                                    "dropped": unassigned})
+
+
+# ----------------------------------------------------------------------------- correlation (VertiBench)
+
+
+def inter_party_correlation(corr: np.ndarray, owner: np.ndarray) -> float:
+    """Mean absolute correlation between features held by different parties (0: the parties' views
+    are unrelated; the larger, the more each party's features say about the others')."""
+    a = np.abs(corr)
+    cross = owner[:, None] != owner[None, :]
+    return float(a[cross].mean()) if cross.any() else 0.0
+
+
+@PARTITIONERS.register("correlation")
+def correlation(shape, k: int, rng: np.random.Generator, beta: float = 0.5, data=None, **_) -> Partition:
+    """VertiBench's second splitter, simplified: ``beta`` in [0, 1] sets how correlated the parties'
+    features are with each other. Equal-size blocks (D mod K features dropped, as ``contiguous``).
+    From the training data's absolute Spearman correlations it builds the split with the lowest
+    inter-party correlation score it can find (correlated features kept together: greedy, then
+    improving swaps) and the one with the highest (spread apart), then swaps features between parties until the score reaches
+    ``low + beta * (high - low)``. The realised score is recorded (``score``, ``score_range``)."""
+    _need(shape, "tabular", "correlation")
+    d = shape[0]
+    _check_k(k, d, "features")
+    if not 0.0 <= float(beta) <= 1.0:
+        raise VFLBenchError(f"correlation partitioner: beta must be in [0, 1], got {beta}.")
+    if data is None:
+        raise VFLBenchError("correlation partitioner: needs the training data (use it through vflbench run / sweep / masks).")
+    corr = _spearman(np.asarray(data.x_train, dtype=np.float64))
+    w = d // k
+    keep = np.sort(rng.permutation(d)[: w * k])
+    c = corr[np.ix_(keep, keep)]
+    low = _swap_towards(c, _low_split(c, k, w, rng), 0.0, rng)  # then improved by swaps: as low / as high as swaps get
+    high = _swap_towards(c, _high_split(low, k), 1.0, rng)
+    s_lo, s_hi = inter_party_correlation(c, low), inter_party_correlation(c, high)
+    target = s_lo + float(beta) * (s_hi - s_lo)
+    owner = _swap_towards(c, low.copy(), target, rng)
+    score = inter_party_correlation(c, owner)
+    blocks = [keep[owner == i] for i in range(k)]
+    dropped = np.setdiff1d(np.arange(d), keep).tolist()
+    return Partition("features", blocks, "correlation", {"beta": float(beta), "score": score, "score_range": [s_lo, s_hi], "target_score": target, "dropped": dropped})
+
+
+def _spearman(x: np.ndarray) -> np.ndarray:
+    r = np.argsort(np.argsort(x, axis=0, kind="stable"), axis=0).astype(np.float64)
+    r -= r.mean(0)
+    sd = np.sqrt((r**2).sum(0))
+    sd[sd == 0] = 1.0
+    r /= sd
+    return np.nan_to_num(r.T @ r)
+
+
+def _low_split(c: np.ndarray, k: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """Greedy: seed each party with a feature, then give each party in turn the free feature most
+    correlated with what it holds (equal sizes)."""
+    a = np.abs(c)
+    d = len(a)
+    owner = np.full(d, -1)
+    free = list(rng.permutation(d))
+    members: list[list[int]] = [[] for _ in range(k)]
+    for i in range(k):  # seeds: mutually least correlated features, greedily
+        j = free[0] if i == 0 else min(free, key=lambda f: max(a[f, m[0]] for m in members if m))
+        members[i].append(j)
+        owner[j] = i
+        free.remove(j)
+    while free:
+        for i in range(k):
+            if len(members[i]) >= w or not free:
+                continue
+            j = max(free, key=lambda f: a[f, members[i]].mean())
+            members[i].append(j)
+            owner[j] = i
+            free.remove(j)
+    return owner
+
+
+def _high_split(low: np.ndarray, k: int) -> np.ndarray:
+    """Deal each low-split party's features round-robin over all parties: correlated groups end up
+    spread across parties."""
+    owner = np.empty_like(low)
+    pos = 0
+    for i in range(k):
+        for j in np.flatnonzero(low == i):
+            owner[j] = pos % k
+            pos += 1
+    return owner
+
+
+def _swap_towards(c: np.ndarray, owner: np.ndarray, target: float, rng: np.random.Generator, max_iter: int = 20000) -> np.ndarray:
+    """Random feature swaps between parties, kept when they bring the score closer to ``target``.
+    A swap's change of score is computed in O(D) (pairs not involving the two features keep theirs)."""
+    a = np.abs(c).copy()
+    np.fill_diagonal(a, 0.0)
+    cross = owner[:, None] != owner[None, :]
+    n_cross = cross.sum() / 2  # unordered pairs held by different parties (swaps keep it)
+    total = a[cross].sum() / 2
+    d = len(owner)
+    for _ in range(max_iter):
+        score = total / n_cross if n_cross else 0.0
+        if abs(score - target) < 1e-4:
+            break
+        i, j = rng.integers(0, d, size=2)
+        p, q = owner[i], owner[j]
+        if p == q:
+            continue
+        sign = (owner == p).astype(np.float64) - (owner == q)
+        sign[[i, j]] = 0.0
+        new = total + float(((a[i] - a[j]) * sign).sum())
+        if abs(new / n_cross - target) < abs(score - target):
+            owner[i], owner[j] = q, p
+            total = new
+    return owner
+
+
 def _bands(n: int, parts: int) -> list[tuple[int, int]]:
     """Split n pixels into `parts` bands, larger bands first (32 -> 11, 11, 10)."""
     edges = np.cumsum([0] + [len(a) for a in np.array_split(np.arange(n), parts)])
@@ -159,7 +369,7 @@ def partition_options(name: str) -> list[str]:
     import inspect
 
     fn = PARTITIONERS.get(name)
-    skip = {"shape", "k", "rng"}
+    skip = {"shape", "k", "rng", "data"}
     return [p.name for p in inspect.signature(fn).parameters.values() if p.name not in skip and p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
@@ -172,10 +382,12 @@ def check_options(name: str, params: dict[str, Any]) -> None:
         raise VFLBenchError(f"Partitioner '{name}' has no option {', '.join(unknown)}; its options: {', '.join(known) or 'none'}.")
 
 
-def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, **params) -> Partition:
+def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, data=None, **params) -> Partition:
+    """``data``: the loaded :class:`~vflbench.datasets.Dataset`, for partitioners that read column
+    names (``columns``) or the training values (``correlation``)."""
     check_options(name, params)
     fn = PARTITIONERS.get(name)
-    part = fn(tuple(shape), int(k), rng, **params)
+    part = fn(tuple(shape), int(k), rng, data=data, **params)
     part.params = {**params, **part.params}
     return part
 

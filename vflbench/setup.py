@@ -54,7 +54,7 @@ def prepare(dataset: str, data_options: dict[str, Any] | None, parties: int, par
             opts[k] = float(v) if "." in str(v) else int(v)
         except ValueError:
             opts[k] = v
-    part = make_partition(pname, data.x_train.shape[1:], parties, streams.numpy("partition"), **opts)
+    part = make_partition(pname, data.x_train.shape[1:], parties, streams.numpy("partition"), data=data, **opts)
     return Prepared(data, part, streams, {})
 
 

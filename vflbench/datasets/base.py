@@ -41,6 +41,8 @@ class Dataset:
     options: dict[str, Any] = field(default_factory=dict)  # resolved preprocessing options
     checksums: dict[str, str] = field(default_factory=dict)  # raw file -> sha256
     checksum_checks: dict[str, str] = field(default_factory=dict)  # raw file -> published | recorded | first-use
+    feature_sources: list[str] | None = None  # per feature: the source column it was encoded from (users' tables)
+    preprocessing: dict[str, Any] = field(default_factory=dict)  # what a table loader inferred and did (manifest)
 
     @property
     def name(self) -> str:
@@ -71,4 +73,5 @@ class Dataset:
             "options": self.options,
             "checksums": self.checksums,
             "checksum_checks": self.checksum_checks,
+            **({"preprocessing": self.preprocessing} if self.preprocessing else {}),
         }

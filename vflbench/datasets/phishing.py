@@ -10,6 +10,7 @@ from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import RawFile, Variant
 from .registry import DatasetSpec, register, split_scale
+from .table import read_arff_frame
 
 ARFF = "Training Dataset.arff"
 VARIANTS = (
@@ -23,30 +24,14 @@ VARIANTS = (
 
 
 def read_arff(path: Path) -> tuple[list[str], np.ndarray]:
-    """Minimal ARFF reader for numeric/nominal-numeric data (tolerates ``{ -1,1 }`` and CRLF)."""
-    names: list[str] = []
-    rows: list[list[float]] = []
-    in_data = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            s = line.strip()
-            if not s or s.startswith("%"):
-                continue
-            low = s.lower()
-            if not in_data:
-                if low.startswith("@attribute"):
-                    names.append(s.split()[1])
-                elif low.startswith("@data"):
-                    in_data = True
-                continue
-            try:
-                rows.append([float(v) for v in s.split(",")])
-            except ValueError:
-                raise VFLBenchError(f"{path}: non-numeric data row {s[:40]!r}; the file is corrupt.") from None
-    arr = np.asarray(rows, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[1] != len(names) or not names:
-        raise VFLBenchError(f"{path}: data rows do not match the {len(names)} declared attributes; the file is corrupt.")
-    return names, arr
+    """The ARFF file through ``scipy.io.arff`` (via the table reader): attribute names and a float
+    array of the nominal values {-1, 0, 1}."""
+    try:
+        df = read_arff_frame(path)
+        arr = df.astype(float).to_numpy(np.float64)
+    except (VFLBenchError, ValueError, TypeError) as e:
+        raise VFLBenchError(f"{path} is not the UCI phishing ARFF file ({e}); the file is corrupt.") from None
+    return [str(c) for c in df.columns], arr
 
 
 def load(ds_dir: Path, opts: dict) -> Dataset:

@@ -37,6 +37,13 @@ class DatasetSpec:
     # custom availability/fetch (torchvision-backed sets); default uses ``variants``
     fetcher: Callable[[Path, bool], dict[str, str]] | None = None
     available_fn: Callable[[Path], bool] | None = None
+    # facts that depend on the options (users' tables: classes and width follow target=, drop=)
+    prober: Callable[[dict[str, Any]], DatasetInfo] | None = None
+
+    def info_for(self, options: dict[str, Any]) -> DatasetInfo:
+        """The dataset's facts under resolved ``options``; reading a user's table reports every bad
+        input here, before a run writes anything."""
+        return self.prober(options) if self.prober is not None else self.info
 
     def ds_dir(self) -> Path:
         return data_root() / self.info.name
@@ -59,7 +66,27 @@ class DatasetSpec:
         return sums
 
 
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
+class DatasetRegistry(Registry[DatasetSpec]):
+    """The registered datasets, plus users' tables named ``csv:PATH`` or ``openml:ID`` (a spec is
+    made for each such name on first use; :mod:`vflbench.datasets.table`)."""
+
+    def get(self, name: str) -> DatasetSpec:
+        from .table import is_table_name, table_spec
+
+        if is_table_name(name):
+            return table_spec(name)
+        try:
+            return super().get(name)
+        except VFLBenchError as e:
+            raise VFLBenchError(f"{e} Your own table: csv:PATH (or openml:ID).") from None
+
+    def __contains__(self, name: str) -> bool:
+        from .table import is_table_name
+
+        return is_table_name(name) or super().__contains__(name)
+
+
+DATASETS: DatasetRegistry = DatasetRegistry("dataset")
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:

@@ -1,0 +1,466 @@
+"""Users' own tables as VFL datasets: ``csv:PATH`` (``.csv``, ``.csv.gz``, ``.tsv``, ``.arff``) and
+``openml:ID`` (through scikit-learn's ``fetch_openml``, cached under the data root).
+
+A table becomes a :class:`~vflbench.datasets.base.Dataset` in four steps, all recorded in the
+manifest (``data.preprocessing``):
+
+1. read (pandas; ARFF with ``scipy.io.arff``), with one clear error for every way a file can fail
+   to be a table (missing, empty, binary, ragged rows, duplicate column names);
+2. the target column (``target=``, required) becomes class indices in sorted class order; rows
+   without a target are dropped; ``positive=`` picks the positive class for F1/AUPRC (default: the
+   minority class of a binary target);
+3. split: a given ``test=PATH`` or a stratified ``test_size`` / ``split_seed`` split;
+4. a scikit-learn ``ColumnTransformer`` fitted on the training split only: numeric columns
+   median-imputed and scaled (``scaler=``), categorical columns (auto-detected from the dtype, or
+   ``categorical=a,b``) imputed with the most frequent value and one-hot encoded. Encoded columns
+   stay in the order of their source columns, and each remembers its source column, so a party
+   that owns a column owns all of its one-hot columns (partitioner ``columns``).
+
+The file's sha256 is part of the run's configuration: the same file with the same options gives
+the same run key and the same numbers; an edited file gives a new key.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import gzip
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import VFLBenchError
+from .base import Dataset, DatasetInfo
+from .fetch import data_root, sha256_file
+
+SCHEMES = ("csv", "openml")
+DEFAULTS: dict[str, Any] = {
+    "target": "", "drop": "", "test": "", "test_size": 0.2, "split_seed": 0, "scaler": "standard", "categorical": "", "positive": "",
+    "file_sha256": "",
+}
+HELP = {
+    "target": "the label column (required)",
+    "drop": "columns to ignore, e.g. ID columns: drop=id,name",
+    "test": "a separate test file with the same columns (else a stratified split)",
+    "test_size": "held-out fraction of the stratified split",
+    "split_seed": "random_state of the split ('run': the run's seed)",
+    "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
+    "categorical": "force these columns to be one-hot encoded (others: by dtype)",
+    "positive": "the positive class for F1/AUPRC (default: the minority class of a binary target)",
+    "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
+}
+MAX_CLASS_SHARE = 0.2  # more classes than this share of the rows: probably a regression target
+
+
+def is_table_name(name: str) -> bool:
+    return isinstance(name, str) and name.split(":", 1)[0] in SCHEMES and ":" in name
+
+
+def _closest(name: str, choices) -> str:
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f" (closest: '{close[0]}')" if close else ""
+
+
+def _cols(text: Any) -> list[str]:
+    if text is None:
+        return []
+    if isinstance(text, (list, tuple)):
+        return [str(t).strip() for t in text if str(t).strip()]
+    return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+_CACHE: dict[tuple, pd.DataFrame] = {}
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix."""
+    path = Path(path)
+    if not path.exists():
+        raise VFLBenchError(f"No such file: {path}. Give the path of a .csv, .csv.gz, .tsv or .arff file (relative to the working directory).")
+    if path.is_dir():
+        raise VFLBenchError(f"{path} is a directory; give the path of a table file (.csv, .csv.gz, .tsv or .arff).")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _CACHE:
+        return _CACHE[key]
+    if st.st_size == 0:
+        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
+    name = path.name.lower()
+    gz = name.endswith(".gz")
+    opener = gzip.open if gz else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError) as e:
+        raise VFLBenchError(f"{path} cannot be read ({e}); if it is compressed, check that it is a complete .gz file.") from None
+    if b"\x00" in head:
+        raise VFLBenchError(f"{path} is not a table: it holds binary data (NUL bytes). Export it as CSV, TSV or ARFF.")
+    if not head.strip():
+        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
+    base = name[:-3] if gz else name
+    df = read_arff_frame(path) if base.endswith(".arff") else _read_delimited(path, head, "\t" if base.endswith(".tsv") else ",")
+    if len(df) == 0:
+        raise VFLBenchError(f"{path} has a header but no data rows.")
+    _CACHE[key] = df
+    return df
+
+
+def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
+    try:
+        first = head.decode("utf-8-sig").splitlines()[0]
+    except UnicodeDecodeError:
+        raise VFLBenchError(f"{path} is not a UTF-8 text table; re-save it as UTF-8 CSV.") from None
+    header = next(csv.reader(io.StringIO(first), delimiter=sep), [])
+    header = [h.strip() for h in header]
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes:
+        raise VFLBenchError(f"{path}: duplicate column name(s) {', '.join(repr(d) for d in dupes)} in the header; every column needs a unique name.")
+    if any(h == "" for h in header) and len(header) > 1:
+        raise VFLBenchError(f"{path}: the header has an empty column name (column {header.index('') + 1}); name every column.")
+    try:
+        df = pd.read_csv(path, sep=sep, compression="infer", skipinitialspace=True, encoding="utf-8-sig")
+    except pd.errors.ParserError as e:
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
+        if m:
+            raise VFLBenchError(f"{path}: line {m.group(2)} has {m.group(3)} fields but the header has {m.group(1)}; "
+                                "every row needs one value per column (quote values that contain the separator).") from None
+        raise VFLBenchError(f"{path} is not a well-formed table: {str(e).splitlines()[-1]}") from None
+    except UnicodeDecodeError:
+        raise VFLBenchError(f"{path} is not a UTF-8 text table; re-save it as UTF-8 CSV.") from None
+    except pd.errors.EmptyDataError:
+        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    return df
+
+
+def read_arff_frame(path: Path) -> pd.DataFrame:
+    """ARFF through ``scipy.io.arff``: nominal values decoded to text, ``?`` to missing."""
+    from scipy.io import arff
+
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+                data, meta = arff.loadarff(f)
+        else:
+            data, meta = arff.loadarff(str(path))
+    except (ValueError, NotImplementedError, arff.ParseArffError, UnicodeDecodeError) as e:
+        raise VFLBenchError(f"{path} is not a readable ARFF file: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}") from None
+    names = list(meta.names())
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise VFLBenchError(f"{path}: duplicate attribute name(s) {', '.join(dupes)}; every attribute needs a unique name.")
+    df = pd.DataFrame(data)
+    for c, kind in zip(names, meta.types(), strict=True):
+        if kind == "nominal":
+            s = df[c].map(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v)
+            df[c] = s.where(s != "?", np.nan)
+    return df
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+@dataclass
+class Table:
+    """A read table, before the split: the frame(s), where they came from, their checksums."""
+
+    label: str  # the dataset name: csv:PATH or openml:ID
+    train: pd.DataFrame
+    test: pd.DataFrame | None
+    checksums: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+
+def column_kinds(df: pd.DataFrame, forced_categorical: list[str]) -> dict[str, str]:
+    """``numeric`` or ``categorical`` per column: by dtype (text, booleans and pandas categories are
+    categorical), or forced."""
+    out = {}
+    for c in df.columns:
+        s = df[c]
+        numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+        out[c] = "categorical" if (c in forced_categorical or not numeric) else "numeric"
+    return out
+
+
+@dataclass
+class Target:
+    y_text: pd.Series  # the target as text, NaN where missing
+    classes: list[str]
+    mapping: dict[str, int]
+    positive: int | None
+
+
+def _class_order(values: pd.Series) -> list[str]:
+    """Sorted classes: numerically when every class is a number, else as text."""
+    uniq = pd.unique(values.dropna())
+    try:
+        nums = sorted(uniq, key=float)
+        return [_fmt(v) for v in nums]
+    except (TypeError, ValueError):
+        return sorted(_fmt(v) for v in uniq)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
+    df = tab.train
+    target = str(opts.get("target") or "").strip()
+    cols = [str(c) for c in df.columns]
+    if not target:
+        raise VFLBenchError(f"{tab.label}: say which column is the label with --data-opt target=COLUMN. Columns: {', '.join(cols)}.")
+    if target not in df.columns:
+        raise VFLBenchError(f"{tab.label}: no column '{target}'{_closest(target, cols)}. Columns: {', '.join(cols)}.")
+    y = df[target] if tab.test is None else pd.concat([df[target], tab.test[target]], ignore_index=True)
+    y_text = y.map(lambda v: np.nan if pd.isna(v) else _fmt(v))
+    classes = _class_order(y)
+    n_rows = int(y_text.notna().sum())
+    if len(classes) < 2:
+        raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} class{'es' if len(classes) != 1 else ''}"
+                            f"{' (' + classes[0] + ')' if classes else ''}; classification needs at least two.")
+    if len(classes) > MAX_CLASS_SHARE * n_rows:
+        raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} distinct values in {n_rows} rows (more than "
+                            f"{MAX_CLASS_SHARE:.0%} of the rows): it looks like a regression target. vflbench benchmarks classification; "
+                            "bin it into classes first, or pick another target.")
+    mapping = {c: i for i, c in enumerate(classes)}
+    pos = str(opts.get("positive") or "").strip()
+    if pos:
+        if pos not in mapping:
+            raise VFLBenchError(f"{tab.label}: positive={pos!r} is not a class of '{target}'; classes: {', '.join(classes)}.")
+        positive = mapping[pos]
+    elif len(classes) == 2:
+        train_y = df[target].map(lambda v: np.nan if pd.isna(v) else _fmt(v)).dropna()
+        counts = train_y.value_counts()
+        a, b = classes
+        positive = mapping[a] if counts.get(a, 0) < counts.get(b, 0) else mapping[b]  # the minority class (ties: the second)
+    else:
+        positive = None
+    return Target(y_text, classes, mapping, positive)
+
+
+def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
+    target = str(opts["target"]).strip()
+    cols = [str(c) for c in tab.train.columns]
+    drop = _cols(opts.get("drop"))
+    for d in drop:
+        if d not in cols:
+            raise VFLBenchError(f"{tab.label}: drop={d!r} is not a column{_closest(d, cols)}. Columns: {', '.join(cols)}.")
+    if target in drop:
+        raise VFLBenchError(f"{tab.label}: the target '{target}' is also in drop=; drop only feature columns.")
+    feats = [c for c in cols if c != target and c not in drop]
+    if not feats:
+        raise VFLBenchError(f"{tab.label}: no feature columns left after removing the target and drop=.")
+    for c in _cols(opts.get("categorical")):
+        if c not in feats:
+            raise VFLBenchError(f"{tab.label}: categorical={c!r} is not a feature column{_closest(c, feats)}.")
+    if tab.test is not None:
+        missing = [c for c in [*feats, target] if c not in tab.test.columns]
+        if missing:
+            raise VFLBenchError(f"{tab.label}: the test file lacks column(s) {', '.join(missing)}; it needs the training file's columns.")
+    return feats
+
+
+def _as_object(s: pd.Series) -> pd.Series:
+    """A categorical column as text with NaN for missing (what SimpleImputer/OneHotEncoder expect)."""
+    return s.map(lambda v: np.nan if pd.isna(v) else _fmt(v)).astype(object)
+
+
+def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
+    """Split, encode and scale a table (fitted on the training split only)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
+
+    tgt = resolve_target(tab, opts)
+    feats = feature_columns(tab, opts)
+    target = str(opts["target"]).strip()
+    kinds = column_kinds(tab.train[feats], _cols(opts.get("categorical")))
+    n_train_rows = len(tab.train)
+    full = tab.train if tab.test is None else pd.concat([tab.train, tab.test], ignore_index=True)
+    y_all = tgt.y_text
+    keep = y_all.notna().to_numpy()
+    missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
+    X_df = full.loc[keep, feats].reset_index(drop=True)
+    y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
+    is_train = (np.arange(len(full)) < n_train_rows)[keep]
+    if tab.test is None:
+        test_size, seed = float(opts["test_size"]), int(opts["split_seed"])
+        if not 0.0 < test_size < 1.0:
+            raise VFLBenchError(f"{tab.label}: test_size must be in (0, 1), got {test_size}.")
+        idx = np.arange(len(y))
+        try:
+            tr_idx, te_idx = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
+        except ValueError as e:
+            counts = np.bincount(y, minlength=len(tgt.classes))
+            raise VFLBenchError(f"{tab.label}: cannot make a stratified split with test_size={test_size} ({e}). Class counts: "
+                                + ", ".join(f"{c}={n}" for c, n in zip(tgt.classes, counts, strict=True))
+                                + ". Give a test file with test=PATH, or change test_size.") from None
+    else:
+        tr_idx, te_idx = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+        if len(te_idx) == 0:
+            raise VFLBenchError(f"{tab.label}: the test file has no rows with a target value.")
+    num = [c for c in feats if kinds[c] == "numeric"]
+    cat = [c for c in feats if kinds[c] == "categorical"]
+    X_df = X_df.copy()
+    for c in cat:
+        X_df[c] = _as_object(X_df[c])
+    for c in num:
+        X_df[c] = pd.to_numeric(X_df[c], errors="coerce").astype(float)
+    scalers = {"standard": StandardScaler, "minmax": MinMaxScaler, "none": None}
+    scaler = str(opts.get("scaler") or "none")
+    if scaler not in scalers:
+        raise VFLBenchError(f"{tab.label}: unknown scaler '{scaler}'. Choices: standard, minmax, none.")
+    num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
+    if scalers[scaler] is not None:
+        num_steps.append(("scale", scalers[scaler]()))
+    ct = ColumnTransformer(
+        [("num", Pipeline(num_steps), num),
+         ("cat", Pipeline([("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+                           ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False))]), cat)],
+        remainder="drop", sparse_threshold=0.0,
+    )
+    Xtr = ct.fit_transform(X_df.iloc[tr_idx])
+    Xte = ct.transform(X_df.iloc[te_idx])
+    # encoded column -> source column, then back into the source columns' order
+    sources: list[str] = list(num)
+    names: list[str] = list(num)
+    if cat:
+        enc = ct.named_transformers_["cat"].named_steps["onehot"]
+        for c, cats in zip(cat, enc.categories_, strict=True):
+            sources += [c] * len(cats)
+            names += [f"{c}={v}" for v in cats]
+    order = np.argsort([feats.index(s) for s in sources], kind="stable")
+    Xtr, Xte = Xtr[:, order], Xte[:, order]
+    sources, names = [sources[i] for i in order], [names[i] for i in order]
+    info = DatasetInfo(
+        name=tab.label, title=tab.source or tab.label, kind="tabular", n_classes=len(tgt.classes), shape=(Xtr.shape[1],),
+        source=tab.source or tab.label, license="the user's", positive_class=tgt.positive,
+    )
+    widths = {c: sources.count(c) for c in feats}
+    prep = {
+        "target": target, "classes": tgt.mapping, "positive_class": None if tgt.positive is None else tgt.classes[tgt.positive],
+        "rows": {"read": int(len(full)), "dropped_missing_target": int((~keep).sum()), "train": int(len(tr_idx)), "test": int(len(te_idx))},
+        "columns": {c: {"kind": kinds[c], "encoded_width": widths[c]} for c in feats},
+        "dropped_columns": _cols(opts.get("drop")),
+        "missing_cells": {"total": int(sum(missing_cells.values())), "per_column": missing_cells,
+                          "imputed": {"numeric": "median of the training split", "categorical": "most frequent value of the training split"}},
+        "scaler": scaler, "encoded_width": int(Xtr.shape[1]),
+    }
+    ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names)
+    ds.feature_sources = sources
+    ds.preprocessing = prep
+    ds.checksums = dict(tab.checksums)
+    return ds
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def table_path(name: str) -> Path:
+    return Path(name.split(":", 1)[1]).expanduser()
+
+
+def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table:
+    scheme, _, ref = name.partition(":")
+    if scheme == "csv":
+        path = table_path(name)
+        train = read_table(path)
+        sums = {path.name: sha256_file(path)}
+        test = None
+        if str(opts.get("test") or "").strip():
+            tpath = Path(str(opts["test"]).strip()).expanduser()
+            test = read_table(tpath)
+            sums[f"test:{tpath.name}"] = sha256_file(tpath)
+        return Table(name, train, test, sums, str(path))
+    if scheme == "openml":
+        return _openml(name, ref, opts, download)
+    raise VFLBenchError(f"Unknown table source '{scheme}:'; use csv:PATH or openml:ID.")
+
+
+def _openml(name: str, ref: str, opts: dict[str, Any], download: bool) -> Table:
+    try:
+        data_id = int(ref)
+    except ValueError:
+        raise VFLBenchError(f"openml:{ref}: give the numeric OpenML dataset id, e.g. openml:31.") from None
+    from sklearn.datasets import fetch_openml
+
+    home = data_root() / "openml"
+    try:
+        bunch = fetch_openml(data_id=data_id, data_home=str(home), as_frame=True, parser="auto", download_if_missing=download)
+    except Exception as e:  # network errors, unknown ids: one clear line
+        raise VFLBenchError(f"openml:{data_id} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}). "
+                            f"It needs an internet connection the first time (then it is cached under {home}); "
+                            "offline, export the table as CSV and use csv:PATH.") from None
+    df = bunch.frame
+    if not str(opts.get("target") or "").strip() and bunch.target_names:
+        opts["target"] = bunch.target_names[0]
+    return Table(name, df, None, {f"openml:{data_id}": f"openml-version-{bunch.details.get('version', '?')}"}, f"https://www.openml.org/d/{data_id}")
+
+
+def file_checksum(name: str, opts: dict[str, Any]) -> str:
+    """The sha256 that goes into the run key (the table, and the test file when given)."""
+    if not name.startswith("csv:"):
+        return ""
+    path = table_path(name)
+    if not path.exists():
+        read_table(path)  # raises the clear message
+    parts = [sha256_file(path)]
+    if str(opts.get("test") or "").strip():
+        tpath = Path(str(opts["test"]).strip()).expanduser()
+        if not tpath.exists():
+            read_table(tpath)
+        parts.append(sha256_file(tpath))
+    return ":".join(parts)
+
+
+def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -> Dataset:
+    opts = dict(opts)
+    ds = build_dataset(read_source(name, opts, download), opts)
+    ds.options = {k: v for k, v in opts.items()}
+    return ds
+
+
+_PROBES: dict[str, DatasetInfo] = {}
+
+
+def probe_info(name: str, opts: dict[str, Any]) -> DatasetInfo:
+    """What a run needs to know before training (classes, width), with every bad input reported
+    now, before anything is written. Cached per name and options (the options hold the file's sha256)."""
+    import json
+
+    key = json.dumps([name, opts], sort_keys=True, default=str)
+    if key not in _PROBES:
+        _PROBES[key] = load_table_dataset(name, opts, download=True).info
+    return _PROBES[key]
+
+
+_SPECS: dict[str, Any] = {}
+
+
+def table_spec(name: str):
+    """A :class:`~vflbench.datasets.registry.DatasetSpec` for ``csv:PATH`` / ``openml:ID``."""
+    from .registry import DatasetSpec
+
+    if name not in _SPECS:
+        scheme = name.split(":", 1)[0]
+        info = DatasetInfo(name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's")
+        _SPECS[name] = DatasetSpec(
+            info, lambda _dir, opts: load_table_dataset(name, opts), (), dict(DEFAULTS), dict(HELP),
+            fetcher=lambda _dir, download: {},
+            available_fn=(lambda _dir: table_path(name).exists()) if scheme == "csv" else (lambda _dir: True),
+            prober=lambda opts: probe_info(name, opts),
+        )
+    return _SPECS[name]
