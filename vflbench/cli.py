@@ -6,6 +6,7 @@ import errno
 import functools
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import typer
@@ -33,6 +34,22 @@ def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Pyt
             raise typer.Exit(2) from None
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+_show_warning = warnings.showwarning
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """vflbench's own warnings as one yellow line on stderr; others as Python prints them."""
+    from rich.markup import escape
+
+    from .errors import VFLBenchWarning
+
+    if issubclass(category, VFLBenchWarning):
+        err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+warnings.showwarning = _warning_line
 
 
 def _error(msg: str) -> None:
@@ -73,7 +90,7 @@ def friendly(fn):
 
 # options shared by `masks` and `run` (the same flags mean the same thing in both)
 PARTIES_OPT = typer.Option(4, help="number of parties K")
-PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | tiles | grid (default by data kind)")
+PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)")
 DATA_OPT = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable)")
 PART_OPT = typer.Option(None, "--part-opt", help="partitioner option key=value, e.g. alpha=0.5 (repeatable)")
 
@@ -169,13 +186,14 @@ def masks(
     stats = mask_stats(m.observed)
     stats["info"] = m.info
     stats["partition"] = {k: v for k, v in prep.partition.describe().items() if k != "blocks"}
+    stats["parties"] = prep.partition.party_names
     if fmt == "json":
         print(json.dumps(stats, indent=2))
         return
     console.print(f"[bold]{dataset}[/] {split} split: n={stats['n']}, K={parties}, partitioner={prep.partition.name}, missing={missing} ({granularity})")
-    t = Table(title="observed rate per block")
-    for k in range(parties):
-        t.add_column(f"block {k}", justify="right")
+    t = Table(title="observed rate per party")
+    for name in prep.partition.party_names:
+        t.add_column(name, justify="right")
     t.add_row(*[f"{r:.4f}" for r in stats["observed_rate_per_block"]])
     console.print(t)
     console.print(f"fully observed: {stats['fully_observed_fraction']:.4f}   all-missing samples: {stats['all_missing_count']}   mean observed blocks: {stats['mean_observed_blocks']:.3f}   resampled: {m.info['resampled']}")
@@ -188,6 +206,94 @@ def masks(
     for p in stats["top_patterns"]:
         pt.add_row(p["pattern"], str(p["count"]), f"{p['fraction']:.4f}")
     console.print(pt)
+
+
+@app.command()
+@friendly
+def inspect(
+    dataset: str = typer.Argument(..., help="a dataset name, csv:PATH or openml:ID"),
+    data_opt: list[str] | None = DATA_OPT,
+    partitioner: str | None = PARTITIONER_OPT,
+    part_opt: list[str] | None = PART_OPT,
+    parties: int | None = typer.Option(None, help="number of parties K (default: the parties file's, else 4)"),
+    fmt: str = typer.Option("table", "--format", help="table | json"),
+):
+    """What the loader inferred from a table: column types, classes and their counts, missing cells,
+    and the encoded width per party. Fix options here before a long sweep."""
+    import numpy as np
+
+    from .datasets import DATASETS, load_dataset, resolve_options
+    from .partitioners import default_partitioner, make_partition
+    from .rng import Streams
+
+    if fmt not in ("table", "json"):
+        raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
+    opts = resolve_options(DATASETS.get(dataset), parse_kv(data_opt, "--data-opt"))
+    popts = {k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()}
+    if parties is None:
+        parties = len(_parties_in(popts["file"])) if partitioner == "columns" and popts.get("file") else 4
+    ds = load_dataset(dataset, opts)
+    part = make_partition(partitioner or default_partitioner(ds.info.kind), ds.x_train.shape[1:], parties, Streams(0).numpy("partition"), data=ds, **popts)
+    sources = ds.feature_sources or (ds.feature_names or [f"x{i}" for i in range(ds.x_train.shape[1])])
+    owner = {}
+    for name, block in zip(part.party_names, part.blocks, strict=True) if part.kind == "features" else []:
+        for i in np.asarray(block).tolist():
+            owner.setdefault(sources[i], name)
+    pre = ds.preprocessing
+    n_tr, n_te = np.bincount(ds.y_train, minlength=ds.n_classes), np.bincount(ds.y_test, minlength=ds.n_classes)
+    classes = list(pre.get("classes", {str(c): c for c in range(ds.n_classes)}))
+    report = {
+        "dataset": dataset, "rows": pre.get("rows", {"train": len(ds.y_train), "test": len(ds.y_test)}), "checksums": ds.checksums,
+        "columns": [{"column": c, **v, "missing": pre.get("missing_cells", {}).get("per_column", {}).get(c, 0), "party": owner.get(c)}
+                    for c, v in pre.get("columns", {}).items()],
+        "classes": [{"class": c, "index": i, "train": int(n_tr[i]), "test": int(n_te[i]), "positive": i == ds.info.positive_class} for i, c in enumerate(classes)],
+        "missing_cells": pre.get("missing_cells", {}).get("total"),
+        "parties": [{"party": n, "encoded_width": w, "columns": part.params.get("columns", {}).get(n)} for n, w in zip(part.party_names, part.widths(), strict=True)],
+        "partition": {k: v for k, v in part.describe().items() if k != "blocks"},
+        "options": {k: v for k, v in opts.items() if k != "file_sha256"},
+    }
+    if fmt == "json":
+        print(json.dumps(report, indent=2, default=str))
+        return
+    rows = report["rows"]
+    console.print(f"[bold]{dataset}[/]: {rows.get('read', rows['train'] + rows['test'])} rows"
+                  + (f" ({rows['dropped_missing_target']} without a target, dropped)" if rows.get("dropped_missing_target") else "")
+                  + f" -> {rows['train']} train / {rows['test']} test; {ds.x_train.shape[1]} encoded features; "
+                  + ", ".join(f"{k} sha256 {v[:12]}" for k, v in ds.checksums.items()))
+    if report["columns"]:
+        t = Table(title=f"columns (target: {pre.get('target')}; dropped: {', '.join(pre.get('dropped_columns', [])) or 'none'})")
+        for c in ("column", "kind", "missing cells", "encoded width", "party"):
+            t.add_column(c, justify="right" if c in ("missing cells", "encoded width") else "left")
+        for r in report["columns"]:
+            t.add_row(r["column"], r["kind"], str(r["missing"]), str(r["encoded_width"]), r["party"] or "[yellow]none (dropped)[/]")
+        console.print(t)
+    t = Table(title="classes")
+    for c in ("class", "index", "train", "test", "positive"):
+        t.add_column(c, justify="left" if c == "class" else "right")
+    for r in report["classes"]:
+        t.add_row(r["class"], str(r["index"]), str(r["train"]), str(r["test"]), "yes" if r["positive"] else "")
+    console.print(t)
+    if report["missing_cells"] is not None:
+        console.print(f"missing cells: {report['missing_cells']} (imputed on the training split: numeric median, categorical most frequent)")
+    t = Table(title=f"parties ({part.name}, K={parties})")
+    for c in ("party", "encoded width", "columns"):
+        t.add_column(c, justify="right" if c == "encoded width" else "left")
+    for r in report["parties"]:
+        t.add_row(r["party"], str(r["encoded_width"]), ", ".join(r["columns"]) if r["columns"] else "")
+    console.print(t)
+
+
+def _parties_in(file) -> dict:
+    """The parties of a parties file, whatever their number (for a default --parties)."""
+    import yaml
+
+    from .partitioners import read_parties_file
+
+    try:
+        n = len(yaml.safe_load(Path(str(file)).read_text()) or {})
+    except (OSError, yaml.YAMLError, TypeError):
+        n = 0
+    return read_parties_file(file, n)
 
 
 def split_specs(text: str) -> list[str]:
@@ -460,8 +566,8 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
         records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done)
     df = finalize(p, records, time.perf_counter() - t0)
     console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
-    if exp.layout and len(df):
-        text, _ = make_table(df, exp.layout, exp.reference, "md", title=exp.name)
+    if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
+        text, _ = make_table(df, exp.layout or "generic", exp.reference, "md", title=exp.name)
         from .outputs import atomic_write_text
 
         atomic_write_text(out / "table.md", text)

@@ -51,12 +51,16 @@ class Layout:
     metric_by_dataset: dict[str, str] = field(default_factory=dict)
     default_metric: str = "accuracy"
     reference: str | None = None
+    all_metrics: bool = False  # one table per recorded metric (the generic layout), not the dataset's one
+
+
+METRIC_ORDER = ("accuracy", "f1", "auprc")
 
 
 LAYOUTS = {
     "laser-table1": Layout("laser-table1", ["none", "mcar:0.1", "mcar:0.5"], ["none", "mcar:0.1", "mcar:0.5"], {"credit": "f1", "mimic4": "f1"}, "accuracy", "laser-table1"),
     "laser-table3": Layout("laser-table3", ["mcar-beta:2,2"], ["none", "mcar:0.1", "mcar:0.5", "mcar-beta:2,2"], {"credit": "f1", "mimic4": "f1"}, "accuracy", "laser-table3"),
-    "generic": Layout("generic", None, None, {"credit": "f1", "mimic4": "f1"}, "accuracy", None),
+    "generic": Layout("generic", None, None, {"credit": "f1", "mimic4": "f1"}, "accuracy", None, all_metrics=True),
     "pbm-table3": Layout("pbm-table3", None, None, {"phishing": "auprc", "credit": "f1"}, "accuracy", "pbm-table3"),
 }
 REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.csv", "pbm-table3": "pbm_tables1_3.csv"}
@@ -122,18 +126,24 @@ def load_reference(name: str) -> pd.DataFrame:
 def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
     """One row per (dataset, method, train, test): mean, population std, seed count of the layout's metric."""
     out = []
-    for ds, g in df.groupby("dataset", sort=False):
-        metric = layout.metric_by_dataset.get(ds, layout.default_metric)
-        g = g[g["metric"] == metric]
-        if layout.train is not None:
-            g = g[g["train_missing"].isin(layout.train)]
-        if layout.test is not None:
-            g = g[g["test_missing"].isin(layout.test)]
-        for (m, tr, te), h in g.groupby(["method", "train_missing", "test_missing"], sort=False):
-            h = h.drop_duplicates(subset=["seed"], keep="last")
-            vals = h["value"].to_numpy(float)
-            out.append({"dataset": ds, "metric": metric, "method": m, "train_missing": tr, "test_missing": te,
-                        "mean": float(np.mean(vals)), "std": float(np.std(vals)), "n_seeds": len(vals), "seeds": ",".join(map(str, sorted(h["seed"])))})
+    for ds, gd in df.groupby("dataset", sort=False):
+        first = layout.metric_by_dataset.get(ds, layout.default_metric)
+        if layout.all_metrics:  # the dataset's headline metric first, then the others recorded
+            rec = [m for m in dict.fromkeys(gd["metric"]) if "@" not in str(m)]  # variants (metric@exact) stay in the CSV
+            metrics = [first] * (first in rec) + [m for m in METRIC_ORDER if m in rec and m != first] + [m for m in rec if m not in (first, *METRIC_ORDER)]
+        else:
+            metrics = [first]
+        for metric in metrics:
+            g = gd[gd["metric"] == metric]
+            if layout.train is not None:
+                g = g[g["train_missing"].isin(layout.train)]
+            if layout.test is not None:
+                g = g[g["test_missing"].isin(layout.test)]
+            for (m, tr, te), h in g.groupby(["method", "train_missing", "test_missing"], sort=False):
+                h = h.drop_duplicates(subset=["seed"], keep="last")
+                vals = h["value"].to_numpy(float)
+                out.append({"dataset": ds, "metric": metric, "method": m, "train_missing": tr, "test_missing": te,
+                            "mean": float(np.mean(vals)), "std": float(np.std(vals)), "n_seeds": len(vals), "seeds": ",".join(map(str, sorted(h["seed"])))})
     return pd.DataFrame(out)
 
 
@@ -193,12 +203,12 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
     lines: list[str] = []
     if title and fmt == "md":
         lines += [f"# {title}", ""]
-    for ds, g in agg.groupby("dataset", sort=False):
+    for (ds, _metric), g in agg.groupby(["dataset", "metric"], sort=False):
         methods = method_order(g["method"])
         trains = layout.train or list(dict.fromkeys(g["train_missing"]))
         tests = layout.test or list(dict.fromkeys(g["test_missing"]))
         metric = g["metric"].iloc[0]
-        mlabel = "F1 x 100" if metric == "f1" else ("AUPRC x 100" if metric == "auprc" else "accuracy (%)")
+        mlabel = {"f1": "F1 x 100", "auprc": "AUPRC x 100", "accuracy": "accuracy (%)"}.get(metric, metric)
         seeds = sorted(set(g["n_seeds"]))
         head = f"{ds}: {mlabel}, mean ± population std over {'/'.join(map(str, seeds))} seeds" + (f" ({protocol} protocol)" if protocol else "")
         cols = ["p_miss train", "p_miss test"] + [display(m) for m in methods]
@@ -221,8 +231,23 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
             lines += [f"% {head}", "\\begin{tabular}{ll" + "c" * len(methods) + "}", "\\toprule", " & ".join(cols) + " \\\\", "\\midrule"]
             lines += [" & ".join(c.replace("±", "$\\pm$").replace("_", "\\_") for c in r) + " \\\\" for r in rows]
             lines += ["\\bottomrule", "\\end{tabular}"]
-        lines += [""] + summary_lines(g, with_ref, fmt) + [""]
+        lines += [""] + (best_counts(g, fmt) if layout.all_metrics else summary_lines(g, with_ref, fmt)) + [""]
     return "\n".join(lines)
+
+
+def best_counts(g: pd.DataFrame, fmt: str) -> list[str]:
+    """Per method: in how many conditions it is best, or within one std (of the best method) of it."""
+    conds = list(g.groupby(["train_missing", "test_missing"], sort=False))
+    counts = {}
+    for m in method_order(g["method"]):
+        n = 0
+        for _, c in conds:
+            best = c.loc[c["mean"].idxmax()]
+            r = c[c["method"] == m]
+            n += int(not r.empty and r.iloc[0]["mean"] >= best["mean"] - best["std"])
+        counts[display(m)] = n
+    pre = "" if fmt == "md" else "% "
+    return [pre + "Best or within one std of the best: " + ", ".join(f"{k} {v}/{len(conds)}" for k, v in counts.items()) + "."]
 
 
 def summary_lines(g: pd.DataFrame, with_ref: bool, fmt: str) -> list[str]:
