@@ -277,3 +277,27 @@ def test_the_readme_study_example_writes_a_table(tmp_path):
     r = invoke("sweep", tmp_path / "my.yaml", "--quick", "--out", tmp_path / "out", "--workers", "1")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "table.md").exists() and "| Standard VFL |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch, tmp_path):
+    import sklearn.datasets
+    from sklearn.utils import Bunch
+
+    calls = {}
+
+    def fake(data_id, data_home, as_frame, parser, download_if_missing):
+        calls.update(data_id=data_id, data_home=data_home)
+        if data_id == 404:
+            raise OSError("network is unreachable")
+        frame = pd.DataFrame({"a": np.arange(30.0), "b": list("xyz") * 10, "class": ["p", "n", "n"] * 10})
+        return Bunch(frame=frame, target_names=["class"], details={"version": 3})
+
+    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake)
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
+    ds = load_dataset("openml:31")  # the target defaults to OpenML's declared target
+    assert calls == {"data_id": 31, "data_home": str(tmp_path / "data" / "openml")}
+    assert ds.preprocessing["target"] == "class" and ds.preprocessing["positive_class"] == "p" and ds.x_train.shape[1] == 4
+    r = invoke("inspect", "openml:404")
+    assert r.exit_code == 2 and "needs an internet connection the first time" in " ".join(r.output.split())
+    r = invoke("inspect", "openml:abc")
+    assert r.exit_code == 2 and "numeric OpenML dataset id" in r.output
