@@ -92,3 +92,23 @@ def test_method_grid_expands_to_variants_with_their_own_columns():
     assert len(agg) == 2 and "PlugVFL (p_drop=0.1)" in text and "PlugVFL (p_drop=0.3)" in text
     with pytest.raises(Exception, match="not among the methods"):
         build_experiment({**spec, "method_grid": {"laser": {"laser_subsets": "batch"}}})
+
+
+def test_runs_of_different_lengths_line_up_by_share():
+    """Each method at its own paper budget (e.g. 100 vs 50 epochs), evaluated at 50% and 100%:
+    tables select by share, and the convergence note compares shares, not epochs."""
+    rows = []
+    for method, total, vals in (("laser", 100, {50: 60.0, 100: 80.0}), ("svfl", 50, {25: 70.0, 50: 75.0})):
+        for seed in (0, 1):
+            for ep, v in vals.items():
+                rows.append(dict(run_id=f"{method}{seed}", dataset="credit", method=method, parties=4, train_missing="mcar:0.5",
+                                 test_missing="none", seed=seed, metric="f1", value=v + seed, epochs=total, epoch=ep, protocol="compat"))
+    df = pd.DataFrame(rows)
+    half = at_budget(df, "50%")
+    assert sorted(zip(half["method"], half["epoch"], strict=True))[::2] == [("laser", 50), ("svfl", 25)]
+    _, agg = make_table(df, "generic", epoch="50%")
+    assert dict(zip(agg["method"], agg["mean"], strict=True)) == {"laser": 60.5, "svfl": 70.5}
+    text, _ = make_table(df, "generic")
+    assert "**Ranking not yet stable** on credit, train 0.5, test 0.0: best Standard VFL at 50%, LASER-VFL at 100%" in text
+    with pytest.raises(Exception, match="recorded shares: 50%, 100%"):
+        at_budget(df, "30%")

@@ -586,7 +586,7 @@ def table(
     reference: str | None = typer.Option(None, help="laser-table1 | laser-table3 | a reference CSV path"),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
-    epoch: int | None = typer.Option(None, help="table a budget recorded with --eval-epochs (default: each run's final epoch)"),
+    epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
     from .outputs import atomic_write_text

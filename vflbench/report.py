@@ -273,9 +273,21 @@ def _excluded_note(excluded: list[str], fmt: str) -> str:
     return f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
 
 
-def at_budget(df: pd.DataFrame, epoch: int | None = None) -> pd.DataFrame:
-    """Rows of one training budget: each run's final epoch (default), or ``epoch`` for runs recorded
-    with ``--eval-epochs``. Results without an ``epoch`` column hold final rows only."""
+def _shares(df: pd.DataFrame) -> pd.Series:
+    """Each row's budget as a whole percentage of its run's total epochs."""
+    return (100 * df["epoch"] / df["epochs"]).round().astype("Int64")
+
+
+def relative_budgets(df: pd.DataFrame) -> bool:
+    """True when the runs train for different numbers of epochs (e.g. each method its paper budget):
+    budgets then line up as shares of each run (``--eval-epochs 25%,50%``), not as epochs."""
+    return "epochs" in df.columns and df["epoch"].notna().any() and df.loc[df["epoch"].notna(), "epochs"].nunique() > 1
+
+
+def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
+    """Rows of one training budget: each run's final epoch (default), ``epoch`` for runs recorded
+    with ``--eval-epochs``, or ``"50%"``: each run's row at that share of its own epochs. Results
+    without an ``epoch`` column hold final rows only."""
     if "epoch" not in df.columns:
         if epoch is not None:
             raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to table other budgets.")
@@ -283,6 +295,20 @@ def at_budget(df: pd.DataFrame, epoch: int | None = None) -> pd.DataFrame:
     final = df.groupby("run_id")["epoch"].transform("max")
     if epoch is None:
         return df[df["epoch"].isna() | (df["epoch"] == final)]
+    if isinstance(epoch, str) and epoch.strip().endswith("%"):
+        try:
+            share = int(round(float(epoch.strip()[:-1])))
+        except ValueError:
+            raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
+        sel = df[df["epoch"].notna() & (_shares(df) == share)]
+        if sel.empty:
+            have = sorted({int(v) for v in _shares(df[df["epoch"].notna()]).dropna()})
+            raise VFLBenchError(f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in have)}.")
+        return sel
+    try:
+        epoch = int(epoch)
+    except (TypeError, ValueError):
+        raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
     sel = df[df["epoch"] == epoch]
     if sel.empty:
         have = sorted({int(e) for e in df["epoch"].dropna()})
@@ -291,7 +317,7 @@ def at_budget(df: pd.DataFrame, epoch: int | None = None) -> pd.DataFrame:
 
 
 def make_table(results, layout_name: str = "laser-table1", reference: str | None = None, fmt: str = "md", title: str | None = None,
-               epoch: int | None = None) -> tuple[str, pd.DataFrame]:
+               epoch: int | str | None = None) -> tuple[str, pd.DataFrame]:
     if layout_name not in LAYOUTS:
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(LAYOUTS)}.")
     layout = LAYOUTS[layout_name]
@@ -463,20 +489,25 @@ def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     of a run recorded with --eval-epochs says so in its footer, with a warning per unstable condition."""
     if "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
-    budgets = sorted({int(e) for e in df["epoch"].dropna()})
+    shares = relative_budgets(df)  # runs of different lengths: compare shares of each run
+    key = _shares(df) if shares else df["epoch"]
+    budgets = sorted({int(e) for e in key.dropna()})
     if len(budgets) < 2:
         return ""
     prev, last = budgets[-2], budgets[-1]
+    unit = "%" if shares else ""
     best = {}
     for ep in (prev, last):
-        agg = aggregate(with_variants(df[df["epoch"] == ep]), layout)
+        agg = aggregate(with_variants(df[key == ep]), layout)
         for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
             best.setdefault((ds, tr, te), {})[ep] = g.loc[g["mean"].idxmax(), "method"]
     pre = "" if fmt == "md" else "% "
     unstable = [(k, v) for k, v in best.items() if len(v) == 2 and v[prev] != v[last]]
     stable = sum(1 for v in best.values() if len(v) == 2) - len(unstable)
-    lines = [f"\n{pre}Convergence: the best method is the same at epochs {prev} and {last} in {stable}/{stable + len(unstable)} conditions."]
+    at = "of each run's epochs" if shares else ""
+    word = "at" if shares else "at epochs"
+    lines = [f"\n{pre}Convergence: the best method is the same {word} {prev}{unit} and {last}{unit}{' ' + at if at else ''} in {stable}/{stable + len(unstable)} conditions."]
     for (ds, tr, te), v in unstable:
-        lines.append(f"{pre}**Ranking not yet stable** on {ds}, train {label(tr)}, test {label(te)}: best {display(v[prev])} at epoch {prev}, "
-                     f"{display(v[last])} at epoch {last}.")
+        lines.append(f"{pre}**Ranking not yet stable** on {ds}, train {label(tr)}, test {label(te)}: best {display(v[prev])} at {'' if shares else 'epoch '}{prev}{unit}, "
+                     f"{display(v[last])} at {'' if shares else 'epoch '}{last}{unit}.")
     return "\n".join(lines) + "\n"
