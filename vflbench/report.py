@@ -273,9 +273,17 @@ def _excluded_note(excluded: list[str], fmt: str) -> str:
     return f"\n{pre}**Excluded: {len(excluded)} run(s)** whose training did not finish: " + "; ".join(excluded) + ".\n"
 
 
-def _shares(df: pd.DataFrame) -> pd.Series:
-    """Each row's budget as a whole percentage of its run's total epochs."""
-    return (100 * df["epoch"] / df["epochs"]).round().astype("Int64")
+def _at_share(df: pd.DataFrame, share: float) -> pd.Series:
+    """Rows at ``share`` % of their run's epochs, rounded exactly as ``--eval-epochs 25%`` rounds."""
+    target = np.maximum(1, np.floor(df["epochs"].astype(float) * share / 100 + 0.5))
+    return df["epoch"].notna() & (df["epoch"] == target)
+
+
+def _recorded_shares(df: pd.DataFrame) -> list[int]:
+    """The shares recorded, read off the longest run (the finest resolution)."""
+    d = df[df["epoch"].notna()]
+    longest = d[d["epochs"] == d["epochs"].max()]
+    return sorted({int(round(100 * e / t)) for e, t in zip(longest["epoch"], longest["epochs"], strict=True)})
 
 
 def relative_budgets(df: pd.DataFrame) -> bool:
@@ -300,10 +308,9 @@ def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
             share = int(round(float(epoch.strip()[:-1])))
         except ValueError:
             raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
-        sel = df[df["epoch"].notna() & (_shares(df) == share)]
+        sel = df[_at_share(df, share)]
         if sel.empty:
-            have = sorted({int(v) for v in _shares(df[df["epoch"].notna()]).dropna()})
-            raise VFLBenchError(f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in have)}.")
+            raise VFLBenchError(f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in _recorded_shares(df))}.")
         return sel
     try:
         epoch = int(epoch)
@@ -490,15 +497,14 @@ def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     if "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
     shares = relative_budgets(df)  # runs of different lengths: compare shares of each run
-    key = _shares(df) if shares else df["epoch"]
-    budgets = sorted({int(e) for e in key.dropna()})
+    budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
     if len(budgets) < 2:
         return ""
     prev, last = budgets[-2], budgets[-1]
     unit = "%" if shares else ""
     best = {}
     for ep in (prev, last):
-        agg = aggregate(with_variants(df[key == ep]), layout)
+        agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
         for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
             best.setdefault((ds, tr, te), {})[ep] = g.loc[g["mean"].idxmax(), "method"]
     pre = "" if fmt == "md" else "% "
