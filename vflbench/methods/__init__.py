@@ -19,7 +19,7 @@ from .base import (
     method_order,
 )
 
-for _module in ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm"):  # the papers' column order, then PBM-VFL
+for _module in ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "false_vfl"):  # the papers' column order, then PBM-VFL, FALSE-VFL
     import_module(f"{__name__}.{_module}")
 
 from ..plugins import load_plugins  # noqa: E402
