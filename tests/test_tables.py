@@ -90,43 +90,29 @@ def test_tsv_gzip_and_arff_read_the_same_table(tmp_path):
         assert np.array_equal(ds.x_train, loaded[0].x_train) and np.array_equal(ds.y_test, loaded[0].y_test)
 
 
-@pytest.mark.parametrize("case", ["missing", "binary", "ragged", "empty", "header_only", "duplicate", "target_unknown", "target_absent",
-                                  "one_class", "regression"])
+BAD_TABLES = {  # case: (file content (None: no file), --data-opt target, the message's needle)
+    "missing": (None, "y", "No such file"),
+    "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)), "y", "binary data"),
+    "ragged": ("a,b,y\n1,2,u\n3,4,v\n5,6,7,u\n", "y", "line 4 has 4 fields but the header has 3"),
+    "empty": ("", "y", "is empty"),
+    "header_only": ("a,b,y\n", "y", "no data rows"),
+    "duplicate": ("a,a,y\n1,2,u\n3,4,v\n", "y", "duplicate column name(s) 'a'"),
+    "target_unknown": ("a,b,label\n1,2,u\n3,4,v\n", "lable", "no column 'lable' (closest: 'label'). Columns: a, b, label"),
+    "target_absent": ("a,b,label\n1,2,u\n3,4,v\n", None, "--data-opt target=COLUMN. Columns: a, b, label"),
+    "one_class": ("a,y\n" + "".join(f"{i},u\n" for i in range(10)), "y", "has 1 class (u)"),
+    "regression": ("a,y\n" + "".join(f"{i},{i * 1.5}\n" for i in range(40)), "y", "looks like a regression target"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TABLES))
 def test_bad_tables_fail_with_one_clear_line(tmp_path, case):
+    content, target, needle = BAD_TABLES[case]
     p = tmp_path / "t.csv"
-    opts = ["--data-opt", "target=y"]
-    if case == "missing":
-        p = tmp_path / "nope.csv"
-        needle = "No such file"
-    elif case == "binary":
-        p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
-        needle = "binary data"
-    elif case == "ragged":
-        p.write_text("a,b,y\n1,2,u\n3,4,v\n5,6,7,u\n")
-        needle = "line 4 has 4 fields but the header has 3"
-    elif case == "empty":
-        p.write_text("")
-        needle = "is empty"
-    elif case == "header_only":
-        p.write_text("a,b,y\n")
-        needle = "no data rows"
-    elif case == "duplicate":
-        p.write_text("a,a,y\n1,2,u\n3,4,v\n")
-        needle = "duplicate column name(s) 'a'"
-    elif case == "target_unknown":
-        p.write_text("a,b,label\n1,2,u\n3,4,v\n")
-        opts = ["--data-opt", "target=lable"]
-        needle = "no column 'lable' (closest: 'label'). Columns: a, b, label"
-    elif case == "target_absent":
-        p.write_text("a,b,label\n1,2,u\n3,4,v\n")
-        opts = []
-        needle = "--data-opt target=COLUMN. Columns: a, b, label"
-    elif case == "one_class":
-        p.write_text("a,y\n" + "".join(f"{i},u\n" for i in range(10)))
-        needle = "has 1 class (u)"
-    else:
-        p.write_text("a,y\n" + "".join(f"{i},{i * 1.5}\n" for i in range(40)))
-        needle = "looks like a regression target"
+    if isinstance(content, bytes):
+        p.write_bytes(content)
+    elif content is not None:
+        p.write_text(content)
+    opts = [] if target is None else ["--data-opt", f"target={target}"]
     out = tmp_path / "out"
     r = invoke("run", "--dataset", f"csv:{p}", *opts, "--method", "svfl", "--epochs", "1", "--quiet", "--out", out)
     assert r.exit_code == 2, r.output
