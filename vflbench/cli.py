@@ -379,7 +379,7 @@ def run(
     labeled: int | None = typer.Option(None, help="semi-supervised run: number of labeled training samples"),
     aligned: int = typer.Option(0, help="fully observed reserve inside the labeled set (with --labeled)"),
     target: str | None = typer.Option(None, help="record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)"),
-    eval_epochs: str | None = typer.Option(None, help="also evaluate after these epochs: 5,10,20 or 1:100[:step]; CSV rows get an epoch column"),
+    eval_epochs: str | None = typer.Option(None, help="also evaluate after these epochs: 5,10,20, 1:100[:step], or shares of the run such as 25%,50%; CSV rows get an epoch column"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
