@@ -304,12 +304,18 @@ def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
     return out or None
 
 
+def share_epoch(pct: float, total: int) -> int:
+    """The epoch at ``pct`` % of ``total`` epochs: rounded half up, at least 1 (the one rounding
+    rule, for --eval-epochs 25% and for tables at a share)."""
+    return max(1, int(math.floor(total * pct / 100 + 0.5)))
+
+
 def _share(item: Any, total: int) -> int:
-    """``"25%"`` of ``total`` epochs, rounded half up, at least 1."""
+    """``"25%"`` of ``total`` epochs."""
     pct = float(str(item).strip()[:-1])
     if not 0 < pct <= 100:
         raise ValueError
-    return max(1, int(math.floor(total * pct / 100 + 0.5)))
+    return share_epoch(pct, total)
 
 
 TARGET_METRICS = ("train_accuracy", "train_f1", "train_auprc")

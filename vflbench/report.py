@@ -275,7 +275,9 @@ def _excluded_note(excluded: list[str], fmt: str) -> str:
 
 def _at_share(df: pd.DataFrame, share: float) -> pd.Series:
     """Rows at ``share`` % of their run's epochs, rounded exactly as ``--eval-epochs 25%`` rounds."""
-    target = np.maximum(1, np.floor(df["epochs"].astype(float) * share / 100 + 0.5))
+    from .config import share_epoch
+
+    target = df["epochs"].map(lambda total: share_epoch(share, int(total)) if pd.notna(total) else np.nan)
     return df["epoch"].notna() & (df["epoch"] == target)
 
 

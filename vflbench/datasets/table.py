@@ -426,25 +426,34 @@ def file_checksum(name: str, opts: dict[str, Any]) -> str:
     return ":".join(parts)
 
 
+_BUILT: dict[str, Dataset] = {}
+
+
 def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -> Dataset:
-    opts = dict(opts)
-    ds = build_dataset(read_source(name, opts, download), opts)
-    ds.options = {k: v for k, v in opts.items()}
-    return ds
+    """The preprocessed table; built once per process for a name and options (resolving a run
+    probes it, preparing the run uses it; the options hold the file's sha256). A shallow copy, so a
+    caller's reassignments never reach the cache."""
+    import copy
+    import json
 
-
-_PROBES: dict[str, DatasetInfo] = {}
+    files = [table_path(name)] if name.startswith("csv:") else []
+    if str(opts.get("test") or "").strip():
+        files.append(Path(str(opts["test"]).strip()).expanduser())
+    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]  # an edited file is rebuilt
+    key = json.dumps([name, opts, stamp], sort_keys=True, default=str)
+    if key not in _BUILT:
+        o = dict(opts)
+        ds = build_dataset(read_source(name, o, download), o)
+        ds.options = dict(o)
+        _BUILT.clear()  # keep one table in memory
+        _BUILT[key] = ds
+    return copy.copy(_BUILT[key])
 
 
 def probe_info(name: str, opts: dict[str, Any]) -> DatasetInfo:
     """What a run needs to know before training (classes, width), with every bad input reported
-    now, before anything is written. Cached per name and options (the options hold the file's sha256)."""
-    import json
-
-    key = json.dumps([name, opts], sort_keys=True, default=str)
-    if key not in _PROBES:
-        _PROBES[key] = load_table_dataset(name, opts, download=True).info
-    return _PROBES[key]
+    now, before anything is written."""
+    return load_table_dataset(name, opts, download=True).info
 
 
 _SPECS: dict[str, Any] = {}
