@@ -29,14 +29,44 @@ from vflbench.training import BlockData, StageHP, TrainPolicy, TrainSet, fit, pr
 from .helpers import batch
 
 plugins.load_file(Path(__file__).resolve().parents[1] / "docs" / "examples" / "observed_mean.py")
-ALL = METHODS.names()
+
+
+def _variants(name: str) -> dict[str, dict]:
+    """Each method as registered, plus the option sets that change its maths and that the registry
+    and protocols already name: its options under every protocol that sets them apart from the
+    defaults, and each choice of its ``pretrain`` option. Nothing here lists methods by hand."""
+    from vflbench.protocols import PROTOCOLS
+
+    cls = METHODS.get(name)
+    out = {name: {}}
+    for proto in PROTOCOLS.values():
+        opts = {o.name: getattr(proto, o.protocol) for o in cls.option_specs if o.protocol and getattr(proto, o.protocol) != o.default}
+        opts = {k: v for k, v in opts.items() if k not in ("laser_subsets", "plug_denominator", "granularity")}  # evaluation-only choices
+        if opts and opts not in out.values():
+            out[f"{name}[{proto.name}]"] = opts
+    for o in cls.option_specs:
+        if o.name == "pretrain":
+            for choice in o.choices:
+                if choice != o.default:
+                    out[f"{name}[pretrain={choice}]"] = {"pretrain": choice}
+    return out
+
+
+CASES = {case: (name, opts) for name in METHODS.names() for case, opts in _variants(name).items()}
+ALL = list(CASES)
+
+
+def cls_of(case: str) -> type[Method]:
+    return METHODS.get(CASES[case][0])
 
 
 def make(name: str, k: int = 3, c: int = 3, image: bool = False, seed: int = 0, options=None) -> Method:
+    """Build a method (or a variant, ``name[...]``, of :data:`CASES`) on tiny synthetic shapes."""
+    base, opts = CASES.get(name, (name, {}))
     model = ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,))
     ctx = MethodContext(k=k, n_classes=c, widths=[4] * k, in_ch=1, model=model, device=torch.device("cpu"), streams=Streams(seed),
-                        options=options or {}, positive_class=1 if c == 2 else None)
-    return METHODS.get(name)(ctx)
+                        options={**opts, **(options or {})}, positive_class=1 if c == 2 else None)
+    return METHODS.get(base)(ctx)
 
 
 def blocks(k: int, n: int, image: bool, seed: int = 0):
@@ -68,10 +98,12 @@ def member_grad(method: Method) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ALL)
 def test_declares_what_the_runner_reads(name):
-    cls = METHODS.get(name)
-    assert cls.name == name and isinstance(cls.display, str) and cls.display and isinstance(cls.paper, str) and cls.paper
+    cls = cls_of(name)
+    assert cls.name == CASES[name][0] and isinstance(cls.display, str) and cls.display and isinstance(cls.paper, str) and cls.paper
     assert cls.f1_rule in F1_RULES
     assert cls.stages and len({s.name for s in cls.stages}) == len(cls.stages)
+    stages = cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **CASES[name][1]})
+    assert stages and len({s.name for s in stages}) == len(stages)
     for o in cls.option_specs:
         assert isinstance(o, Option) and o.help
         assert o.parse(o.default, name) == o.default  # the default is a valid value of its own type
@@ -103,22 +135,23 @@ def test_loss_is_finite_and_gradients_reach_only_active_members(name):
     never_2 = mixed_obs(3, n, seed=1)
     never_2[:, 2] = False  # party 2 never observed: whatever depends on it must not train
     never_2[0] = torch.tensor([True, True, False])
-    trained = 0
-    for obs in (mixed_obs(3, n, seed=1), never_2):
-        m = make(name, k=3)
-        m.train(True)
-        m.store.begin()
-        loss, active = m.loss(batch(blocks(3, n, False), obs, y), m.stages[0])
-        assert active.shape == (m.n_members,) and active.dtype == torch.bool
-        if loss is None:  # nothing trains on this batch (e.g. Standard VFL without complete samples)
-            continue
-        assert torch.isfinite(loss) and loss.ndim == 0
-        loss.backward()
-        g = member_grad(m)
-        assert (g[~active] == 0).all(), f"inactive members received gradient: {(~active).nonzero().view(-1).tolist()}"
-        assert g[active].sum() > 0
-        trained += 1
-    assert trained >= 1, "the method trained on neither a mixed batch nor one with a missing party"
+    for stage in make(name, k=3).stages:  # every stage of the run (a pretraining stage included)
+        trained = 0
+        for obs in (mixed_obs(3, n, seed=1), never_2):
+            m = make(name, k=3)
+            m.train(True)
+            m.store.begin()
+            loss, active = m.loss(batch(blocks(3, n, False), obs, y if stage.labels else None), stage)
+            assert active.shape == (m.n_members,) and active.dtype == torch.bool
+            if loss is None:  # nothing trains on this batch (e.g. Standard VFL without complete samples)
+                continue
+            assert torch.isfinite(loss) and loss.ndim == 0
+            loss.backward()
+            g = member_grad(m)
+            assert (g[~active] == 0).all(), f"stage {stage.name}: inactive members received gradient: {(~active).nonzero().view(-1).tolist()}"
+            assert g[active].sum() > 0
+            trained += 1
+        assert trained >= 1, f"stage {stage.name}: the method trained on neither a mixed batch nor one with a missing party"
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -182,8 +215,12 @@ def test_same_seed_gives_identical_numbers(name):
 def test_learns_an_easy_task_above_chance(name):
     from vflbench.pipeline import execute
 
-    cfg = RunConfig(dataset="synthetic", method=name, train_missing="mcar:0.1", test_missing=["none", "mcar:0.3"], seed=0,
-                    data_options={"n": 3000, "separation": 1.5}, hp={"epochs": 8, "lr": 3e-3, **METHODS.get(name).smoke_hp})
+    base, opts = CASES[name]
+    cls = cls_of(name)
+    semi = {"labeled": 1200, "aligned": 100} if cls.needs_labeled else {}
+    cfg = RunConfig(dataset="synthetic", method=base, method_options={k: str(v) for k, v in opts.items()}, train_missing="mcar:0.1",
+                    test_missing=["none", "mcar:0.3"], seed=0, data_options={"n": 3000, "separation": 1.5},
+                    hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp}, **semi)
     rows, _ = execute(resolve(cfg), device="cpu")
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert acc["none"] > 80, acc  # chance is 50%
@@ -201,7 +238,7 @@ def _non_default(o: Option):
     return o.default
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", METHODS.names())  # each method once: every option takes a non-default value here
 def test_options_round_trip_through_the_manifest(name):
     cls = METHODS.get(name)
     candidates = {o.name: _non_default(o) for o in cls.option_specs if o.type is not str or o.choices is not None}
@@ -209,7 +246,8 @@ def test_options_round_trip_through_the_manifest(name):
     for key, value in candidates.items():
         if cls.validate_options({**{o.name: o.default for o in cls.option_specs}, **chosen, key: value}) is None:
             chosen[key] = value
-    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}))
+    semi = {"labeled": 50} if cls.needs_labeled else {}
+    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}, **semi))
     assert {k: run.method_options[k] for k in chosen} == chosen
     assert all(run.option_sources[k] == "user" for k in chosen)
     assert set(run.method_options) == {o.name for o in cls.option_specs}
@@ -240,7 +278,7 @@ def test_party_to_server_hook_sees_every_representation_that_crosses(name):
 
     p1, ch = preds(x1, Channel)
     p2, _ = preds(x2, Channel)
-    if METHODS.get(name).local_only:
+    if cls_of(name).local_only:
         assert ch.calls == 0 and ch.summary()["bytes_eval_up"] == 0
         return
     assert ch.calls > 0 and ch.summary()["bytes_eval_up"] > 0
@@ -255,10 +293,18 @@ def test_training_traffic_is_counted_per_party(name):
     m, hist, _ = _train(name, 0, epochs=1)
     s = m.channel.summary()
     assert len(s["bytes_train_up_per_party"]) == 3
-    if METHODS.get(name).local_only:
+    if cls_of(name).local_only:
         assert s["bytes_train_up"] == 0
     ex = m.channel.extras()
     assert ex["comm_bytes_up"] == s["bytes_train_up"] and ex["comm_bytes_down"] == s["bytes_train_down"]
     if type(m.channel) is Channel:  # float32 both ways: gradients come down only for what went up
         assert ex["comm_bytes_down"] <= ex["comm_bytes_up"]
     assert ex["comm_bytes_down"] == 0 or ex["comm_bytes_up"] > 0  # gradients come down only for what went up
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if METHODS.get(n).needs_labeled])
+def test_semi_supervised_methods_refuse_a_run_without_labeled(name):
+    from vflbench.errors import VFLBenchError
+
+    with pytest.raises(VFLBenchError, match="--labeled"):
+        resolve(RunConfig(dataset="synthetic", method=name))

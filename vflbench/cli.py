@@ -383,7 +383,7 @@ def run(
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
-    preset: str = typer.Option("laser_table1", help="hyper-parameter preset name or YAML path"),
+    preset: str | None = typer.Option(None, help="hyper-parameter preset name or YAML path [default: laser_table1; false_tables under --protocol false]"),
     data_opt: list[str] | None = DATA_OPT,
     part_opt: list[str] | None = PART_OPT,
     protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import __version__
 from .errors import VFLBenchError
-from .protocols import ResolvedProtocol
+from .protocols import ResolvedProtocol, default_preset
 
 HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
 
@@ -42,7 +42,7 @@ class RunConfig:
     hp: dict[str, Any] = field(default_factory=dict)  # overrides of the preset (every stage)
     stage_hp: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage overrides
     model: dict[str, Any] = field(default_factory=dict)  # overrides: arch, hidden, cut
-    preset: str = "laser_table1"
+    preset: str | None = None  # None: the protocol's (see protocols.DEFAULT_PRESET)
     device: str = "auto"
     eval_batch_size: int | None = None
     labeled: int | None = None  # semi-supervised runs: number of labeled training samples
@@ -154,6 +154,10 @@ class ResolvedRun:
         """Stable hash of everything that determines the numbers (device and provenance excluded)."""
         d = self.to_dict()
         d.pop("option_sources")
+        # options and protocol fields added after results were committed are keyed only when they
+        # change something, so those results keep their keys (and `sweep` still finds them)
+        d["protocol"] = self.protocol.key_dict()
+        d["method_options"] = {k: v for k, v in d["method_options"].items() if not _added_at_default(self.method, k, v)}
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -163,6 +167,15 @@ class ResolvedRun:
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, seed=int(seed))
+
+
+def _added_at_default(method: str, name: str, value: Any) -> bool:
+    from .methods import METHODS
+
+    if method not in METHODS:
+        return False
+    opt = next((o for o in METHODS.get(method).option_specs if o.name == name), None)
+    return opt is not None and opt.added and value == opt.default
 
 
 def _slug(s: str) -> str:
@@ -245,22 +258,26 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         read_parties_file(partition_options["file"], int(cfg.parties))
         partition_options["file_sha256"] = sha256_file(Path(str(partition_options["file"])).expanduser())
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
-    load_preset(cfg.preset)
-    base = hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
+    preset = cfg.preset or default_preset(proto.name)
+    load_preset(preset)
+    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
     overrides = {k: v for k, v in cfg.hp.items() if v is not None}
-    unknown_stages = set(cfg.stage_hp) - {s.name for s in mcls.stages}
+    options, sources = resolve_method_options(mcls, cfg.method_options, proto)
+    stages = mcls.stages_for(options)
+    unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
     if unknown_stages:
-        raise VFLBenchError(f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))}; its stages: {', '.join(s.name for s in mcls.stages)}.")
+        raise VFLBenchError(f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: {', '.join(s.name for s in stages)}.")
     stage_hp = {}
-    for st in mcls.stages:
-        block = stage_hyperparameters(cfg.preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
+    for st in stages:
+        block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
         merged = {**base, **block, **overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
-        stage_hp[st.name] = HParams.from_dict(merged, f" (stage {st.name})" if len(mcls.stages) > 1 else "")
-    hp = stage_hp[mcls.stages[0].name]
-    model = model_spec(cfg.preset, cfg.dataset, info.kind)
+        stage_hp[st.name] = HParams.from_dict(merged, f" (stage {st.name})" if len(stages) > 1 else "")
+    hp = stage_hp[stages[0].name]
+    model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
-    options, sources = resolve_method_options(mcls, cfg.method_options, proto)
+    if mcls.needs_labeled and cfg.labeled is None:
+        raise VFLBenchError(f"{mcls.display} is semi-supervised: give --labeled N (and --aligned M), e.g. --labeled 500 --aligned 100 as in the FALSE-VFL paper.")
     if cfg.labeled is not None and (cfg.labeled < 1 or not 0 <= cfg.aligned <= cfg.labeled):
         raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={cfg.labeled}, aligned={cfg.aligned}.")
     if cfg.labeled is None and cfg.aligned:
@@ -271,7 +288,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources, parties=int(cfg.parties),
         partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
-        protocol=proto, preset=cfg.preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
+        protocol=proto, preset=preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
         target=parse_target(cfg.target, info.n_classes, cfg.dataset),
         eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
@@ -349,6 +366,7 @@ def check_model(model: dict[str, Any], kind: str) -> None:
     try:
         cut = _int(model.get("cut"), "cut")
         hidden = [_int(h, "hidden") for h in model.get("hidden", [])]
+        head_hidden = _int(model.get("head_hidden", 0), "head_hidden")
     except (TypeError, ValueError) as e:
         raise VFLBenchError(f"Bad model setting: {e}.") from None
     if cut < 1:
@@ -357,6 +375,8 @@ def check_model(model: dict[str, Any], kind: str) -> None:
         raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
     if kind != "image" and model["arch"] != "mlp":
         raise VFLBenchError(f"Extractor '{model['arch']}' needs image data; use --arch mlp for tabular data.")
+    if head_hidden < 0:
+        raise VFLBenchError(f"head_hidden (the fusion head's hidden width; 0 = one Linear) must be >= 0, got {head_hidden}.")
     if any(h < 1 for h in hidden):
         raise VFLBenchError(f"--hidden sizes must all be >= 1, got {','.join(map(str, hidden))}.")
 

@@ -8,9 +8,9 @@ Schema (unknown keys are errors)::
     description: free text
     layout: laser-table1               # default table layout for `vflbench table`
     reference: laser-table1            # default reference table
-    protocol: compat                   # clean | compat
+    protocol: compat                   # clean | compat | false
     protocol_options: {key: value}
-    preset: laser_table1               # hyper-parameter preset (name or YAML path)
+    preset: laser_table1               # hyper-parameter preset (name or YAML path; default: the protocol's)
     seeds: [0, 1, 2, 3, 4]
     parties: [4]
     methods: [local, svfl, ensemble, combinatorial, plug, laser]
@@ -228,6 +228,6 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             target=over.get("target", spec.get("target")),
                             eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
-                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset", "laser_table1"),
+                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"),
                         ))
     return Experiment(spec["name"], path, spec, quick, runs)

@@ -43,6 +43,10 @@ class Mechanism:
     def realised(self) -> dict[str, Any]:
         return {}
 
+    def check_stats(self, mean: np.ndarray, var: np.ndarray) -> str | None:
+        """Why the data's block statistics ``[n, K]`` cannot drive this mechanism, or None."""
+        return None
+
 
 def _floats(args: str, spec: str, n: int | None = None) -> list[float]:
     try:
@@ -126,6 +130,11 @@ class MNAR(Mechanism):
             raise VFLBenchError(f"Bad missingness spec '{spec}': write mnar:P (e.g. mnar:0.7).")
         return cls(spec, _prob(v[0], spec))
 
+    def check_stats(self, mean, var):
+        if np.all(np.ptp(mean, axis=0) == 0):
+            return "every block has the same mean in every sample (constant blocks), so MNAR's sign test cannot depend on the data"
+        return None
+
     def sample(self, n, k, rng, mean=None, var=None):
         p_miss = np.where(mean < 0, self.p, 1.0 - self.p)
         return rng.random((n, k)) >= p_miss
@@ -143,9 +152,19 @@ def _observe_first(order: np.ndarray, count: np.ndarray) -> np.ndarray:
     return obs
 
 
+class _VarianceMAR(Mechanism):
+    """The FALSE-VFL MAR mechanisms: visit blocks in random order, stop by the blocks' variances."""
+
+    def check_stats(self, mean, var):
+        if np.all(var == 0):
+            return ("every block has zero variance within every sample (blocks of one feature, or constant blocks), so the "
+                    "MAR stopping rule never depends on the data")
+        return None
+
+
 @MECHANISMS.register("mar1")
 @dataclass
-class MAR1(Mechanism):
+class MAR1(_VarianceMAR):
     t0: float = 1.1
     delta: float = 0.15
     needs_data = True
@@ -167,7 +186,7 @@ class MAR1(Mechanism):
 
 @MECHANISMS.register("mar2")
 @dataclass
-class MAR2(Mechanism):
+class MAR2(_VarianceMAR):
     t0: float = 0.5
     b0: float = 0.7
     delta: float = 0.15
@@ -262,6 +281,10 @@ def generate_masks(
         raise VFLBenchError(f"Unknown all-missing policy '{all_missing}'. Choices: keep, resample.")
     if mech.needs_data and (block_mean is None or block_var is None):
         raise ValueError(f"{spec} needs the block statistics")
+    if mech.needs_data and n:
+        why = mech.check_stats(np.asarray(block_mean), np.asarray(block_var))
+        if why:
+            raise VFLBenchError(f"Missingness '{spec}' cannot be used on this data: {why}. Use MCAR (e.g. mcar:0.5), or blocks of two or more varying features.")
     if granularity == "batch":
         if mech.needs_data:
             raise VFLBenchError(f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; draw it per sample (`--protocol-opt train_granularity=sample` / `test_granularity=sample` for runs, `--granularity sample` for `vflbench masks`).")

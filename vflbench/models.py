@@ -128,18 +128,33 @@ class MLPBank:
 
 
 class HeadBank:
-    """H linear heads ``in_dim -> n_classes`` (the fusion models' single Linear)."""
+    """H fusion heads ``in_dim -> n_classes``: one Linear (the LASER-VFL paper's heads), or with
+    ``hidden`` > 0 a 2-layer MLP ``Linear(in, hidden)-ReLU-Linear(hidden, C)`` (the FALSE-VFL paper's
+    fusion discriminator)."""
 
-    def __init__(self, store: ParamStore, prefix: str, member_ids: Sequence[int], in_dim: int, n_classes: int):
+    def __init__(self, store: ParamStore, prefix: str, member_ids: Sequence[int], in_dim: int, n_classes: int, hidden: int = 0):
         self.store, self.prefix = store, prefix
         mem = torch.as_tensor(list(member_ids), dtype=torch.long)
         self.h = len(mem)
-        b = linear_bound(in_dim)
-        store.add(f"{prefix}.w", (self.h, in_dim, n_classes), mem, b)
-        store.add(f"{prefix}.b", (self.h, n_classes), mem, b)
+        self.hidden = int(hidden)
+        if self.hidden:
+            b0, b1 = linear_bound(in_dim), linear_bound(self.hidden)
+            store.add(f"{prefix}.w0", (self.h, in_dim, self.hidden), mem, b0)
+            store.add(f"{prefix}.b0", (self.h, 1, self.hidden), mem, b0)
+            store.add(f"{prefix}.w", (self.h, self.hidden, n_classes), mem, b1)
+            store.add(f"{prefix}.b", (self.h, n_classes), mem, b1)
+        else:
+            b = linear_bound(in_dim)
+            store.add(f"{prefix}.w", (self.h, in_dim, n_classes), mem, b)
+            store.add(f"{prefix}.b", (self.h, n_classes), mem, b)
+
+    @property
+    def linear(self) -> bool:
+        return not self.hidden
 
     @property
     def weight(self) -> torch.Tensor:
+        """The (last) Linear's weight ``[H, in, C]``."""
         return self.store[f"{self.prefix}.w"]
 
     @property
@@ -148,6 +163,8 @@ class HeadBank:
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """``z``: ``[H, B, in]`` -> ``[H, B, C]`` (head h applied to z[h])."""
+        if self.hidden:
+            z = F.relu(torch.baddbmm(self.store[f"{self.prefix}.b0"], z, self.store[f"{self.prefix}.w0"]))
         return torch.baddbmm(self.bias[:, None, :], z, self.weight)
 
 
@@ -243,9 +260,13 @@ class ModelSpec:
     arch: str  # "mlp" | "resnet18-half" | "resnet18" | "cnn-small"
     cut: int  # representation size
     hidden: tuple[int, ...] = ()
+    head_hidden: int = 0  # fusion heads: 0 = one Linear; > 0 = Linear(in, head_hidden)-ReLU-Linear(head_hidden, C)
 
     def describe(self) -> dict:
-        return {"arch": self.arch, "cut": self.cut, "hidden": list(self.hidden)}
+        d = {"arch": self.arch, "cut": self.cut, "hidden": list(self.hidden)}
+        if self.head_hidden:
+            d["head_hidden"] = self.head_hidden
+        return d
 
 
 class Extractors:
@@ -254,6 +275,7 @@ class Extractors:
     def __init__(self, spec: ModelSpec, store: ParamStore, prefix: str, party_of: Sequence[int], member_ids: Sequence[int], widths: Sequence[int], in_ch: int, gen: torch.Generator):
         self.spec = spec
         self.party_of = list(party_of)
+        self.member_ids = list(member_ids)
         if spec.arch == "mlp":
             self.bank = MLPBank(store, prefix, party_of, member_ids, widths, spec.hidden, spec.cut)
             self.modules = None

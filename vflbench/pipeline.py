@@ -87,7 +87,7 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
     ms = run.model
     ctx = MethodContext(
         k=part.n_parties, n_classes=data.n_classes, widths=part.widths(), in_ch=int(x.shape[1]) if x.ndim == 4 else 1,
-        model=ModelSpec(ms["arch"], int(ms["cut"]), tuple(ms.get("hidden", ()))), device=inputs.device, streams=inputs.prep.streams,
+        model=ModelSpec(ms["arch"], int(ms["cut"]), tuple(ms.get("hidden", ())), int(ms.get("head_hidden", 0))), device=inputs.device, streams=inputs.prep.streams,
         options=dict(run.method_options), positive_class=data.info.positive_class,
     )
     if ctx.model.arch == "mlp" and x.ndim == 4:
@@ -242,7 +242,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "run_id": run.run_id,
         "run_key": run.key,
         "config": run.to_dict(),
-        "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages],
+        "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages_for(run.method_options)],
                    "options": dict(run.method_options), "option_sources": dict(run.option_sources), "assumptions": list(mcls.assumptions)},
         "device": str(inputs.device),
         "threads": torch.get_num_threads(),

@@ -1,5 +1,6 @@
 """Evaluation/training protocols: ``compat`` reproduces the LASER-VFL authors' code, ``clean`` is the
-default for new results. Every difference is one named option, overridable and recorded."""
+default for new results, ``false`` runs the baselines as the FALSE-VFL paper does (App. D.1). Every
+difference is one named option, overridable and recorded."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ class Protocol:
     laser_subsets: str  # "batch": one subset per (head, size) per batch (authors) | "sample": per sample
     all_missing: str  # "keep" (skipped by training and evaluation) | "resample"
     stale_updates: bool = False  # step members a batch did not use if they ever had a gradient (PyTorch < 2.0's zero_grad)
+    # The FALSE-VFL paper's baselines (App. D.1); the defaults are what compat and clean always did.
+    svfl_samples: str = "labeled"  # Standard VFL trains on the complete samples of "labeled" batches | only "aligned" batches
+    svfl_fusion: str = "mean"  # Standard VFL fuses by "mean" | "sum" | "concat" (zeros for a missing party)
+    svfl_incomplete: str = "random"  # an incomplete test sample gets a "random" class | "zero"-imputed embeddings
+    laser_heads: str = "per_party"  # LASER-VFL with one head per party | "one" fusion model (single active party)
+    plug_p_drop: float = 0.0  # PlugVFL's training dropout of observed passive parties
+    plug_active_missing: str = "skip"  # PlugVFL with the active party's block missing: "skip" (LASER code) | "impute" zeros
 
     def resolve(self, dataset: str) -> ResolvedProtocol:
         """The protocol for one dataset: every "auto" decided, every field typed."""
@@ -50,9 +58,20 @@ class ResolvedProtocol:
     laser_subsets: str
     all_missing: str
     stale_updates: bool
+    svfl_samples: str = "labeled"
+    svfl_fusion: str = "mean"
+    svfl_incomplete: str = "random"
+    laser_heads: str = "per_party"
+    plug_p_drop: float = 0.0
+    plug_active_missing: str = "skip"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def key_dict(self) -> dict[str, Any]:
+        """The fields that enter a run's key: options added after results were committed are left
+        out at their original behaviour, so those results keep their keys (and stay resumable)."""
+        return {k: v for k, v in asdict(self).items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
 
 
 def _auto(v: str, default: bool) -> bool:
@@ -65,10 +84,26 @@ def _auto(v: str, default: bool) -> bool:
     raise VFLBenchError(f"Protocol option must be auto, on or off; got {v!r}.")
 
 
+ADDED_FIELDS = {"svfl_samples": "labeled", "svfl_fusion": "mean", "svfl_incomplete": "random", "laser_heads": "per_party",
+                "plug_p_drop": 0.0, "plug_active_missing": "skip"}
+
 PROTOCOLS = {
     "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True),
     "clean": Protocol("clean", "sample", "sample", True, "auto", "off", "auto", False, "random", "sample", "keep"),
+    # FALSE-VFL App. D.1 and spec choices: per-sample masks, all-missing masks redrawn; Vanilla VFL on
+    # fully aligned labeled samples only, concatenated embeddings, zeros for missing parties at test;
+    # LASER-VFL with one fusion model; PlugVFL with p = 0.5 and zero-imputation in training and test.
+    "false": Protocol("false", "sample", "sample", True, "auto", "off", "auto", False, "random", "sample", "resample",
+                      svfl_samples="aligned", svfl_fusion="concat", svfl_incomplete="zero", laser_heads="one",
+                      plug_p_drop=0.5, plug_active_missing="impute"),
 }
+
+
+DEFAULT_PRESET = {"false": "false_tables"}  # the hyper-parameter preset a run uses when it names none
+
+
+def default_preset(protocol: str) -> str:
+    return DEFAULT_PRESET.get(protocol, "laser_table1")
 
 
 def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol:
@@ -83,12 +118,21 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
             if v.lower() not in ("true", "false", "1", "0", "on", "off"):
                 raise VFLBenchError(f"Protocol option {k} expects true/false, got {v!r}.")
             v = v.lower() in ("true", "1", "on")
+        elif isinstance(base[k], float):
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                raise VFLBenchError(f"Protocol option {k} expects a number, got {v!r}.") from None
         base[k] = v
     choices = {
         "train_granularity": ("batch", "sample"), "test_granularity": ("batch", "sample"),
         "plug_denominator": ("exclude", "random"), "laser_subsets": ("batch", "sample"), "all_missing": ("keep", "resample"),
+        "svfl_samples": ("labeled", "aligned"), "svfl_fusion": ("mean", "sum", "concat"), "svfl_incomplete": ("random", "zero"),
+        "laser_heads": ("per_party", "one"), "plug_active_missing": ("skip", "impute"),
     }
     for k, allowed in choices.items():
         if base[k] not in allowed:
             raise VFLBenchError(f"Protocol option {k}={base[k]!r}; choices: {', '.join(allowed)}.")
+    if not 0.0 <= base["plug_p_drop"] < 1.0:
+        raise VFLBenchError(f"Protocol option plug_p_drop={base['plug_p_drop']} must be in [0, 1).")
     return Protocol(**base)

@@ -52,6 +52,7 @@ class Option:
     choices: tuple[Any, ...] | None = None
     protocol: str | None = None
     check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+    added: bool = False  # added after results were committed: left out of the run key at its default
 
     def parse(self, value: Any, owner: str) -> Any:
         """Convert a CLI/YAML value to the declared type and validate it."""
@@ -188,6 +189,7 @@ class Method:
     option_specs: ClassVar[tuple[Option, ...]] = ()
     stages: ClassVar[tuple[Stage, ...]] = (Stage(),)
     local_only: ClassVar[bool] = False  # True: no representation ever leaves a party (e.g. Local)
+    needs_labeled: ClassVar[bool] = False  # True: semi-supervised only; a run must give --labeled
     eval_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, logged as metric@variant (see use_variant)
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
     smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
@@ -197,6 +199,7 @@ class Method:
         self.k, self.c = ctx.k, ctx.n_classes
         self.device = ctx.device
         self.options = {**{o.name: o.default for o in self.option_specs}, **ctx.options}
+        self.stages = type(self).stages_for(self.options)  # this run's stages (options may add one)
         self.store = ParamStore()
         self.init_gen = ctx.streams.torch("init")
         self.gen = torch.Generator(device=ctx.device)
@@ -221,6 +224,12 @@ class Method:
             if o.name == name:
                 return o
         raise KeyError(name)
+
+    @classmethod
+    def stages_for(cls, options: dict[str, Any]) -> tuple[Stage, ...]:
+        """The stages of a run with these (resolved) options: ``stages`` unless an option adds or
+        changes one (e.g. ``pretrain=simsiam`` puts a self-supervised stage first)."""
+        return cls.stages
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> str | None:
@@ -273,9 +282,10 @@ class Method:
         self.extractor_sets.append(ex)
         return ex, ids
 
-    def heads(self, prefix: str, n: int, in_dim: int, groups: list[int] | None = None) -> tuple[HeadBank, list[int]]:
+    def heads(self, prefix: str, n: int, in_dim: int, groups: list[int] | None = None, hidden: int | None = None) -> tuple[HeadBank, list[int]]:
+        """``n`` fusion heads; ``hidden`` None follows the model's ``head_hidden`` (0 = one Linear)."""
         ids = self.new_members(n, groups)
-        return HeadBank(self.store, prefix, ids, in_dim, self.c), ids
+        return HeadBank(self.store, prefix, ids, in_dim, self.c, self.ctx.model.head_hidden if hidden is None else hidden), ids
 
     def module(self, make: Callable[[], torch.nn.Module], group: int = 0) -> tuple[torch.nn.Module, int]:
         """Any ``torch.nn.Module`` as one member (e.g. a decoder or a discriminator). ``make`` runs

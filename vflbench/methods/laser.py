@@ -4,6 +4,12 @@ head i in O and every size s = 1..|O|, one subset S with i in S, S in O, |S| = s
 and its loss is weighted by C(|O|-1, s-1)/s; the losses are summed (paper eqs. (7)-(8)). In
 expectation this equals the sum over all non-empty S in O of the head-averaged loss of S.
 
+``heads=one`` is the single-active-party variant the FALSE-VFL paper runs (one fusion model): for
+every size s = 1..|O| one subset of O of size s is drawn uniformly and weighted by
+C(|O|, s)/(2^|O| - 1), so the loss is an unbiased estimate of the mean loss over all non-empty
+subsets of O. Prediction fuses the observed blocks. With a 2-layer fusion head (the model's
+``head_hidden``) the subsets are fused in representation space; with Linear heads in class space.
+
 
 
 ``A[b, i, s, k]``. As heads are linear and fusion is a mean, every head is applied once to every
@@ -27,6 +33,7 @@ from .base import (
     cross_entropy,
     fusion_option,
 )
+from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 
 def laser_weights(k: int) -> torch.Tensor:
@@ -61,6 +68,23 @@ def subset_table(k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return table, count
 
 
+def subset_table_any(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`subset_table` for one head that every subset serves: ``table[O, 0, s-1, r]`` is the
+    r-th subset of O of size s, ``count[O, 0, s-1]`` = C(|O|, s)."""
+    width = max(math.comb(k, j) for j in range(k + 1))
+    table = torch.zeros(2**k, 1, k, width, dtype=torch.long)
+    count = torch.zeros(2**k, 1, k, dtype=torch.long)
+    for o in range(1, 2**k):
+        sub = o
+        while sub:
+            size = sub.bit_count()
+            c = count[o, 0, size - 1]
+            table[o, 0, size - 1, c] = sub
+            count[o, 0, size - 1] = c + 1
+            sub = (sub - 1) & o
+    return table, count
+
+
 def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None) -> torch.Tensor:
     """Draw the LASER tasks. Returns ``chosen[b, i, s-1]``, the bitmask of the subset of size s drawn
     for head i, uniformly among the subsets of O that contain i (independently per head and
@@ -68,18 +92,18 @@ def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables
     empty (0; their loss weight is 0 too). ``shared=True`` draws one subset per (head, size) for the
     whole batch (the authors' per-batch code): ``obs`` rows must then be equal, and one row comes back."""
     table, count = tables if tables is not None else subset_table(obs.shape[1])
-    k = table.shape[1]
+    h, k = table.shape[1], table.shape[2]  # heads, sizes (= blocks)
     if shared:
         obs = obs[:1]
         pattern = None if pattern is None else pattern[:1]
     if pattern is None:
         pattern = (obs.long() << torch.arange(k, device=obs.device)).sum(1)  # [B]
     b, width = pattern.shape[0], table.shape[-1]
-    cnt = count.view(-1, k * k)[pattern]  # [B, head*size]
-    u = torch.rand((b, k * k), generator=gen, device=obs.device)
+    cnt = count.view(-1, h * k)[pattern]  # [B, head*size]
+    u = torch.rand((b, h * k), generator=gen, device=obs.device)
     r = (u * cnt).long()  # uniform in 0..cnt-1 (u < 1); 0 where cnt = 0 -> the empty entry
-    flat = pattern[:, None] * (k * k * width) + torch.arange(k * k, device=obs.device)[None] * width + r
-    return table.view(-1)[flat].view(b, k, k)
+    flat = pattern[:, None] * (h * k * width) + torch.arange(h * k, device=obs.device)[None] * width + r
+    return table.view(-1)[flat].view(b, h, k)
 
 
 def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
@@ -95,26 +119,39 @@ class LaserVFL(Method):
         Option("laser_subsets", str, "sample", "draw one subset per (head, size) per sample, or once per batch "
                "(the authors' code)", choices=("batch", "sample"), protocol="laser_subsets"),
         fusion_option(),
+        Option("heads", str, "per_party", "one fusion head per party (the paper), or one fusion model (the single-active-party "
+               "variant the FALSE-VFL paper runs)", choices=("per_party", "one"), protocol="laser_heads", added=True),
+        PRETRAIN_OPTION,
     )
+
+    @classmethod
+    def stages_for(cls, options):
+        return with_pretraining(options, cls.stages)
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
-        self.head, _ = self.heads("head", self.k, self.ctx.model.cut)
+        self.one = self.options["heads"] == "one"
+        self.n_heads = 1 if self.one else self.k
+        self.head, _ = self.heads("head", self.n_heads, self.ctx.model.cut)
         if self.k > 12:
             from ..errors import VFLBenchError
 
             raise VFLBenchError(f"LASER-VFL with K={self.k}: the subset tables grow as 3^K; use K <= 12.")
-        self.tables = tuple(t.to(self.device) for t in subset_table(self.k))
+        self.tables = tuple(t.to(self.device) for t in (subset_table_any(self.k) if self.one else subset_table(self.k)))
         masks = torch.arange(2**self.k)
         member = bitmask_members(masks, self.k).float()
         # bitmask -> fusion weights (1/|S| on the members of S): agg = frac[chosen]
         self.mean = self.fusion_is_mean()
         self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
-        # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
         n_obs = member.sum(1).long()
-        self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
+        if self.one:  # observed pattern -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
+            w = torch.tensor([[math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, self.k + 1)] for o in range(self.k + 1)])
+            self.wpat = w[n_obs][:, None, :].to(self.device)
+        else:  # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
+            self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
         self.bits = torch.arange(self.k, device=self.device)
         self._epoch = None  # the current epoch's task draws (set by begin_epoch)
+        self.ssl = simsiam_for(self, self.ext)
 
     def begin_epoch(self, epoch: Epoch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
@@ -156,21 +193,30 @@ class LaserVFL(Method):
         return self.frac[chosen], self.wpat[pattern]
 
     def loss(self, batch: Batch, stage: Stage):
+        if stage.name == PRETRAIN.name:
+            return self.ssl.loss(batch)
         obs, y = batch.obs, batch.y
         seen = obs.any(0)
-        active = torch.cat([seen, seen])
         rows = obs.any(1)
+        active = torch.cat([seen, rows.any()[None] if self.one else seen])
+        if self.ssl is not None:
+            active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
         if not bool(rows.any()):
             return None, active
         agg, wts = self._tasks(batch)  # [B or 1, head, size, block]: 1/s on the drawn subset
         emb = self.send(self.ext(batch.blocks, need=obs.T), obs.T)  # [K, B, D]
         k, b, d = emb.shape
-        # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
-        # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
-        w = self.head.weight  # [head, D, C]
-        proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, k * self.c)).view(k, b, k, self.c)
-        proj = proj.permute(1, 2, 0, 3).contiguous()  # [B, head, block, C]
-        logits = torch.matmul(agg, proj) + self.head.bias[None, :, None, :]  # [B, head, size, C]
+        h = self.n_heads
+        if self.head.linear:
+            # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
+            # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
+            w = self.head.weight  # [head, D, C]
+            proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, h * self.c)).view(k, b, h, self.c)
+            proj = proj.permute(1, 2, 0, 3).contiguous()  # [B, head, block, C]
+            logits = torch.matmul(agg, proj) + self.head.bias[None, :, None, :]  # [B, head, size, C]
+        else:  # an MLP head: fuse each task's representations, then apply the head
+            fused = torch.matmul(agg.expand(b, -1, -1, -1), emb.permute(1, 0, 2)[:, None])  # [B, head, size, D]
+            logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
         ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
         loss = (ce * wts).sum() / rows.sum()
         return loss, active
@@ -179,10 +225,11 @@ class LaserVFL(Method):
         emb = self.send(self.ext(blocks, need=obs.T), obs.T)  # [K, B, D]
         o = obs.float()
         fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1) if self.mean else o, emb)
-        return self.head(fused[None].expand(self.k, -1, -1))  # every head on mean(emb of O): [K, B, C]
+        return self.head(fused[None].expand(self.n_heads, -1, -1))  # every head on mean(emb of O): [head, B, C]
 
     @torch.no_grad()
     def predict(self, batch: Batch):
         obs = batch.obs
         lg = self.exact_logits(batch.blocks, obs)
-        return BatchPrediction(lg.argmax(-1), obs.T.clone(), self.score(lg), obs.any(1))
+        valid = obs.any(1)[None].clone() if self.one else obs.T.clone()
+        return BatchPrediction(lg.argmax(-1), valid, self.score(lg), obs.any(1))

@@ -105,7 +105,7 @@ class PBMVFL(Method):
         ids = self.new_members(self.k)
         self.ext = Extractors(spec, self.store, "ext", list(range(self.k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
         self.extractor_sets.append(self.ext)
-        self.head, _ = self.heads("head", 1, self.P)
+        self.head, _ = self.heads("head", 1, self.P, hidden=0)  # Linear(P, classes), Algorithm 2
         gens = {}
         for phase in PHASES:  # one noise stream per phase: evaluation never shifts training's draws
             gens[phase] = torch.Generator(device=self.device)

@@ -3,13 +3,18 @@ Linear head, zeros for missing blocks, and party-wise dropout of observed *passi
 probability ``p_drop`` during training. The active party (last client) is never dropped; samples
 whose active block is missing are not trained on. At test time such samples are excluded from the
 denominators (``plug_denominator: exclude``, the authors' code) or scored as a uniformly random guess
-(``random``, the clean default)."""
+(``random``, the clean default).
+
+As the FALSE-VFL paper runs it (``--protocol false``): ``p_drop`` 0.5, per-sample dropout, and
+``active_missing=impute``: a sample whose active block is missing is still trained on and predicted,
+with that block's embedding zero-imputed like any other missing party's."""
 
 from __future__ import annotations
 
 import torch
 
 from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
+from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 
 @METHODS.register("plug")
@@ -18,17 +23,26 @@ class PlugVFL(Method):
     paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"
     option_specs = (
         Option("p_drop", float, 0.0, "party-wise dropout probability of observed passive blocks in training",
-               check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)"),
+               check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)", protocol="plug_p_drop"),
+        Option("active_missing", str, "skip", "samples whose active party's block is missing: not trained on (the LASER-VFL "
+               "code), or zero-imputed like any missing party (FALSE-VFL)", choices=("skip", "impute"), protocol="plug_active_missing", added=True),
         Option("plug_denominator", str, "random", "test samples whose active party is missing: excluded from the "
                "denominators, or scored as random guesses", choices=("exclude", "random"), protocol="plug_denominator"),
         Option("granularity", str, "sample", "party dropout drawn per sample or once per batch",
                choices=("batch", "sample"), protocol="train_granularity"),
+        PRETRAIN_OPTION,
     )
+
+    @classmethod
+    def stages_for(cls, options):
+        return with_pretraining(options, cls.stages)
 
     def build(self) -> None:
         self.active_party = self.k - 1
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.head, _ = self.heads("head", 1, self.k * self.ctx.model.cut)
+        self.impute = self.options["active_missing"] == "impute"
+        self.ssl = simsiam_for(self, self.ext)
 
     def logits(self, blocks, keep: torch.Tensor) -> torch.Tensor:
         emb = self.send(self.ext(blocks, need=keep.T), keep.T) * keep.T[:, :, None].float()  # zero missing/dropped
@@ -36,8 +50,10 @@ class PlugVFL(Method):
         return self.head(z[None])[0]
 
     def loss(self, batch: Batch, stage: Stage):
+        if stage.name == PRETRAIN.name:
+            return self.ssl.loss(batch)
         obs = batch.obs
-        has_active = obs[:, self.active_party]
+        has_active = obs.any(1) if self.impute else obs[:, self.active_party]  # the samples trained on
         keep = obs & has_active[:, None]
         p = float(self.options["p_drop"])
         if p > 0:
@@ -46,6 +62,8 @@ class PlugVFL(Method):
             drop[:, self.active_party] = False
             keep = keep & ~drop
         active = torch.cat([keep.any(0), has_active.any()[None]])
+        if self.ssl is not None:
+            active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
         if not bool(has_active.any()):
             return None, active
         return masked_mean_ce(self.logits(batch.blocks, keep)[None], batch.y, has_active[None])[0], active
@@ -53,7 +71,7 @@ class PlugVFL(Method):
     @torch.no_grad()
     def predict(self, batch: Batch):
         obs = batch.obs
-        has_active = obs[:, self.active_party]
+        has_active = obs.any(1) if self.impute else obs[:, self.active_party]  # the samples the model answers
         lg = self.logits(batch.blocks, obs)
         preds = lg.argmax(-1)
         sc = self.score(lg)

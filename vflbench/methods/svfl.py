@@ -1,45 +1,78 @@
-"""Standard VFL: one model (K extractors, mean fusion, Linear head) trained only on fully observed
-samples. An incomplete test sample gets a uniformly random class (LASER-VFL Section 5)."""
+"""Standard VFL: one model (K extractors, fusion, a head) trained only on fully observed samples.
+
+As in LASER-VFL (Section 5): mean fusion, a Linear head, trained on the complete samples of each
+batch, and an incomplete test sample gets a uniformly random class. As "Vanilla VFL" in FALSE-VFL
+(App. D.1; ``--protocol false``): trained only on the fully aligned labeled samples (``samples=aligned``,
+whole batches of them), concatenated embeddings into the model's head, and missing parties'
+embeddings zero-imputed at prediction (``incomplete=zero``)."""
 
 from __future__ import annotations
 
 import torch
 
-from .base import METHODS, Batch, BatchPrediction, Method, Stage, fusion_option, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
+from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 
 @METHODS.register("svfl")
 class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
-    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
-    option_specs = (fusion_option(),)
+    paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
+    option_specs = (
+        Option("fusion", str, "mean", "fusion of the party representations before the head (concat: zeros for a missing party)",
+               choices=("mean", "sum", "concat"), protocol="svfl_fusion"),
+        Option("samples", str, "labeled", "train on the complete samples of batches of labeled samples, or on batches of "
+               "fully aligned labeled samples only", choices=("labeled", "aligned"), protocol="svfl_samples", added=True),
+        Option("incomplete", str, "random", "an incomplete test sample gets a uniformly random class, or the model's "
+               "prediction with the missing embeddings set to zero", choices=("random", "zero"), protocol="svfl_incomplete", added=True),
+        PRETRAIN_OPTION,
+    )
+
+    @classmethod
+    def stages_for(cls, options):
+        samples = options.get("samples", "labeled")
+        return with_pretraining(options, (Stage(samples=samples),))
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
-        self.head, _ = self.heads("head", 1, self.ctx.model.cut)
-        self.mean = self.fusion_is_mean()
+        self.fusion = self.options["fusion"]
+        self.head, _ = self.heads("head", 1, self.ctx.model.cut * (self.k if self.fusion == "concat" else 1))
+        self.ssl = simsiam_for(self, self.ext)
 
-    def logits(self, blocks, full: torch.Tensor) -> torch.Tensor:
-        need = full[None].expand(self.k, -1)
-        emb = self.send(self.ext(blocks, need=need), need)  # only complete samples are read and sent
-        return self.head(emb.mean(0, keepdim=True) if self.mean else emb.sum(0, keepdim=True))[0]  # [B, C]
+    def logits(self, blocks, use: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, C]`` from the parties ``use`` ``[B, K]`` (the others' embeddings are zeros)."""
+        need = use.T
+        emb = self.send(self.ext(blocks, need=need), need) * need[:, :, None].float()  # only the used blocks are read and sent
+        if self.fusion == "concat":
+            z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)
+        else:
+            z = emb.mean(0) if self.fusion == "mean" else emb.sum(0)
+        return self.head(z[None])[0]
 
     def loss(self, batch: Batch, stage: Stage):
+        if stage.name == PRETRAIN.name:
+            return self.ssl.loss(batch)
         full = batch.obs.all(1)
         active = torch.full((self.n_members,), bool(full.any()), device=batch.obs.device)
+        if self.ssl is not None:
+            active[self.ssl.member_ids] = False
         if not bool(full.any()):
             return None, active
-        return masked_mean_ce(self.logits(batch.blocks, full)[None], batch.y, full[None])[0], active
+        use = full[:, None].expand(-1, self.k)
+        return masked_mean_ce(self.logits(batch.blocks, use)[None], batch.y, full[None])[0], active
 
     @torch.no_grad()
     def predict(self, batch: Batch):
         obs = batch.obs
+        counted = obs.any(1)
+        if self.options["incomplete"] == "zero":
+            lg = self.logits(batch.blocks, obs)
+            return BatchPrediction(lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted)
         full = obs.all(1)
-        lg = self.logits(batch.blocks, full)
+        lg = self.logits(batch.blocks, full[:, None].expand(-1, self.k))
         guess = self.random_classes(full.shape)
         preds = torch.where(full, lg.argmax(-1), guess)
         scores = None
         if self.c == 2:
             scores = torch.where(full, self.score(lg), torch.full_like(full, 0.5, dtype=torch.float))[None]
-        counted = obs.any(1)
         return BatchPrediction(preds[None], counted[None].clone(), scores, counted)

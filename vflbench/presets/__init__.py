@@ -21,7 +21,8 @@ def load_preset(name: str) -> dict[str, Any]:
         try:
             text = resources.files(__package__).joinpath(f"{name}.yaml").read_text()
         except FileNotFoundError:
-            raise VFLBenchError(f"Unknown preset '{name}'. Built in: laser_table1; or pass a path to a YAML file.") from None
+            built_in = sorted(f.name[:-5] for f in resources.files(__package__).iterdir() if f.name.endswith(".yaml"))
+            raise VFLBenchError(f"Unknown preset '{name}'. Built in: {', '.join(built_in)}; or pass a path to a YAML file.") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
