@@ -6,9 +6,11 @@ STAMP    := $(VENV)/.installed
 EXTRAS   ?= dev,ray
 WORKERS  ?= 2
 DATASETS ?=
+DEVICE   ?= auto
+comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-pbm clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-pbm reproduce-false reproduce-false-fmnist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +51,12 @@ reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-si
 
 reproduce-pbm: $(STAMP)  ## PBM-VFL Table 3 on Phishing (51 runs, CPU) -> results/pbm/table3
 	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3
+
+reproduce-false: $(STAMP)  ## FALSE-VFL Tables 12-17 (GPU job: DEVICE=cuda); DATASETS=isolet for one dataset
+	$(BIN)/vflbench sweep experiments/false_tables.yaml --workers $(WORKERS) --device $(DEVICE) $(if $(DATASETS),--datasets $(DATASETS)) --out results/false/$(or $(subst $(comma),-,$(DATASETS)),all)
+
+reproduce-false-fmnist: $(STAMP)  ## the CPU-sized FashionMNIST stand-in for FALSE-VFL (16 runs, seed 0)
+	$(BIN)/vflbench sweep experiments/false_fmnist_standin.yaml --workers $(WORKERS) --out results/false/fmnist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -582,8 +582,8 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
 @friendly
 def table(
     results: Path = typer.Argument(..., help="a sweep directory, a results.csv, or a directory of runs"),
-    layout: str = typer.Option("laser-table1", help="laser-table1 | laser-table3 | generic"),
-    reference: str | None = typer.Option(None, help="laser-table1 | laser-table3 | a reference CSV path"),
+    layout: str = typer.Option("laser-table1", help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic"),
+    reference: str | None = typer.Option(None, help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a reference CSV path"),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
     epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),

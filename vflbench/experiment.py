@@ -149,6 +149,8 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
     if not isinstance(spec.get("name"), str):
         _fail(path, "'name' (a string) is required.")
+    if spec.get("protocol") is False:  # YAML 1.1 reads an unquoted `protocol: false` as a boolean
+        spec = {**spec, "protocol": "false"}
     from . import plugins
 
     for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:
@@ -202,7 +204,11 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         run_seeds = list(seeds) if seeds else list(quick_spec.get("seeds", file_seeds[:1]))
         hp_all = {**hp_all, "epochs": int(quick_spec.get("epochs", 2))}
 
-    runs = []
+    def stage_names(m: str, opts: dict) -> set[str]:
+        cls = METHODS.get(m)
+        return {st.name for st in cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **opts})}
+
+    runs, stages_used = [], set()
     for ds in chosen:
         over = ds_spec[ds] or {}
         ds_methods = over.get("methods", methods)
@@ -215,6 +221,12 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                         hp = {**hp_all, **_dict(over, "hp", path)}
                         if quick:
                             hp["epochs"] = hp_all["epochs"]
+                        mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **grid_opts}
+                        names = stage_names(m, mopts)
+                        stages_used |= names
+                        # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's
+                        # stage 1 and a baseline's SimSiam stage, and absent from a baseline without pretraining)
+                        stage_hp = {k: v for k, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items() if k in names}
                         lr_table = lr_by_k.get(m) or {}
                         if k in lr_table:
                             hp["lr"] = float(lr_table[k])
@@ -223,11 +235,14 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options={**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)},
-                            method_options={**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **grid_opts}, hp=hp,
-                            stage_hp={**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)},
+                            method_options=mopts, hp=hp, stage_hp=stage_hp,
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             target=over.get("target", spec.get("target")),
                             eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"),
                         ))
+    named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
+    unused = sorted(named - stages_used)
+    if runs and unused:
+        _fail(path, f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: {', '.join(sorted(stages_used))}).")
     return Experiment(spec["name"], path, spec, quick, runs)

@@ -254,7 +254,8 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "parameters": {"total": method.n_params(), "members": method.n_members},
         "communication": method.channel.summary(),
         "extras": extras,
-        "timings": {**inputs.timings, "seconds_per_epoch": float(np.mean(hist.seconds)) if hist.seconds else 0.0},
+        "timings": {**inputs.timings, "seconds_per_epoch": float(np.mean(hist.seconds)) if hist.seconds else 0.0,
+                    "stage_seconds": {st: float(sum(t for t, s in zip(hist.seconds, hist.stage, strict=True) if s == st)) for st in dict.fromkeys(hist.stage)}},
         "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches,
                     **{f"train_{cb.metric}": cb.curve for cb in callbacks if isinstance(cb, TargetMonitor)}},
     }

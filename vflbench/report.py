@@ -62,8 +62,10 @@ LAYOUTS = {
     "laser-table3": Layout("laser-table3", ["mcar-beta:2,2"], ["none", "mcar:0.1", "mcar:0.5", "mcar-beta:2,2"], {"credit": "f1", "mimic4": "f1"}, "accuracy", "laser-table3"),
     "generic": Layout("generic", None, None, {"credit": "f1", "mimic4": "f1"}, "accuracy", None, all_metrics=True),
     "pbm-table3": Layout("pbm-table3", None, None, {"phishing": "auprc", "credit": "f1"}, "accuracy", "pbm-table3"),
+    "false-tables": Layout("false-tables", None, None, {}, "accuracy", "false-tables"),  # vflbench.report_false
 }
-REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.csv", "pbm-table3": "pbm_tables1_3.csv"}
+REFERENCES = {"laser-table1": "laser_table1.csv", "laser-table3": "laser_table3.csv", "pbm-table3": "pbm_tables1_3.csv",
+              "false-tables": "false_tables12_17.csv"}
 
 
 def ref_key(spec: str) -> str:
@@ -342,6 +344,13 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
         df = df[~bad]
     if layout_name == "pbm-table3":
         text, agg = pbm_table(df, load_reference(reference) if reference else None, fmt, title)
+        return text + _excluded_note(excluded, fmt), agg
+    if layout_name == "false-tables":
+        from .report_false import false_tables
+
+        if fmt != "md":
+            raise VFLBenchError("The false-tables layout is Markdown only (--format md); its cells are in the tidy CSV.")
+        text, agg = false_tables(df, load_reference(reference) if reference else None, title)
         return text + _excluded_note(excluded, fmt), agg
     agg = aggregate(with_variants(df), layout)
     if reference:
