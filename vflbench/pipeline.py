@@ -243,7 +243,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "run_key": run.key,
         "config": run.to_dict(),
         "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages_for(run.method_options)],
-                   "options": dict(run.method_options), "option_sources": dict(run.option_sources), "assumptions": list(mcls.assumptions)},
+                   "options": dict(run.method_options), "option_sources": dict(run.option_sources), "assumptions": list(method.assumptions)},
         "device": str(inputs.device),
         "threads": torch.get_num_threads(),
         "versions": versions(),

@@ -115,6 +115,8 @@ def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
 class LaserVFL(Method):
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
     paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"
+    assumptions = ("heads=one (FALSE-VFL protocol): per size s one uniform subset of the observed set, weight C(|O|, s)/(2^|O| - 1), "
+                   "an unbiased estimate of the mean loss over all non-empty subsets (the FALSE-VFL spec's recommendation)",)
     option_specs = (
         Option("laser_subsets", str, "sample", "draw one subset per (head, size) per sample, or once per batch "
                "(the authors' code)", choices=("batch", "sample"), protocol="laser_subsets"),

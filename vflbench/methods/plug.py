@@ -21,6 +21,8 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 class PlugVFL(Method):
     name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
     paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"
+    assumptions = ("active_missing=impute: dropout never hits the active party; a sample left with no block after dropout "
+                   "trains the head on zeros",)
     option_specs = (
         Option("p_drop", float, 0.0, "party-wise dropout probability of observed passive blocks in training",
                check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)", protocol="plug_p_drop"),

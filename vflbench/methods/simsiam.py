@@ -46,9 +46,21 @@ def with_pretraining(options: dict[str, Any], stages: tuple[Stage, ...]) -> tupl
     return (PRETRAIN, *stages) if options.get("pretrain", "none") == "simsiam" else stages
 
 
+ASSUMPTIONS = (
+    "SimSiam: projector cut-512-512-512 and predictor 512-128-512 per party (FedHSSL code defaults), BatchNorm over the "
+    "party's observed samples without affine parameters",
+    "SimSiam views: tabular feature masking p=0.2 + Gaussian noise 0.1; images random resized crop (area 0.5-1) + noise 0.1",
+    "SimSiam: no gradient clipping (the trainer has none); SGD momentum 0.9 with cosine decay from the preset's <type>.simsiam block",
+)
+
+
 def simsiam_for(method: Method, ext: Extractors) -> SimSiam | None:
-    """The SimSiam heads for ``ext`` when the run asks for them (call at the end of ``build``)."""
-    return SimSiam(method, ext) if method.options.get("pretrain", "none") == "simsiam" else None
+    """The SimSiam heads for ``ext`` when the run asks for them (call at the end of ``build``); their
+    assumptions join the method's in the manifest."""
+    if method.options.get("pretrain", "none") != "simsiam":
+        return None
+    method.assumptions = (*type(method).assumptions, *ASSUMPTIONS)
+    return SimSiam(method, ext)
 
 
 def masked_batch_norm(x: torch.Tensor, m: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:

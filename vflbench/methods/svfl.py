@@ -18,6 +18,8 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
+    assumptions = ("incomplete=zero: a missing party's embedding is zero at the fusion layer (FALSE-VFL App. D.1)",
+                   "samples=aligned: the fully aligned labeled samples are the reserve plus labeled samples aligned by chance")
     option_specs = (
         Option("fusion", str, "mean", "fusion of the party representations before the head (concat: zeros for a missing party)",
                choices=("mean", "sum", "concat"), protocol="svfl_fusion"),
