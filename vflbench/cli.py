@@ -366,7 +366,7 @@ def run(
     train_missing: str = typer.Option("none", help="training missingness spec, e.g. mcar:0.1"),
     test_missing: str = typer.Option("none,mcar:0.1,mcar:0.5", help="comma-separated test settings"),
     seed: int = typer.Option(0, help="run seed (all named streams derive from it)"),
-    protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code)"),
+    protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)"),
     epochs: int | None = typer.Option(None, help="override the preset's epochs (every stage)"),
     lr: float | None = typer.Option(None, help="override the preset's learning rate"),
     batch_size: int | None = typer.Option(None, help="override the preset's batch size"),
@@ -393,8 +393,6 @@ def run(
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
     from .config import RunConfig, resolve
-    from .outputs import write_outputs
-    from .pipeline import execute
 
     every, per_stage = parse_hp(hp_opt)
     hp = {**every, "epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
@@ -413,8 +411,9 @@ def run(
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, model={k: v for k, v in model.items() if v is not None},
         preset=preset, device=device, labeled=labeled, aligned=aligned, target=target, eval_epochs=eval_epochs,
     )
-    resolved = resolve(cfg)
-    from .outputs import check_output_dir
+    resolved = resolve(cfg)  # every check before the heavy imports below
+    from .outputs import check_output_dir, write_outputs
+    from .pipeline import execute
 
     check_output_dir(out)
     from rich.progress import (

@@ -219,12 +219,14 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
     any work."""
     from .datasets import DATASETS, resolve_options
+    from .protocols import get_protocol
+
+    spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
+    proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     from .methods import METHODS
     from .missingness import canonical, p_key
     from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
-    from .protocols import get_protocol
 
-    spec = DATASETS.get(cfg.dataset)
     mcls = METHODS.get(cfg.method)
     data_options = dict(cfg.data_options)
     if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
@@ -257,7 +259,6 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
         read_parties_file(partition_options["file"], int(cfg.parties))
         partition_options["file_sha256"] = sha256_file(Path(str(partition_options["file"])).expanduser())
-    proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     preset = cfg.preset or default_preset(proto.name)
     load_preset(preset)
     base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing))

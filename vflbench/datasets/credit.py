@@ -8,14 +8,17 @@ choice is an option recorded in the manifest, so alternatives can be swept.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import RawFile, Variant
 from .registry import DatasetSpec, register, split_scale
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = (
     ["LIMIT_BAL", "SEX", "EDUCATION", "MARRIAGE", "AGE", "PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6"]
@@ -46,6 +49,7 @@ VARIANTS = (
 
 def read_raw(ds_dir: Path) -> pd.DataFrame:
     """Parse the raw file once; later loads read a small .npy cache keyed by the file's size and mtime."""
+    import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
     src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
     if src.exists():
         st = src.stat()
@@ -68,6 +72,7 @@ def read_raw(ds_dir: Path) -> pd.DataFrame:
 
 
 def _parse(ds_dir: Path) -> pd.DataFrame:
+    import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
     src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
     if not src.exists():
         raise VFLBenchError(f"No Credit file under {ds_dir}; run `vflbench data fetch credit`.")

@@ -10,7 +10,6 @@ from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import RawFile, Variant
 from .registry import DatasetSpec, register, split_scale
-from .table import read_arff_frame
 
 ARFF = "Training Dataset.arff"
 VARIANTS = (
@@ -26,6 +25,8 @@ VARIANTS = (
 def read_arff(path: Path) -> tuple[list[str], np.ndarray]:
     """The ARFF file through ``scipy.io.arff`` (via the table reader): attribute names and a float
     array of the nominal values {-1, 0, 1}."""
+    from .table import read_arff_frame  # lazy: pandas only when the file is read
+
     try:
         df = read_arff_frame(path)
         arr = df.astype(float).to_numpy(np.float64)

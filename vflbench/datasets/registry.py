@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import VFLBenchError
 from ..registry import Registry
@@ -130,6 +129,7 @@ def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[s
 
 def load_dataset(name: str, options: dict[str, Any] | None = None, download: bool = True) -> Dataset:
     """Load a dataset by registry name, fetching its raw files first if needed."""
+    import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
     spec = DATASETS.get(name)
     opts = resolve_options(spec, options)
     sums = spec.fetch(download=download)
