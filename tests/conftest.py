@@ -6,6 +6,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("VFLBENCH_DATA_MIRROR", ROOT.parent / "shared" / "data"))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(MIRROR))
+os.environ.setdefault("VFLBENCH_WORKERS", "1")  # sweeps in tests run in-process unless a test asks for workers
 
 
 @pytest.fixture

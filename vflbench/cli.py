@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -390,8 +391,13 @@ def run(
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     out: Path = typer.Option(Path("results/runs"), help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
+    threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
+    if threads is not None:
+        if threads < 1:
+            raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
+        os.environ["VFLBENCH_THREADS"] = str(threads)
     from .config import RunConfig, resolve
 
     every, per_stage = parse_hp(hp_opt)
@@ -485,7 +491,8 @@ def sweep(
     file: Path = typer.Argument(..., help="experiment YAML (see experiments/)"),
     datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
-    workers: int = typer.Option(1, help="parallel worker processes (each gets cores/workers threads)"),
+    workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
+    threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
     quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
     out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
     executor: str = typer.Option("local", help="local | ray"),
@@ -499,8 +506,12 @@ def sweep(
     from .experiment import load_experiment
     from .sweep import FolderLock, check_same_experiment
 
+    if workers is None:
+        workers = os.cpu_count() or 1
     if workers < 1:
         raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
+    if threads is not None and threads < 1:
+        raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
@@ -515,13 +526,13 @@ def sweep(
     check_output_dir(out)
     check_same_experiment(exp, out, force)
     if dry_run:
-        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True)
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True, threads=threads)
         return
     with FolderLock(out):
-        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False)
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False, threads=threads)
 
 
-def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
+def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None):
     import time
 
     from rich.progress import (
@@ -562,7 +573,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run):
                 failures.append(rec)
                 bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
 
-        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done)
+        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done, threads_per_run=threads)
     df = finalize(p, records, time.perf_counter() - t0)
     console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
     if len(df):  # every sweep gets a table: the experiment's layout, else the generic one

@@ -117,7 +117,7 @@ def prefetch(p: SweepPlan) -> None:
         DATASETS.get(name).fetch(download=True)
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, explicit: int | None = None) -> None:
     try:  # die with the parent (SIGKILL of the sweep must not leave orphans computing)
         import ctypes
         import signal
@@ -125,10 +125,12 @@ def _worker_init(threads: int) -> None:
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # pragma: no cover - non-Linux
         pass
-    os.environ["VFLBENCH_THREADS"] = str(threads)
+    os.environ["VFLBENCH_WORKER_THREADS"] = str(threads)  # the worker's share of the cores (image models)
+    if explicit:
+        os.environ["VFLBENCH_THREADS"] = str(explicit)  # --threads: every run of this worker
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(explicit or threads)
 
 
 def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
@@ -157,8 +159,11 @@ def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
     return [{**row(r, s, "accuracy", float("nan"), {"n_counted": 0, "n_test": 0}, {}), "status": "diverged", "error": error} for s in r.test_missing]
 
 
-def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None) -> list[dict[str, Any]]:
-    """Run the pending runs; ``on_done(record)`` after each. Returns the status records."""
+def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None,
+                 threads_per_run: int | None = None) -> list[dict[str, Any]]:
+    """Run the pending runs; ``on_done(record)`` after each. Returns the status records.
+    ``threads_per_run`` (``--threads``) fixes every run's intra-op threads; by default tabular runs
+    use one and image runs their worker's share of the cores (see pipeline.intra_op_threads)."""
     if not p.todo:
         return []
     prefetch(p)
@@ -167,11 +172,11 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     threads = max(1, cores // workers)
     records = []
     if executor == "ray":
-        return _execute_ray(p, threads, device, address, on_done)
+        return _execute_ray(p, threads, device, address, on_done, threads_per_run)
     if executor != "local":
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     if workers == 1:
-        _worker_init_local(threads)
+        _worker_init_local(threads, threads_per_run)
         for r in p.todo:
             rec = run_one(r, str(p.out), device)
             records.append(rec)
@@ -180,7 +185,7 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
         return records
     import multiprocessing as mp
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads,)) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads, threads_per_run)) as pool:
         pending = {pool.submit(run_one, r, str(p.out), device) for r in p.todo}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -192,14 +197,16 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     return records
 
 
-def _worker_init_local(threads: int) -> None:
+def _worker_init_local(threads: int, explicit: int | None = None) -> None:
     import torch
 
-    os.environ.setdefault("VFLBENCH_THREADS", str(threads))
-    torch.set_num_threads(int(os.environ["VFLBENCH_THREADS"]))
+    os.environ["VFLBENCH_WORKER_THREADS"] = str(threads)
+    if explicit:
+        os.environ["VFLBENCH_THREADS"] = str(explicit)
+    torch.set_num_threads(int(os.environ.get("VFLBENCH_THREADS", threads)))
 
 
-def _execute_ray(p: SweepPlan, threads: int, device: str, address: str | None, on_done) -> list[dict[str, Any]]:
+def _execute_ray(p: SweepPlan, threads: int, device: str, address: str | None, on_done, threads_per_run: int | None = None) -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError:
@@ -209,11 +216,11 @@ def _execute_ray(p: SweepPlan, threads: int, device: str, address: str | None, o
     gpus = 1 if device == "cuda" else 0
 
     @ray.remote(num_cpus=threads, num_gpus=gpus)
-    def remote_run(resolved, out, device, threads):
-        _worker_init_local(threads)
+    def remote_run(resolved, out, device, threads, explicit):
+        _worker_init_local(threads, explicit)
         return run_one(resolved, out, device)
 
-    refs = [remote_run.remote(r, str(p.out.resolve()), device, threads) for r in p.todo]
+    refs = [remote_run.remote(r, str(p.out.resolve()), device, threads, threads_per_run) for r in p.todo]
     records = []
     while refs:
         ready, refs = ray.wait(refs, num_returns=1)
