@@ -152,3 +152,35 @@ def test_sweep_json_keeps_earlier_invocations(tmp_path):
         assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
     inv = json.loads((out / "sweep.json").read_text())["invocations"]
     assert [i["runs_executed"] for i in inv] == [1, 0]  # the run that did the work stays on record
+
+
+def test_threads_default_to_one_for_tabular_runs_and_follow_threads_and_the_worker_share(monkeypatch):
+    from vflbench.config import RunConfig, resolve
+    from vflbench.pipeline import intra_op_threads
+
+    tab = resolve(RunConfig(dataset="synthetic", method="svfl"))
+    img = resolve(RunConfig(dataset="digits", method="svfl"))
+    monkeypatch.delenv("VFLBENCH_THREADS", raising=False)
+    monkeypatch.setenv("VFLBENCH_WORKER_THREADS", "3")
+    assert intra_op_threads(tab) == 1  # tabular steps are too small to split
+    assert intra_op_threads(img) == 3  # image runs take their worker's share of the cores
+    monkeypatch.setenv("VFLBENCH_THREADS", "2")  # --threads wins for both
+    assert intra_op_threads(tab) == 2 and intra_op_threads(img) == 2
+
+
+def test_run_records_the_threads_it_used(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("VFLBENCH_THREADS", "")  # restored after the test: --threads sets it for the process
+
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    r = CliRunner().invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--epochs", "1", "--quiet", "--data-opt", "n=200",
+                                 "--test-missing", "none", "--threads", "2", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    manifest = json.loads(next(tmp_path.rglob("manifest.json")).read_text())
+    assert manifest["threads"] == 2
+    bad = CliRunner().invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--threads", "0"])
+    assert bad.exit_code == 2 and "--threads must be >= 1" in bad.output
