@@ -184,3 +184,12 @@ def test_run_records_the_threads_it_used(tmp_path, monkeypatch):
     assert manifest["threads"] == 2
     bad = CliRunner().invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--threads", "0"])
     assert bad.exit_code == 2 and "--threads must be >= 1" in bad.output
+
+
+def test_sweep_runs_a_subset_of_the_training_settings(tmp_path):
+    exp = write(tmp_path, yaml.safe_dump({**TINY, "train_missing": ["none", "mcar:0.1", "mcar:0.5"]}))
+    r = runner.invoke(app, ["sweep", str(exp), "--train-missing", "mcar:0.5,none", "--dry-run", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "train=mcar:0.5" in r.output and "train=none" in r.output and "train=mcar:0.1" not in r.output
+    bad = runner.invoke(app, ["sweep", str(exp), "--train-missing", "mar1", "--dry-run"])
+    assert bad.exit_code == 2 and "--train-missing mar1 not in this experiment" in bad.output

@@ -493,6 +493,7 @@ def sweep(
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
     workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
     threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
+    train_missing: str | None = typer.Option(None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"),
     quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
     out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
     executor: str = typer.Option("local", help="local | ray"),
@@ -519,7 +520,8 @@ def sweep(
         sd = [int(s) for s in seeds.split(",")] if seeds else None
     except ValueError:
         raise VFLBenchError(f"--seeds must be comma-separated integers, got '{seeds}'.") from None
-    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick)
+    tr = [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()] if train_missing else None
+    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
     from .outputs import check_output_dir
 
@@ -557,7 +559,11 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if dry_run:
         for r in p.todo:
-            console.print(f"  {r.dataset} {r.method} K={r.parties} train={r.train_missing} seed={r.seed} epochs={r.hp.epochs}")
+            user = ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")
+            epochs = "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items()) if len(r.stage_hp) > 1 else str(r.hp.epochs)
+            from rich.markup import escape
+
+            console.print(escape(f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} train={r.train_missing} seed={r.seed} epochs={epochs}"))
         return
     t0 = time.perf_counter()
     failures, diverged = [], []

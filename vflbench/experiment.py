@@ -121,7 +121,8 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
     return out
 
 
-def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False) -> Experiment:
+def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False,
+                    train_missing: list[str] | None = None) -> Experiment:
     p = Path(path)
     if not p.exists():
         candidates = sorted(x.name for x in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
@@ -133,10 +134,10 @@ def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seed
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise VFLBenchError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}. Fix the file's syntax.") from None
-    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick)
+    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing)
 
 
-def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False) -> Experiment:
+def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False, train_missing=None) -> Experiment:
     from .datasets import DATASETS
     from .methods import METHODS
     from .missingness import parse_mechanism
@@ -160,6 +161,14 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         if m not in METHODS:
             _fail(path, f"unknown method '{m}'. Choices: {', '.join(METHODS.names())}.")
     train = _list(spec, "train_missing", str, path)
+    if train_missing:
+        from .missingness import canonical
+
+        have = {canonical(t): t for t in train}
+        missing = [t for t in train_missing if canonical(t) not in have]
+        if missing:
+            _fail(path, f"--train-missing {', '.join(missing)} not in this experiment (it has {', '.join(train)}).")
+        train = [have[canonical(t)] for t in train_missing]
     test = _list(spec, "test_missing", str, path)
     try:
         for s in train + test:
