@@ -103,7 +103,8 @@ def test_an_explicit_user_option_beats_the_protocol(tmp_path):
     assert r.exit_code == 0, r.output
     m = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())
     assert m["config"]["method_options"]["plug_denominator"] == "exclude"
-    assert m["method"]["option_sources"] == {"p_drop": "default", "plug_denominator": "user", "granularity": "protocol:clean"}
+    assert m["method"]["option_sources"] == {"p_drop": "protocol:clean", "plug_denominator": "user", "granularity": "protocol:clean",
+                                               "active_missing": "protocol:clean", "pretrain": "default"}
     run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat"))
     assert run.method_options["laser_subsets"] == "batch" and run.option_sources["laser_subsets"] == "protocol:compat"
     run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"laser_subsets": "sample"}))
@@ -131,7 +132,7 @@ def test_methods_command_lists_the_registry():
     assert names[:6] == ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
     plug = next(x for x in rows if x["name"] == "plug")
     assert plug["display"] == "PlugVFL" and plug["paper"]
-    assert {o["name"] for o in plug["options"]} == {"p_drop", "plug_denominator", "granularity"}
+    assert {o["name"] for o in plug["options"]} == {"p_drop", "active_missing", "plug_denominator", "granularity", "pretrain"}
     r = runner.invoke(app, ["methods"])
     assert r.exit_code == 0 and "LASER-VFL" in r.output
 
@@ -261,11 +262,11 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
         from vflbench.training import fit
 
         hp = pipeline.stage_hp(run)
-        TwoStage.stages = (Stage("a"),)
+        m.stages = (Stage("a"),)
         fit(m, inputs.train, hp, pipeline.policy(run), inputs.prep.streams.seed_for)
         assert not torch.equal(w0, m.extra.weight)  # stage a trained the module
         flat, w1 = m.store.flat.detach().clone(), m.extra.weight.detach().clone()
-        TwoStage.stages = (Stage("b"),)
+        m.stages = (Stage("b"),)
         fit(m, inputs.train, {"b": hp["a"]}, pipeline.policy(run), inputs.prep.streams.seed_for)
         assert torch.equal(flat, m.store.flat) and not torch.equal(w1, m.extra.weight)  # stage b: only the module moved
     finally:

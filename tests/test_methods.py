@@ -196,8 +196,10 @@ def test_sum_fusion_option():
     assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)
     from vflbench.errors import VFLBenchError
 
-    with pytest.raises(VFLBenchError, match="fusion"):
-        METHODS.get("svfl")(ctx(k=3, options={"fusion": "concat"}))
+    from vflbench.config import RunConfig, resolve
+
+    with pytest.raises(VFLBenchError, match="fusion"):  # options are checked when a run is resolved
+        resolve(RunConfig(dataset="synthetic", method="svfl", method_options={"fusion": "median"}))
 
 
 def test_cifar_resnet_extractors_match_the_authors_shapes():

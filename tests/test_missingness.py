@@ -113,7 +113,7 @@ def test_per_batch_patterns_constant_within_batch():
 
 def test_per_batch_rejects_data_dependent_mechanisms():
     with pytest.raises(VFLBenchError, match="per batch"):
-        generate_masks("mar1", 100, 4, np.random.default_rng(0), block_mean=np.zeros((100, 4)), block_var=np.zeros((100, 4)), granularity="batch", batch_size=10)
+        generate_masks("mar1", 100, 4, np.random.default_rng(0), block_mean=np.zeros((100, 4)), block_var=np.ones((100, 4)), granularity="batch", batch_size=10)
 
 
 def test_all_missing_keep_vs_resample():

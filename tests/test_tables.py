@@ -211,8 +211,9 @@ def test_the_file_content_is_part_of_the_run(tmp_path):
 def test_every_method_runs_on_the_example_table_and_repeats_exactly(tmp_path):
     for name in METHODS.names():
         out = tmp_path / name
+        semi = ["--labeled", "200", "--aligned", "50"] if METHODS.get(name).needs_labeled else []  # FALSE-VFL is semi-supervised
         r = invoke("run", "--dataset", NAME, *OPTS, *COLS, "--method", name, "--train-missing", "mcar:0.3", "--test-missing", "none,mcar:0.3",
-                   "--epochs", "2", "--quiet", "--out", out)
+                   "--epochs", "2", "--quiet", "--out", out, *semi)
         assert r.exit_code == 0, (name, r.output)
         res = pd.read_csv(next(out.rglob("results.csv")))
         assert set(res["test_missing"]) == {"none", "mcar:0.3"} and res["value"].notna().all()
