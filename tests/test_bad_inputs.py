@@ -306,3 +306,32 @@ def test_a_sweep_records_a_diverged_run_and_goes_on(tmp_path):
     assert t.exit_code == 0 and "Excluded: 1 run(s)" in t.output and "training diverged" in t.output, t.output
     again = runner.invoke(app, ["sweep", str(exp), "--out", str(out)])
     assert "0 to run" in again.output  # recorded, not retried
+
+
+def test_the_catalog_reads_the_registry_names_without_importing_the_methods():
+    from vflbench.catalog import builtin_method_names
+    from vflbench.methods import METHODS
+
+    builtin = [n for n in METHODS.names() if METHODS.get(n).__module__.startswith("vflbench.methods.")]
+    assert list(builtin_method_names()) == builtin
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--dataset", "credit", "--method", "lazer"], "Did you mean 'laser'?"),
+    (["run", "--dataset", "credt", "--method", "laser"], "Did you mean 'credit'?"),
+    (["run", "--dataset", "credit", "--method", "laser", "--protocol", "nope"], "Unknown protocol"),
+])
+def test_name_errors_are_answered_before_torch_is_imported(args, needle, tmp_path):
+    """A mistyped name costs well under a second: torch (seconds to import) is never loaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vflbench.cli import app\n"
+            "try:\n    app(sys.argv[1:], standalone_mode=False)\n"
+            "except Exception as e:\n    print('ERR', e)\n"
+            "print('TORCH', 'torch' in sys.modules, 'pandas' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "VFLBENCH_PLUGINS"}
+    r = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env, timeout=120)
+    out = r.stdout + r.stderr
+    assert needle in out, out
+    assert "TORCH False False" in out, out

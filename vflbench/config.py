@@ -223,6 +223,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
     spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
+    from .catalog import check_method_name
+
+    check_method_name(cfg.method)
     from .methods import METHODS
     from .missingness import canonical, p_key
     from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters

@@ -29,14 +29,16 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import data_root, sha256_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMES = ("csv", "openml")
 DEFAULTS: dict[str, Any] = {
@@ -114,6 +116,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
+    import pandas as pd  # lazy: a bad name is answered without pandas
     try:
         first = head.decode("utf-8-sig").splitlines()[0]
     except UnicodeDecodeError:
@@ -143,6 +146,7 @@ def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
 
 def read_arff_frame(path: Path) -> pd.DataFrame:
     """ARFF through ``scipy.io.arff``: nominal values decoded to text, ``?`` to missing."""
+    import pandas as pd  # lazy: a bad name is answered without pandas
     from scipy.io import arff
 
     try:
@@ -182,6 +186,7 @@ class Table:
 def column_kinds(df: pd.DataFrame, forced_categorical: list[str]) -> dict[str, str]:
     """``numeric`` or ``categorical`` per column: by dtype (text, booleans and pandas categories are
     categorical), or forced."""
+    import pandas as pd  # lazy: a bad name is answered without pandas
     out = {}
     for c in df.columns:
         s = df[c]
@@ -200,6 +205,7 @@ class Target:
 
 def _class_order(values: pd.Series) -> list[str]:
     """Sorted classes: numerically when every class is a number, else as text."""
+    import pandas as pd  # lazy: a bad name is answered without pandas
     uniq = pd.unique(values.dropna())
     try:
         nums = sorted(uniq, key=float)
@@ -215,6 +221,7 @@ def _fmt(v: Any) -> str:
 
 
 def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
+    import pandas as pd  # lazy: a bad name is answered without pandas
     df = tab.train
     target = str(opts.get("target") or "").strip()
     cols = [str(c) for c in df.columns]
@@ -273,11 +280,13 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
 
 def _as_object(s: pd.Series) -> pd.Series:
     """A categorical column as text with NaN for missing (what SimpleImputer/OneHotEncoder expect)."""
+    import pandas as pd  # lazy: a bad name is answered without pandas
     return s.map(lambda v: np.nan if pd.isna(v) else _fmt(v)).astype(object)
 
 
 def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     """Split, encode and scale a table (fitted on the training split only)."""
+    import pandas as pd  # lazy: a bad name is answered without pandas
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.model_selection import train_test_split

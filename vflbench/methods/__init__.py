@@ -1,11 +1,12 @@
 """VFL methods, one module each, registered in :data:`METHODS` by their CLI names.
 
-Importing this package registers the built-in methods (listing order = the order below), then any
+Importing this package registers the built-in methods (listing order = ``catalog.METHOD_MODULES``), then any
 plugin files named in ``$VFLBENCH_PLUGINS`` and any installed ``vflbench.methods`` entry points
 (see :mod:`vflbench.plugins` and docs/ADDING_A_METHOD.md)."""
 
 from importlib import import_module
 
+from ..catalog import METHOD_MODULES
 from .base import (
     METHODS,
     Batch,
@@ -19,7 +20,7 @@ from .base import (
     method_order,
 )
 
-for _module in ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "false_vfl"):  # the papers' column order, then PBM-VFL, FALSE-VFL
+for _module in METHOD_MODULES:
     import_module(f"{__name__}.{_module}")
 
 from ..plugins import load_plugins  # noqa: E402
