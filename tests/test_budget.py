@@ -112,3 +112,30 @@ def test_runs_of_different_lengths_line_up_by_share():
     assert "**Ranking not yet stable** on credit, train 0.5, test 0.0: best Standard VFL at 50%, LASER-VFL at 100%" in text
     with pytest.raises(Exception, match="recorded shares: 50%, 100%"):
         at_budget(df, "30%")
+
+
+def test_budget_ranking_names_the_best_method_per_budget_and_its_lead(tmp_path):
+    """Hand-built: LASER-VFL leads Standard VFL by 5 points at epoch 2 (seeds disagree by less), and
+    Standard VFL leads by 0.5 at epoch 4 with a std of 1: that lead is marked as within one std."""
+    rows = []
+    vals = {("laser", 2): (60.0, 60.0), ("svfl", 2): (55.0, 55.0), ("laser", 4): (70.0, 70.0), ("svfl", 4): (69.5, 71.5)}
+    for (method, ep), pair in vals.items():
+        for seed, v in enumerate(pair):
+            rows.append(dict(run_id=f"{method}{seed}", dataset="credit", method=method, parties=4, train_missing="none",
+                             test_missing="mcar:0.5", seed=seed, metric="f1", value=v, epochs=4, epoch=ep, protocol="compat"))
+    df = pd.DataFrame(rows)
+    from vflbench.report import budget_ranking
+
+    text = budget_ranking(df, "generic")
+    assert "| credit | 0.0 | 0.5 | LASER-VFL +5.0 | Standard VFL +0.5 ≈ |" in text, text
+    assert "epoch 2 | epoch 4" in text
+    csv = tmp_path / "r.csv"
+    df.to_csv(csv, index=False)
+    r = runner.invoke(app, ["table", str(csv), "--layout", "generic", "--by-budget", "--format", "csv"])
+    assert r.exit_code == 0 and "credit,0.0,0.5,LASER-VFL +5.0,Standard VFL +0.5 ≈" in r.output, r.output
+    r = runner.invoke(app, ["table", str(csv), "--by-budget", "--epoch", "2"])
+    assert r.exit_code == 2 and "drop --epoch" in r.output
+    final_only = df[df["epoch"] == 4].drop(columns=["epoch"])
+    final_only.to_csv(csv, index=False)
+    r = runner.invoke(app, ["table", str(csv), "--layout", "generic", "--by-budget"])
+    assert r.exit_code == 2 and "--eval-epochs" in r.output, r.output

@@ -603,16 +603,24 @@ def table(
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
     epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),
+    by_budget: bool = typer.Option(False, "--by-budget", help="instead: the best method of every condition at every budget recorded with --eval-epochs"),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
     from .outputs import atomic_write_text
-    from .report import make_table
+    from .report import budget_ranking, make_table
 
     if out:
         from .outputs import check_output_file
 
         check_output_file(out)
-    text, _ = make_table(results, layout, reference, fmt, epoch=epoch)
+    if by_budget:
+        if epoch is not None or reference:
+            raise VFLBenchError("--by-budget lists every recorded budget; drop --epoch and --reference.")
+        if fmt not in ("md", "csv"):
+            raise VFLBenchError("--by-budget writes md or csv (--format).")
+        text = budget_ranking(results, layout, fmt)
+    else:
+        text, _ = make_table(results, layout, reference, fmt, epoch=epoch)
     if out:
         atomic_write_text(out, text)
         console.print(f"-> {out}")

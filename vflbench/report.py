@@ -502,6 +502,52 @@ def pbm_claims(g: pd.DataFrame) -> list[str]:
     return ["Paper's claims, checked on these rows: " + "; ".join(out) + "."]
 
 
+def budget_ranking(results, layout_name: str = "laser-table1", fmt: str = "md") -> str:
+    """The best method of every condition at every recorded budget, one row per condition: how a
+    ranking depends on the training budget, read off one set of runs recorded with --eval-epochs.
+    A cell is the best method, its lead over the runner-up in points, and ``≈`` when the runner-up
+    is within one std of it (the order of the two is not settled by the seeds)."""
+    if layout_name not in LAYOUTS or layout_name in ("pbm-table3", "false-tables"):
+        raise VFLBenchError(f"--by-budget takes a method-column layout (laser-table1, laser-table3, generic); got {layout_name!r}.")
+    layout = LAYOUTS[layout_name]
+    df = results if isinstance(results, pd.DataFrame) else load_results(results)
+    if "epoch" not in df.columns or df["epoch"].isna().all():
+        raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to compare budgets.")
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    shares = relative_budgets(df)
+    budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
+    unit = "%" if shares else ""
+    cells: dict[tuple, dict[int, str]] = {}
+    for ep in budgets:
+        agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
+        for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
+            g = g.sort_values("mean", ascending=False)
+            best = g.iloc[0]
+            cell = display(best["method"])
+            if len(g) > 1:
+                second = g.iloc[1]
+                close = second["mean"] >= best["mean"] - best["std"]
+                cell += f" +{best['mean'] - second['mean']:.1f}" + (" ≈" if close else "")
+            cells.setdefault((ds, tr, te), {})[ep] = cell
+    head = ["dataset", "train", "test"] + [f"{'' if shares else 'epoch '}{b}{unit}" for b in budgets]
+    rows = [[ds, label(tr), label(te)] + [v.get(b, "") for b in budgets] for (ds, tr, te), v in cells.items()]
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(head)
+        w.writerows(rows)
+        return buf.getvalue()
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines.append("\nCell: the best method by mean over seeds, its lead in points over the runner-up; ≈ when the runner-up "
+                 "is within one std of the best.")
+    return "\n".join(lines) + "\n"
+
+
 def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     """Does the best method of each condition change between the last two recorded budgets? A table
     of a run recorded with --eval-epochs says so in its footer, with a warning per unstable condition."""
