@@ -152,8 +152,21 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
         df["_panel"] = "train " + df["train_missing"] + ", test " + df["test_missing"]
         panels = list(dict.fromkeys(df["_panel"]))
     df["_line"] = df.apply(lambda r: _variant(r, panel), axis=1)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False, sharey=True)
-    for ax, p in zip(axes[0], panels, strict=True):
+    if panel:  # one row of panels sharing the y axis
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False, sharey=True)
+        cells = list(zip(axes[0], panels, strict=True))
+    else:  # a grid: training settings down, test settings across; each panel scaled to its own lines
+        trains, tests = list(dict.fromkeys(df["train_missing"])), list(dict.fromkeys(df["test_missing"]))
+        fig, axes = plt.subplots(len(trains), len(tests), figsize=(4.6 * len(tests), 3.4 * len(trains)), squeeze=False, sharex=True)
+        cells = []
+        for i, tr in enumerate(trains):
+            for j, te in enumerate(tests):
+                name = f"train {tr}, test {te}"
+                if name in panels:
+                    cells.append((axes[i][j], name))
+                else:
+                    axes[i][j].set_axis_off()
+    for ax, p in cells:
         g = df[(df["_panel"] == p) | (df["_panel"] == "all")]  # lines without the panel key (e.g. NPQ) appear in every panel
         for line in dict.fromkeys(sorted(g["_line"])):
             h = g[g["_line"] == line].groupby("epoch")["value"]
@@ -163,7 +176,8 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
             ax.fill_between(ep, mean - std, mean + std, alpha=0.2)
         ax.set(title=f"{panel} = {p}" if panel else p, xlabel="epoch", ylabel=f"test {metric}")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    cells[-1][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
     paths = _save(fig, out)
     plt.close(fig)
     return paths
