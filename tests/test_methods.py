@@ -194,9 +194,8 @@ def test_sum_fusion_option():
     x, obs = torch.randn(3, 5, 4), torch.ones(5, 3, dtype=torch.bool)
     emb = mean.ext(x)
     assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)
-    from vflbench.errors import VFLBenchError
-
     from vflbench.config import RunConfig, resolve
+    from vflbench.errors import VFLBenchError
 
     with pytest.raises(VFLBenchError, match="fusion"):  # options are checked when a run is resolved
         resolve(RunConfig(dataset="synthetic", method="svfl", method_options={"fusion": "median"}))
