@@ -258,7 +258,8 @@ def summary_lines(g: pd.DataFrame, with_ref: bool, fmt: str) -> list[str]:
     if with_ref:
         h = g.dropna(subset=["paper_mean"])
         n_ok, n = int(h["within_tolerance"].sum()), len(h)
-        out.append(f"{pre}Within tolerance of the paper (|diff| <= max(2 x paper std, 2.0)): **{n_ok}/{n}** cells." if fmt == "md" else f"{pre}Within tolerance: {n_ok}/{n} cells.")
+        if n:  # methods the paper's table has no column for (e.g. PBM-VFL beside Table 1) get no count
+            out.append(f"{pre}Within tolerance of the paper (|diff| <= max(2 x paper std, 2.0)): **{n_ok}/{n}** cells." if fmt == "md" else f"{pre}Within tolerance: {n_ok}/{n} cells.")
     v = laser_verdicts(g)
     if v:
         ok = sum(x["ok"] for x in v)
