@@ -65,14 +65,21 @@ class DatasetSpec:
         return sums
 
 
+TABLE_SCHEMES = ("csv", "openml")  # users' tables: csv:PATH, openml:ID (:mod:`vflbench.datasets.table`)
+
+
+def is_table_name(name: str) -> bool:
+    return isinstance(name, str) and name.split(":", 1)[0] in TABLE_SCHEMES and ":" in name
+
+
 class DatasetRegistry(Registry[DatasetSpec]):
     """The registered datasets, plus users' tables named ``csv:PATH`` or ``openml:ID`` (a spec is
     made for each such name on first use; :mod:`vflbench.datasets.table`)."""
 
     def get(self, name: str) -> DatasetSpec:
-        from .table import is_table_name, table_spec
-
         if is_table_name(name):
+            from .table import table_spec  # pandas: only for users' tables
+
             return table_spec(name)
         try:
             return super().get(name)
@@ -80,8 +87,6 @@ class DatasetRegistry(Registry[DatasetSpec]):
             raise VFLBenchError(f"{e} Your own table: csv:PATH (or openml:ID).") from None
 
     def __contains__(self, name: str) -> bool:
-        from .table import is_table_name
-
         return is_table_name(name) or super().__contains__(name)
 
 

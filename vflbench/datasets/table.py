@@ -29,18 +29,16 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import data_root, sha256_file
+from .registry import is_table_name  # noqa: F401  (re-exported; the registry tells table names apart without pandas)
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-SCHEMES = ("csv", "openml")
 DEFAULTS: dict[str, Any] = {
     "target": "", "drop": "", "test": "", "test_size": 0.2, "split_seed": 0, "scaler": "standard", "categorical": "", "positive": "",
     "file_sha256": "",
@@ -57,10 +55,6 @@ HELP = {
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
 MAX_CLASS_SHARE = 0.2  # more classes than this share of the rows: probably a regression target
-
-
-def is_table_name(name: str) -> bool:
-    return isinstance(name, str) and name.split(":", 1)[0] in SCHEMES and ":" in name
 
 
 def _closest(name: str, choices) -> str:
@@ -116,7 +110,6 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
-    import pandas as pd  # lazy: a bad name is answered without pandas
     try:
         first = head.decode("utf-8-sig").splitlines()[0]
     except UnicodeDecodeError:
@@ -146,7 +139,6 @@ def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
 
 def read_arff_frame(path: Path) -> pd.DataFrame:
     """ARFF through ``scipy.io.arff``: nominal values decoded to text, ``?`` to missing."""
-    import pandas as pd  # lazy: a bad name is answered without pandas
     from scipy.io import arff
 
     try:
@@ -186,7 +178,6 @@ class Table:
 def column_kinds(df: pd.DataFrame, forced_categorical: list[str]) -> dict[str, str]:
     """``numeric`` or ``categorical`` per column: by dtype (text, booleans and pandas categories are
     categorical), or forced."""
-    import pandas as pd  # lazy: a bad name is answered without pandas
     out = {}
     for c in df.columns:
         s = df[c]
@@ -205,7 +196,6 @@ class Target:
 
 def _class_order(values: pd.Series) -> list[str]:
     """Sorted classes: numerically when every class is a number, else as text."""
-    import pandas as pd  # lazy: a bad name is answered without pandas
     uniq = pd.unique(values.dropna())
     try:
         nums = sorted(uniq, key=float)
@@ -221,7 +211,6 @@ def _fmt(v: Any) -> str:
 
 
 def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
-    import pandas as pd  # lazy: a bad name is answered without pandas
     df = tab.train
     target = str(opts.get("target") or "").strip()
     cols = [str(c) for c in df.columns]
@@ -280,13 +269,11 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
 
 def _as_object(s: pd.Series) -> pd.Series:
     """A categorical column as text with NaN for missing (what SimpleImputer/OneHotEncoder expect)."""
-    import pandas as pd  # lazy: a bad name is answered without pandas
     return s.map(lambda v: np.nan if pd.isna(v) else _fmt(v)).astype(object)
 
 
 def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     """Split, encode and scale a table (fitted on the training split only)."""
-    import pandas as pd  # lazy: a bad name is answered without pandas
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.model_selection import train_test_split
