@@ -503,6 +503,21 @@ def pbm_claims(g: pd.DataFrame) -> list[str]:
     return ["Paper's claims, checked on these rows: " + "; ".join(out) + "."]
 
 
+def _ranked_by_budget(df: pd.DataFrame, layout: Layout) -> tuple[bool, list[int], dict[tuple, dict[int, pd.DataFrame]]]:
+    """Per condition (dataset, train, test) and recorded budget, the aggregated methods sorted best
+    first. Budgets are epochs, or shares of each run when runs have different lengths (``shares``)."""
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    shares = relative_budgets(df)  # runs of different lengths: compare shares of each run
+    budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
+    ranked: dict[tuple, dict[int, pd.DataFrame]] = {}
+    for ep in budgets:
+        agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
+        for cond, g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
+            ranked.setdefault(cond, {})[ep] = g.sort_values("mean", ascending=False, kind="stable")  # ties: first listed, as idxmax
+    return shares, budgets, ranked
+
+
 def budget_ranking(results, layout_name: str = "laser-table1", fmt: str = "md") -> str:
     """The best method of every condition at every recorded budget, one row per condition: how a
     ranking depends on the training budget, read off one set of runs recorded with --eval-epochs.
@@ -514,34 +529,22 @@ def budget_ranking(results, layout_name: str = "laser-table1", fmt: str = "md") 
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
     if "epoch" not in df.columns or df["epoch"].isna().all():
         raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to compare budgets.")
-    if "status" in df.columns:
-        df = df[df["status"].fillna("ok") == "ok"]
-    shares = relative_budgets(df)
-    budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
+    shares, budgets, ranked = _ranked_by_budget(df, layout)
     unit = "%" if shares else ""
     cells: dict[tuple, dict[int, str]] = {}
-    for ep in budgets:
-        agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
-        for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
-            g = g.sort_values("mean", ascending=False)
+    for cond, by_ep in ranked.items():
+        for ep, g in by_ep.items():
             best = g.iloc[0]
             cell = display(best["method"])
             if len(g) > 1:
                 second = g.iloc[1]
                 close = second["mean"] >= best["mean"] - best["std"]
                 cell += f" +{best['mean'] - second['mean']:.1f}" + (" ≈" if close else "")
-            cells.setdefault((ds, tr, te), {})[ep] = cell
+            cells.setdefault(cond, {})[ep] = cell
     head = ["dataset", "train", "test"] + [f"{'' if shares else 'epoch '}{b}{unit}" for b in budgets]
     rows = [[ds, label(tr), label(te)] + [v.get(b, "") for b in budgets] for (ds, tr, te), v in cells.items()]
     if fmt == "csv":
-        import csv
-        import io
-
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(head)
-        w.writerows(rows)
-        return buf.getvalue()
+        return pd.DataFrame(rows, columns=head).to_csv(index=False)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines.append("\nCell: the best method by mean over seeds, its lead in points over the runner-up; ≈ when the runner-up "
@@ -552,19 +555,12 @@ def budget_ranking(results, layout_name: str = "laser-table1", fmt: str = "md") 
 def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     """Does the best method of each condition change between the last two recorded budgets? A table
     of a run recorded with --eval-epochs says so in its footer, with a warning per unstable condition."""
-    if "status" in df.columns:
-        df = df[df["status"].fillna("ok") == "ok"]
-    shares = relative_budgets(df)  # runs of different lengths: compare shares of each run
-    budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
+    shares, budgets, ranked = _ranked_by_budget(df, layout)
     if len(budgets) < 2:
         return ""
     prev, last = budgets[-2], budgets[-1]
     unit = "%" if shares else ""
-    best = {}
-    for ep in (prev, last):
-        agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
-        for (ds, tr, te), g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
-            best.setdefault((ds, tr, te), {})[ep] = g.loc[g["mean"].idxmax(), "method"]
+    best = {cond: {ep: g.iloc[0]["method"] for ep, g in by_ep.items() if ep in (prev, last)} for cond, by_ep in ranked.items()}
     pre = "" if fmt == "md" else "% "
     unstable = [(k, v) for k, v in best.items() if len(v) == 2 and v[prev] != v[last]]
     stable = sum(1 for v in best.values() if len(v) == 2) - len(unstable)
