@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
@@ -20,9 +21,9 @@ BASE = dict(dataset="synthetic", train_missing="mcar:0.3", test_missing=["none",
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @pytest.mark.parametrize("method", ["laser", "plug"])
 def test_intermediate_evaluations_do_not_change_the_run(method):
-    plain, _ = execute(resolve(RunConfig(method=method, **BASE)), device="cpu")
+    plain, _ = execute(resolve(RunConfig(method=method, **BASE)), device=TEST_DEVICE)
     run = resolve(RunConfig(method=method, eval_epochs="1:3", **BASE))
-    budgets, manifest = execute(run, device="cpu")
+    budgets, manifest = execute(run, device=TEST_DEVICE)
     assert run.eval_epochs == (1, 2, 3)
     assert sorted({r["epoch"] for r in budgets}) == [1, 2, 3, 4]
     assert [r["value"] for r in budgets if r["epoch"] == 4] == [r["value"] for r in plain]  # bit-identical final rows
@@ -58,7 +59,7 @@ def test_eval_epochs_parse_and_reject():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_tables_use_the_final_epoch_unless_asked(tmp_path):
-    rows, _ = execute(resolve(RunConfig(method="svfl", eval_epochs="2", **BASE)), device="cpu")
+    rows, _ = execute(resolve(RunConfig(method="svfl", eval_epochs="2", **BASE)), device=TEST_DEVICE)
     df = pd.DataFrame(rows)
     assert set(at_budget(df)["epoch"]) == {4} and set(at_budget(df, 2)["epoch"]) == {2}
     _, agg4 = make_table(df, "generic")

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
@@ -39,8 +40,9 @@ class _Recorder(Method):
         rec["obs_full"].append(bool(batch.obs.all()))
         emb = self.send(self.ext(batch.blocks), batch.obs.T)
         lg = self.head(emb.mean(0, keepdim=True))[0]
-        y = batch.y if batch.y is not None else torch.zeros(batch.size, dtype=torch.long)
-        return masked_mean_ce(lg[None], y, torch.ones(1, batch.size, dtype=torch.bool))[0], torch.ones(self.n_members, dtype=torch.bool)
+        dev = batch.obs.device
+        y = batch.y if batch.y is not None else torch.zeros(batch.size, dtype=torch.long, device=dev)
+        return masked_mean_ce(lg[None], y, torch.ones(1, batch.size, dtype=torch.bool, device=dev))[0], torch.ones(self.n_members, dtype=torch.bool, device=dev)
 
     def predict(self, batch):
         lg = self.head(self.ext(batch.blocks).mean(0, keepdim=True))[0]
@@ -63,11 +65,11 @@ def test_stages_see_the_samples_they_declare(recorder):
     run = resolve(cfg)
     from vflbench import pipeline
 
-    inputs = pipeline.prepare(run, "cpu")
+    inputs = pipeline.prepare(run, TEST_DEVICE)
     labeled = set(inputs.train_masks.labeled.tolist())
     n = inputs.train.blocks.n
     obs = inputs.train.obs
-    _, manifest = execute(run, device="cpu")
+    _, manifest = execute(run, device=TEST_DEVICE)
     seen = recorder.seen
     assert seen["pre"]["idx"] == set(range(n)) and all(seen["pre"]["y_none"])  # every sample, labels hidden
     assert seen["fine"]["idx"] == labeled and not any(seen["fine"]["y_none"])  # only the labeled ones, with labels
@@ -94,7 +96,7 @@ def test_bad_semi_supervised_requests_are_rejected():
     from vflbench import pipeline
 
     with pytest.raises(VFLBenchError, match="larger than the training set"):
-        pipeline.prepare(run, "cpu")
+        pipeline.prepare(run, TEST_DEVICE)
 
 
 def test_an_explicit_user_option_beats_the_protocol(tmp_path):
@@ -153,7 +155,7 @@ def test_standard_vfl_traffic_by_hand():
     down: one gradient of the same size for each."""
     run = resolve(RunConfig(dataset="synthetic", method="svfl", train_missing="none", test_missing=["none"], data_options={"n": 1000},
                             hp={"epochs": 3}, model={"cut": 6}))
-    rows, man = execute(run, device="cpu")
+    rows, man = execute(run, device=TEST_DEVICE)
     n_train = man["data"]["n_train"]
     per_party = n_train * 6 * 4 * 3
     c = man["communication"]
@@ -164,7 +166,7 @@ def test_standard_vfl_traffic_by_hand():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_local_sends_nothing():
-    rows, man = execute(resolve(RunConfig(dataset="synthetic", method="local", hp={"epochs": 1})), device="cpu")
+    rows, man = execute(resolve(RunConfig(dataset="synthetic", method="local", hp={"epochs": 1})), device=TEST_DEVICE)
     assert rows[0]["comm_bytes_up"] == 0 and man["communication"]["bytes_eval_up"] == 0
 
 
@@ -221,11 +223,11 @@ def test_stale_updates_protocol_option_reaches_the_optimiser():
                      protocol="compat", protocol_options={"stale_updates": "false"})
     assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat")).protocol.stale_updates  # compat's default
     assert not resolve(RunConfig(dataset="synthetic", method="laser", protocol="clean")).protocol.stale_updates
-    a = execute(resolve(base), device="cpu")[0]
-    b = execute(resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device="cpu")[0]
+    a = execute(resolve(base), device=TEST_DEVICE)[0]
+    b = execute(resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device=TEST_DEVICE)[0]
     assert [r["value"] for r in a] != [r["value"] for r in b]
-    c = execute(resolve(RunConfig(**{**base.__dict__, "method": "local", "protocol_options": {"stale_updates": "true"}})), device="cpu")[0]
-    d = execute(resolve(RunConfig(**{**base.__dict__, "method": "local"})), device="cpu")[0]
+    c = execute(resolve(RunConfig(**{**base.__dict__, "method": "local", "protocol_options": {"stale_updates": "true"}})), device=TEST_DEVICE)[0]
+    d = execute(resolve(RunConfig(**{**base.__dict__, "method": "local"})), device=TEST_DEVICE)[0]
     assert [r["value"] for r in c] == [r["value"] for r in d]  # per-model optimisers: no stale steps
 
 
@@ -243,7 +245,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
 
         def loss(self, batch, stage):
             loss, active = super().loss(batch, stage)
-            return loss + self.extra(torch.ones(1, 3)).sum() * 1e-3, active
+            return loss + self.extra(torch.ones(1, 3, device=self.device)).sum() * 1e-3, active
 
         def trainable(self, stage):
             t = torch.ones(self.n_members, dtype=torch.bool)
@@ -256,7 +258,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
         from vflbench import pipeline
 
         run = resolve(RunConfig(dataset="synthetic", method="_twostage", test_missing=["none"], data_options={"n": 300}, hp={"epochs": 1}))
-        inputs = pipeline.prepare(run, "cpu")
+        inputs = pipeline.prepare(run, TEST_DEVICE)
         m = pipeline.build(run, inputs)
         w0 = m.extra.weight.detach().clone()
         from vflbench.training import fit

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _testenv import TEST_DEVICE
 
 from vflbench import plugins
 from vflbench.channel import Channel
@@ -221,7 +222,7 @@ def test_learns_an_easy_task_above_chance(name):
     cfg = RunConfig(dataset="synthetic", method=base, method_options={k: str(v) for k, v in opts.items()}, train_missing="mcar:0.1",
                     test_missing=["none", "mcar:0.3"], seed=0, data_options={"n": 3000, "separation": 1.5},
                     hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp}, **semi)
-    rows, _ = execute(resolve(cfg), device="cpu")
+    rows, _ = execute(resolve(cfg), device=TEST_DEVICE)
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert acc["none"] > 80, acc  # chance is 50%
 

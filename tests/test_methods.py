@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _testenv import TEST_DEVICE
 
 from vflbench.methods import METHODS, MethodContext
 from vflbench.methods.combinatorial import pattern_ids
@@ -180,7 +181,7 @@ def test_same_seed_same_numbers_other_seed_differs():
 
     def go(seed):
         cfg = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.2", test_missing=["mcar:0.5"], seed=seed, data_options={"n": 1500}, hp={"epochs": 3})
-        return [r["value"] for r in execute(resolve(cfg), device="cpu")[0]]
+        return [r["value"] for r in execute(resolve(cfg), device=TEST_DEVICE)[0]]
 
     a, b = go(0), go(0)
     assert a == b
@@ -247,7 +248,7 @@ def test_image_methods_run_end_to_end(name):
     from vflbench.pipeline import execute
 
     cfg = RunConfig(dataset="digits", method=name, train_missing="mcar:0.2", test_missing=["none", "mcar:0.5"], hp={"epochs": 2, "lr": 3e-3})
-    rows, man = execute(resolve(cfg), device="cpu")
+    rows, man = execute(resolve(cfg), device=TEST_DEVICE)
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert man["partition"]["blocks"] == [[0, 4, 0, 4], [0, 4, 4, 8], [4, 8, 0, 4], [4, 8, 4, 8]]
     assert acc["none"] > 30, acc  # 10 classes: chance is 10%

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _testenv import TEST_DEVICE
 from scipy.stats import chisquare
 from typer.testing import CliRunner
 
@@ -84,7 +85,7 @@ def test_large_b_approaches_npq_gradients():
         run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 400}, method_options=opts, hp={"epochs": 1}))
         from vflbench import pipeline
 
-        inputs = pipeline.prepare(run, "cpu")
+        inputs = pipeline.prepare(run, TEST_DEVICE)
         m = pipeline.build(run, inputs)
         from vflbench.methods import Batch
 
@@ -134,7 +135,7 @@ def test_secagg_masked_gives_bit_identical_runs():
     def rows(secagg):
         run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 300}, hp={"epochs": 2},
                                 method_options={"secagg": secagg, "b": 8, "beta": 0.2}, test_missing=["none", "mcar:0.3"]))
-        return execute(run, device="cpu")[0]
+        return execute(run, device=TEST_DEVICE)[0]
 
     plain, masked = rows("plain"), rows("masked")
     assert [r["value"] for r in plain] == [r["value"] for r in masked]

@@ -128,31 +128,32 @@ class FalseVFL(Method):
         ids = self.new_members(k, [0] * k)
         self.enc = Extractors(enc_spec, self.store, "enc", list(range(k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
         self.extractor_sets.append(self.enc)
-        self.enc_ids = torch.as_tensor(ids)
+        dev = self.device  # member-id and member-mask tensors live with the batch masks they are indexed by
+        self.enc_ids = torch.as_tensor(ids, device=dev)
         if not self.image:
-            self.dec_ids = torch.as_tensor(self.new_members(k))
+            self.dec_ids = torch.as_tensor(self.new_members(k), device=dev)
             self.wmax = max(self.ctx.widths)
             self.dec = MLPBank(self.store, "dec", list(range(k)), self.dec_ids.tolist(), [self.d_h] * k, (hid, hid), 2 * self.wmax)
-            cols = torch.arange(self.wmax)[None, :] < torch.as_tensor(self.ctx.widths)[:, None]
+            cols = torch.arange(self.wmax, device=dev)[None, :] < torch.as_tensor(self.ctx.widths, device=dev)[:, None]
             self.colmask = cols.float()  # [K, wmax]: the party's true columns
         else:  # one transposed-CNN decoder per party (a Python loop over K, as for the image encoders)
             self.dec_modules = [self.module(lambda: TileDecoder(self.d_h, self.ctx.in_ch))[0] for _ in range(k)]
-            self.dec_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]])
+            self.dec_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]], device=dev)
         (gid,) = self.new_members(1)
         self.genc = MLPBank(self.store, "genc", [0], [gid], [self.d_h], (self.d_h, self.d_h), 2 * self.d_z)
         (did,) = self.new_members(1)
         self.gdec = MLPBank(self.store, "gdec", [0], [did], [self.d_z], (self.d_h, self.d_h), 2 * self.d_h)
-        self.psi_ids = torch.zeros(0, dtype=torch.long)
+        self.psi_ids = torch.zeros(0, dtype=torch.long, device=dev)
         if self.mask_model:
             if not self.image:
-                self.psi_ids = torch.as_tensor(self.new_members(k, [0] * k))
+                self.psi_ids = torch.as_tensor(self.new_members(k, [0] * k), device=dev)
                 self.psi = MLPBank(self.store, "psi", list(range(k)), self.psi_ids.tolist(), self.ctx.widths, (128, 128), 1)
             else:
                 self.psi_modules = [self.module(lambda: TileIndicator(self.ctx.in_ch))[0] for _ in range(k)]
-                self.psi_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]])
+                self.psi_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]], device=dev)
         (self.disc_id,) = self.new_members(1, [1])
         self.disc = MLPBank(self.store, "disc", [0], [self.disc_id], [self.d_h], (self.d_h,), self.c)
-        self.stage1 = torch.ones(self.n_members, dtype=torch.bool)
+        self.stage1 = torch.ones(self.n_members, dtype=torch.bool, device=dev)
         self.stage1[self.disc_id] = False
         self.frozen = False
         self.pred_gen = torch.Generator(device=self.device)  # prediction draws never shift training's stream
@@ -198,7 +199,7 @@ class FalseVFL(Method):
         if not self.image:
             mu_x, lv_x = dec
             x = batch.blocks[:, None]  # [K, 1, B, w]
-            lp = (gauss_logpdf(x, mu_x, lv_x) * self.colmask[:, None, None, :].to(x.device)).sum(-1)  # [K, n, B], computed at party k
+            lp = (gauss_logpdf(x, mu_x, lv_x) * self.colmask[:, None, None, :]).sum(-1)  # [K, n, B], computed at party k
         else:
             lp = torch.stack([gauss_logpdf(t[None], m, v).flatten(3).sum(-1) for (m, v), t in zip(dec, batch.blocks, strict=True)])
         lp = self.send(lp.reshape(self.k, n * b, 1), sent_s).view(self.k, n, b)  # the parties' log-likelihood terms go up
@@ -216,7 +217,7 @@ class FalseVFL(Method):
         if not self.image:
             mu_x, lv_x = dec
             draw = mu_x + torch.exp(0.5 * lv_x) * torch.randn(mu_x.shape, generator=gen, device=mu_x.device)
-            fill = torch.where(obs[:, None, :, None], batch.blocks[:, None], draw) * self.colmask[:, None, None, :].to(draw.device)
+            fill = torch.where(obs[:, None, :, None], batch.blocks[:, None], draw) * self.colmask[:, None, None, :]
             logit = self.psi(fill.reshape(self.k, n * b, self.wmax))  # [K, n B, 1]
         else:
             outs = []
@@ -251,7 +252,7 @@ class FalseVFL(Method):
 
     def loss(self, batch: Batch, stage: Stage):
         rows = batch.obs.any(1)
-        none = torch.zeros(self.n_members, dtype=torch.bool)
+        none = torch.zeros(self.n_members, dtype=torch.bool, device=self.device)
         if not bool(rows.any()):
             return None, none
         kappa = int(self.options["kappa"])
@@ -267,7 +268,7 @@ class FalseVFL(Method):
         log_py = F.log_softmax(self.disc(h.reshape(1, -1, self.d_h))[0].view(kappa, -1, self.c), -1)
         log_py = log_py.gather(-1, batch.y.clamp_min(0).view(1, -1, 1).expand(kappa, -1, 1)).squeeze(-1)
         bound = torch.logsumexp(log_py + log_w, 0) - math.log(kappa)
-        active = torch.zeros(self.n_members, dtype=torch.bool)
+        active = torch.zeros(self.n_members, dtype=torch.bool, device=self.device)
         active[self.disc_id] = True
         return -(bound * keep).sum() / keep.sum(), active
 
