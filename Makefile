@@ -49,8 +49,12 @@ reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-si
 	$(BIN)/vflbench sweep experiments/laser_table1_fmnist.yaml --workers $(WORKERS) --out results/laser_table1/fmnist
 	$(BIN)/vflbench plot budget results/laser_table1/fmnist --out results/laser_table1/fmnist/budget
 
-reproduce-pbm: $(STAMP)  ## PBM-VFL Table 3 on Phishing (51 runs, CPU) -> results/pbm/table3
+reproduce-pbm: $(STAMP)  ## PBM-VFL's Phishing results: Table 3 (51 runs), Figures 4 (75) and 6 (54), CPU -> results/pbm/
 	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3
+	$(BIN)/vflbench sweep experiments/pbm_fig4.yaml --workers $(WORKERS) --out results/pbm/fig4
+	$(BIN)/vflbench plot budget results/pbm/fig4 --panel beta --out results/pbm/fig4/fig4_auprc_by_epoch
+	$(BIN)/vflbench sweep experiments/pbm_fig6.yaml --workers $(WORKERS) --out results/pbm/fig6
+	$(BIN)/vflbench plot budget results/pbm/fig6 --panel parties --out results/pbm/fig6/fig6_auprc_by_epoch
 
 reproduce-false: $(STAMP)  ## FALSE-VFL Tables 12-17 (GPU job: DEVICE=cuda); DATASETS=isolet for one dataset
 	$(BIN)/vflbench sweep experiments/false_tables.yaml --workers $(WORKERS) --device $(DEVICE) $(if $(DATASETS),--datasets $(DATASETS)) --out results/false/$(or $(subst $(comma),-,$(DATASETS)),all)
