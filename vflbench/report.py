@@ -503,13 +503,16 @@ def pbm_claims(g: pd.DataFrame) -> list[str]:
     return ["Paper's claims, checked on these rows: " + "; ".join(out) + "."]
 
 
-def _ranked_by_budget(df: pd.DataFrame, layout: Layout) -> tuple[bool, list[int], dict[tuple, dict[int, pd.DataFrame]]]:
+def _ranked_by_budget(df: pd.DataFrame, layout: Layout, last: int | None = None) -> tuple[bool, list[int], dict[tuple, dict[int, pd.DataFrame]]]:
     """Per condition (dataset, train, test) and recorded budget, the aggregated methods sorted best
-    first. Budgets are epochs, or shares of each run when runs have different lengths (``shares``)."""
+    first. Budgets are epochs, or shares of each run when runs have different lengths (``shares``);
+    ``last=N`` ranks only the N largest budgets (the convergence note needs two, not every epoch)."""
     if "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
     shares = relative_budgets(df)  # runs of different lengths: compare shares of each run
     budgets = _recorded_shares(df) if shares else sorted({int(e) for e in df["epoch"].dropna()})
+    if last is not None:
+        budgets = budgets[-last:]
     ranked: dict[tuple, dict[int, pd.DataFrame]] = {}
     for ep in budgets:
         agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
@@ -555,12 +558,12 @@ def budget_ranking(results, layout_name: str = "laser-table1", fmt: str = "md") 
 def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     """Does the best method of each condition change between the last two recorded budgets? A table
     of a run recorded with --eval-epochs says so in its footer, with a warning per unstable condition."""
-    shares, budgets, ranked = _ranked_by_budget(df, layout)
+    shares, budgets, ranked = _ranked_by_budget(df, layout, last=2)
     if len(budgets) < 2:
         return ""
     prev, last = budgets[-2], budgets[-1]
     unit = "%" if shares else ""
-    best = {cond: {ep: g.iloc[0]["method"] for ep, g in by_ep.items() if ep in (prev, last)} for cond, by_ep in ranked.items()}
+    best = {cond: {ep: g.iloc[0]["method"] for ep, g in by_ep.items()} for cond, by_ep in ranked.items()}
     pre = "" if fmt == "md" else "% "
     unstable = [(k, v) for k, v in best.items() if len(v) == 2 and v[prev] != v[last]]
     stable = sum(1 for v in best.values() if len(v) == 2) - len(unstable)

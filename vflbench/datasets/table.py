@@ -37,7 +37,6 @@ import pandas as pd
 from ..errors import VFLBenchError
 from .base import Dataset, DatasetInfo
 from .fetch import data_root, sha256_file
-from .registry import is_table_name  # noqa: F401  (re-exported; the registry tells table names apart without pandas)
 
 DEFAULTS: dict[str, Any] = {
     "target": "", "drop": "", "test": "", "test_size": 0.2, "split_seed": 0, "scaler": "standard", "categorical": "", "positive": "",
