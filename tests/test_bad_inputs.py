@@ -335,3 +335,43 @@ def test_name_errors_are_answered_before_torch_is_imported(args, needle, tmp_pat
     out = r.stdout + r.stderr
     assert needle in out, out
     assert "TORCH False False" in out, out
+
+
+def test_a_derived_cache_that_cannot_be_written_never_fails_the_load(tmp_path, monkeypatch):
+    """Two first runs parse Credit at once; the one whose cache rename fails must still load, and the
+    good raw file must not be set aside as corrupt (CI saw exactly that race once)."""
+    from vflbench.datasets import fetch
+
+    target = tmp_path / ".parsed.npy"
+    real_replace = os.replace
+
+    def vanished(src, dst):
+        if str(dst) == str(target):
+            raise FileNotFoundError(src)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(fetch.os, "replace", vanished)
+    fetch.write_cache(target, lambda f: f.write(b"x"))  # no exception
+    assert not target.exists() and not list(tmp_path.iterdir()), "the temporary file was left behind"
+    monkeypatch.setattr(fetch.os, "replace", real_replace)
+
+    def first_writer(f):  # a second process writes and renames while the first is still writing
+        f.write(b"a")
+        fetch.write_cache(target, lambda g: g.write(b"b"))
+        assert target.read_bytes() == b"b"
+
+    fetch.write_cache(target, first_writer)
+    assert target.read_bytes() == b"a" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+@needs_mirror
+def test_credit_loads_when_its_parse_cache_cannot_be_written(tmp_path, monkeypatch):
+    from vflbench.datasets import fetch
+    from vflbench.datasets.registry import load_dataset
+
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
+    real_replace = os.replace
+    monkeypatch.setattr(fetch.os, "replace", lambda s, d: (_ for _ in ()).throw(FileNotFoundError(s)) if ".parsed-" in str(d) else real_replace(s, d))
+    ds = load_dataset("credit")
+    assert len(ds.y_train) + len(ds.y_test) == 30000
+    assert not list((tmp_path / "data").rglob("*.corrupt")) and not list((tmp_path / "data").rglob(".parsed-*"))

@@ -64,9 +64,9 @@ def read_raw(ds_dir: Path) -> pd.DataFrame:
         if "ID" not in df.columns:
             df.insert(0, "ID", np.arange(1, len(df) + 1))
         arr = df[cols].to_numpy(np.float64)
-        tmp = cache.with_suffix(".tmp.npy")
-        np.save(tmp, arr)
-        tmp.replace(cache)
+        from .fetch import write_cache
+
+        write_cache(cache, lambda f: np.save(f, arr))
         return pd.DataFrame(arr, columns=cols)
     return _parse(ds_dir)
 

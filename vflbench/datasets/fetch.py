@@ -17,6 +17,7 @@ import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from ..errors import DataUnavailableError, VFLBenchError
 from ..outputs import shareable_mkstemp
@@ -160,6 +161,25 @@ def _atomic_copy(src: Path, dst: Path) -> None:
     try:
         shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_cache(path: Path, write: Callable[[Any], None]) -> None:
+    """Write a derived cache (parsed arrays) under a name unique to this process, then move it into
+    place. Parallel first runs each write their own file and the last rename wins with identical
+    content; a cache that cannot be written only costs the next run a re-parse, never this one."""
+    try:
+        fd, tmp = shareable_mkstemp(path.parent, ".tmp-" + path.name)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

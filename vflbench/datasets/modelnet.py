@@ -159,9 +159,9 @@ def _decode(index: dict, size: int, cache: Path) -> dict[str, tuple[np.ndarray, 
                 except (OSError, UnidentifiedImageError) as e:
                     raise VFLBenchError(f"{NAME}: {f} is not a readable image ({e}); re-extract the renders.") from None
         out[split] = (x, np.asarray([lab for lab, _, _ in items], np.int64))
-    tmp = cache.with_name(cache.name + ".tmp.npz")
-    np.savez(tmp, digest=np.asarray(digest), **{f"{s}_x": out[s][0] for s in out}, **{f"{s}_y": out[s][1] for s in out})
-    tmp.replace(cache)
+    from .fetch import write_cache
+
+    write_cache(cache, lambda f: np.savez(f, digest=np.asarray(digest), **{f"{s}_x": out[s][0] for s in out}, **{f"{s}_y": out[s][1] for s in out}))
     return out
 
 
