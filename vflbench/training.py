@@ -227,6 +227,7 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
                 if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
                     ob = ob[:1].expand(len(idx), -1)
                 batch = Batch(data.blocks.batch(idx, aug), ob, None if y_all is None else y_all[idx], idx, j)
+                method.draw(batch, stage)
                 method.store.begin()  # fresh views of the flat parameters for this forward
                 loss, active = method.loss(batch, stage)
                 if loss is None or not bool(active.any()):

@@ -240,8 +240,10 @@ class Method:
         raise NotImplementedError
 
     def loss(self, batch: Batch, stage: Stage) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """The training loss for ``batch`` at ``stage`` (None if nothing trains on it) and the
-        members it trains (bool ``[n_members]``); only those are stepped."""
+        """The training loss for ``batch`` at ``stage`` and the members it trains (bool
+        ``[n_members]``); only those are stepped. A batch on which nothing trains returns no active
+        member (the trainer skips it) and may return None as its loss; a packable method returns a
+        finite loss there instead of branching on the data (see :mod:`vflbench.packing`)."""
         raise NotImplementedError
 
     def predict(self, batch: Batch) -> BatchPrediction:
@@ -249,6 +251,11 @@ class Method:
 
     def begin_epoch(self, epoch: Epoch) -> None:
         """Called before each epoch, so a method can draw an epoch's randomness in one call."""
+
+    def draw(self, batch: Batch, stage: Stage) -> None:
+        """Called before :meth:`loss` on every training batch: draw the batch's randomness here (and
+        keep it on ``self``), not in the loss, so that the loss is a pure function of the batch, the
+        parameters and the attributes named in ``pack_state`` (what packed training needs)."""
 
     def extras(self) -> dict[str, Any]:
         """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""

@@ -60,8 +60,6 @@ class Combinatorial(Method):
         w = self.covers(batch.obs)
         used = w.any(1)
         active = torch.cat([used[self.owner], used])
-        if not bool(used.any()):
-            return None, active
         return masked_mean_ce(self.logits(batch.blocks, w), batch.y, w).sum(), active
 
     @torch.no_grad()

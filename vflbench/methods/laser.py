@@ -203,8 +203,6 @@ class LaserVFL(Method):
         active = torch.cat([seen, rows.any()[None] if self.one else seen])
         if self.ssl is not None:
             active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
-        if not bool(rows.any()):
-            return None, active
         agg, wts = self._tasks(batch)  # [B or 1, head, size, block]: 1/s on the drawn subset
         emb = self.send(self.ext(batch.blocks, need=obs.T), obs.T)  # [K, B, D]
         k, b, d = emb.shape
@@ -220,7 +218,7 @@ class LaserVFL(Method):
             fused = torch.matmul(agg.expand(b, -1, -1, -1), emb.permute(1, 0, 2)[:, None])  # [B, head, size, D]
             logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
         ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
-        loss = (ce * wts).sum() / rows.sum()
+        loss = (ce * wts).sum() / rows.sum().clamp_min(1)  # 0 for a batch with no observed block (nothing active; skipped)
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:

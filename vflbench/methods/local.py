@@ -27,8 +27,6 @@ class Local(Method):
         w = batch.obs.T  # model k learns from samples that observe block k
         used = w.any(1)
         active = torch.cat([used, used])  # extractor k and head k
-        if not bool(used.any()):
-            return None, active
         return masked_mean_ce(self.logits(batch.blocks, batch.obs), batch.y, w).sum(), active
 
     @torch.no_grad()

@@ -45,6 +45,18 @@ class PlugVFL(Method):
         self.head, _ = self.heads("head", 1, self.k * self.ctx.model.cut)
         self.impute = self.options["active_missing"] == "impute"
         self.ssl = simsiam_for(self, self.ext)
+        self._drop = None  # this batch's party dropout [1|B, K] (drawn by draw())
+
+    def draw(self, batch: Batch, stage: Stage) -> None:
+        """Party dropout of observed passive blocks for this batch, from the method's stream."""
+        p = float(self.options["p_drop"])
+        if p <= 0 or stage.name == PRETRAIN.name:
+            self._drop = None
+            return
+        shape = (1, self.k) if self.options["granularity"] == "batch" else tuple(batch.obs.shape)
+        drop = torch.rand(shape, generator=self.gen, device=batch.obs.device) < p
+        drop[:, self.active_party] = False
+        self._drop = drop
 
     def logits(self, blocks, keep: torch.Tensor) -> torch.Tensor:
         emb = self.send(self.ext(blocks, need=keep.T), keep.T) * keep.T[:, :, None].float()  # zero missing/dropped
@@ -57,17 +69,15 @@ class PlugVFL(Method):
         obs = batch.obs
         has_active = obs.any(1) if self.impute else obs[:, self.active_party]  # the samples trained on
         keep = obs & has_active[:, None]
-        p = float(self.options["p_drop"])
-        if p > 0:
-            shape = (1, self.k) if self.options["granularity"] == "batch" else tuple(obs.shape)
-            drop = torch.rand(shape, generator=self.gen, device=obs.device) < p
-            drop[:, self.active_party] = False
+        drop, self._drop = self._drop, None
+        if drop is None:  # a batch the trainer did not prepare (a direct call): draw now
+            self.draw(batch, stage)
+            drop, self._drop = self._drop, None
+        if drop is not None:
             keep = keep & ~drop
         active = torch.cat([keep.any(0), has_active.any()[None]])
         if self.ssl is not None:
             active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
-        if not bool(has_active.any()):
-            return None, active
         return masked_mean_ce(self.logits(batch.blocks, keep)[None], batch.y, has_active[None])[0], active
 
     @torch.no_grad()

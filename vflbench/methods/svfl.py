@@ -55,11 +55,9 @@ class StandardVFL(Method):
         if stage.name == PRETRAIN.name:
             return self.ssl.loss(batch)
         full = batch.obs.all(1)
-        active = torch.full((self.n_members,), bool(full.any()), device=batch.obs.device)
+        active = full.any().expand(self.n_members).clone()  # no complete sample: nothing trains (the trainer skips the batch)
         if self.ssl is not None:
             active[self.ssl.member_ids] = False
-        if not bool(full.any()):
-            return None, active
         use = full[:, None].expand(-1, self.k)
         return masked_mean_ce(self.logits(batch.blocks, use)[None], batch.y, full[None])[0], active
 
