@@ -493,6 +493,8 @@ def sweep(
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
     workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
     threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
+    pack: int = typer.Option(16, help="train up to N runs that differ only in their seed together, as one vectorised model bank "
+                             "(tabular models of packable methods; others run alone); 1 turns packing off"),
     train_missing: str | None = typer.Option(None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"),
     quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
     out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
@@ -513,6 +515,8 @@ def sweep(
         raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
     if threads is not None and threads < 1:
         raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
+    if pack < 1:
+        raise VFLBenchError(f"--pack must be >= 1 (1 turns packing off), got {pack}.")
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
@@ -528,13 +532,13 @@ def sweep(
     check_output_dir(out)
     check_same_experiment(exp, out, force)
     if dry_run:
-        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True, threads=threads)
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True, threads=threads, pack=pack)
         return
     with FolderLock(out):
-        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False, threads=threads)
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False, threads=threads, pack=pack)
 
 
-def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None):
+def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None, pack=1):
     import time
 
     from rich.progress import (
@@ -557,6 +561,12 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     for rid, why in p.damaged:
         console.print(f"[yellow]re-running {rid}[/]: {why}")
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
+    if pack > 1 and p.todo and executor == "local":
+        from .sweep import packs
+
+        grouped = [g for g in packs(p.todo, pack) if len(g) > 1]
+        if grouped:
+            console.print(f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed (--pack 1: one at a time)")
     if dry_run:
         for r in p.todo:
             user = ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")
@@ -579,7 +589,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
                 failures.append(rec)
                 bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
 
-        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done, threads_per_run=threads)
+        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done, threads_per_run=threads, pack=pack)
     df = finalize(p, records, time.perf_counter() - t0)
     console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
     if len(df):  # every sweep gets a table: the experiment's layout, else the generic one

@@ -24,7 +24,7 @@ from .models import ParamStore
 
 class MaskedOptimizer:
     def __init__(self, store: ParamStore | None, module_params: list[tuple[torch.nn.Parameter, int]], n_members: int, *, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8,
-                 groups: list[int] | None = None, stale_updates: bool = False, trainable: torch.Tensor | None = None):
+                 groups: list[int] | None = None, stale_updates: bool = False, trainable: torch.Tensor | None = None, pack: int | None = None):
         if name not in ("adam", "sgd"):
             raise VFLBenchError(f"Unknown optimizer '{name}'. Choices: adam, sgd.")
         if lr <= 0:
@@ -35,10 +35,12 @@ class MaskedOptimizer:
             self.entries.append((store.flat, store.member_of))
         self.entries += module_params
         self.n_members = n_members
-        self.steps = torch.zeros(n_members)
+        self.pack = pack  # a pack of runs (vflbench.packing): parameters [pack, P], ``active`` [pack, n_members]
+        lead = () if pack is None else (pack,)
+        self.steps = torch.zeros(*lead, n_members)
         self.stale = bool(stale_updates)
         self.groups = torch.as_tensor(groups if groups is not None else [0] * n_members, dtype=torch.long)
-        self.ever = torch.zeros(n_members, dtype=torch.bool)  # members that have had a gradient
+        self.ever = torch.zeros(*lead, n_members, dtype=torch.bool)  # members that have had a gradient
         self.one_group = bool((self.groups == self.groups[0]).all()) if n_members else True
         self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
@@ -57,6 +59,13 @@ class MaskedOptimizer:
         if not self.stale:
             return active
         self.ever |= active
+        if self.pack is not None:  # the same rules, per run of the pack
+            if self.one_group:
+                return torch.where(active.any(-1, keepdim=True), self.ever, active)
+            n_groups = int(self.groups.max()) + 1
+            stepping = torch.zeros(self.pack, n_groups, dtype=torch.long, device=active.device)
+            stepping.scatter_reduce_(1, self.groups.expand(self.pack, -1), active.long(), "amax")
+            return active | (self.ever & stepping.bool()[:, self.groups])
         if self.one_group:  # one optimiser (LASER-VFL, PlugVFL): it steps whenever anything is active
             return self.ever.clone() if bool(active.any()) else active
         stepping = torch.zeros(int(self.groups.max()) + 1, dtype=torch.bool, device=active.device)
@@ -69,9 +78,9 @@ class MaskedOptimizer:
 
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
-        """``active``: bool ``[n_members]``, the members that took part in this batch."""
+        """``active``: bool ``[n_members]`` (``[pack, n_members]``), the members that took part in this batch."""
         active = self.effective(active.to(self.steps.device))
-        all_active = bool(active.all())
+        all_active = self.pack is None and bool(active.all())  # a pack always takes the masked path
         self.steps += active.float()
         b1, b2 = self.betas
         for (p, mem), st in zip(self.entries, self.state, strict=True):
@@ -85,7 +94,7 @@ class MaskedOptimizer:
                 a = None
                 t = self.steps[mem]
             else:
-                a = None if all_active else active[mem].to(p.dtype)
+                a = None if all_active else active[..., mem].to(p.dtype)
                 t = st.get("t")
                 if t is None:
                     t = st["t"] = torch.zeros_like(p)

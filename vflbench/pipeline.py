@@ -293,6 +293,58 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
     return record(run, inputs, method, hist, evals, callbacks)
 
 
+def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Runs that differ only in their seed, trained together (:mod:`vflbench.packing`) and then
+    evaluated and recorded one by one; one (CSV rows, manifest) per run, in order. Raises
+    :class:`NotPackable` (before any training) when the runs cannot share a pack."""
+    from .packing import fit_packed, why_not_packable
+
+    if len(runs) < 2:
+        raise NotPackable("a pack needs at least two runs")
+    keys = {pack_key(r) for r in runs}
+    if len(keys) != 1:
+        raise NotPackable("the runs differ in more than their seed")
+    torch.set_num_threads(intra_op_threads(runs[0]))
+    inputs = [prepare(r, device) for r in runs]
+    methods = [build(r, i) for r, i in zip(runs, inputs, strict=True)]
+    why = why_not_packable(methods[0])
+    if why:
+        raise NotPackable(why)
+    callbacks: list[list[Callback]] = []
+    for r, i, m in zip(runs, inputs, methods, strict=True):
+        cbs: list[Callback] = []
+        if r.target:
+            cbs.append(TargetMonitor(r.target, i, m, r.eval_batch_size))
+        if r.eval_epochs:
+            cbs.append(BudgetEvaluator(r, i, m))
+        callbacks.append(cbs)
+    t = time.perf_counter()
+    hists = fit_packed(methods, [i.train for i in inputs], stage_hp(runs[0]), policy(runs[0]), [i.prep.streams.seed_for for i in inputs], callbacks)
+    train_s = time.perf_counter() - t
+    out = []
+    for r, i, m, h, cbs in zip(runs, inputs, methods, hists, callbacks, strict=True):
+        i.timings["train_s"] = train_s
+        rows, manifest = record(r, i, m, h, evaluate(r, i, m), cbs)
+        manifest["pack"] = {"size": len(runs), "seeds": [x.seed for x in runs], "run_ids": [x.run_id for x in runs],
+                            "note": "trained together with the other runs of the pack (one vmapped model bank, each run with its own "
+                                    "streams); train_s and the epoch seconds are the whole pack's"}
+        out.append((rows, manifest))
+    return out
+
+
+class NotPackable(Exception):
+    """These runs cannot be trained as one pack (they are then run one at a time)."""
+
+
+def pack_key(r: ResolvedRun) -> str:
+    """Runs with equal keys differ only in their seed."""
+    import json
+
+    d = r.to_dict()
+    d.pop("seed", None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
 def mask_summary(obs: np.ndarray) -> dict[str, Any]:
     return {"observed_rate_per_block": obs.mean(0).round(4).tolist(), "fully_observed_fraction": float(obs.all(1).mean()), "all_missing_count": int((~obs.any(1)).sum())}
 

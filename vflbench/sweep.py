@@ -153,6 +153,51 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
         return {"run_id": rid, "ok": False, "error": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t}
 
 
+def run_pack(runs: list[ResolvedRun], out: str, device: str) -> list[dict[str, Any]]:
+    """Execute runs that differ only in their seed as one pack (:mod:`vflbench.packing`) and write
+    each run's outputs; one status record per run. A pack that cannot be trained together, or in
+    which a run fails or diverges, is run again one run at a time, so every run ends exactly as it
+    would alone."""
+    if len(runs) == 1:
+        return [run_one(runs[0], out, device)]
+    from .pipeline import NotPackable, execute_pack
+
+    t = time.perf_counter()
+    try:
+        results = execute_pack(runs, device=device)
+    except (NotPackable, TrainingDiverged, VFLBenchError):
+        return [run_one(r, out, device) for r in runs]
+    except Exception:  # a bug in packing must not cost the runs: run them alone
+        return [{**run_one(r, out, device), "pack_error": traceback.format_exc(limit=3)} for r in runs]
+    for rows, manifest in results:
+        write_outputs(Path(out) / "runs", rows, manifest)
+    each = (time.perf_counter() - t) / len(runs)
+    return [{"run_id": r.run_id, "ok": True, "seconds": each, "pack": len(runs)} for r in runs]
+
+
+def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:
+    """Group pending runs into packs of at most ``size`` runs that differ only in their seed; runs
+    whose method or model cannot be packed stay alone. Order follows the first run of each pack."""
+    if size <= 1:
+        return [[r] for r in todo]
+    from .methods import METHODS
+    from .pipeline import pack_key
+
+    groups: dict[str, list[ResolvedRun]] = {}
+    out: list[list[ResolvedRun]] = []
+    for r in todo:
+        cls = METHODS.get(r.method)
+        if cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1:
+            key = pack_key(r)
+            if key not in groups:
+                groups[key] = []
+                out.append(groups[key])
+            groups[key].append(r)
+        else:
+            out.append([r])
+    return [g[i : i + size] for g in out for i in range(0, len(g), size)]
+
+
 def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
     from .pipeline import row
 
@@ -160,15 +205,17 @@ def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
 
 
 def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None,
-                 threads_per_run: int | None = None) -> list[dict[str, Any]]:
+                 threads_per_run: int | None = None, pack: int = 1) -> list[dict[str, Any]]:
     """Run the pending runs; ``on_done(record)`` after each. Returns the status records.
     ``threads_per_run`` (``--threads``) fixes every run's intra-op threads; by default tabular runs
-    use one and image runs their worker's share of the cores (see pipeline.intra_op_threads)."""
+    use one and image runs their worker's share of the cores (see pipeline.intra_op_threads).
+    ``pack``: train up to this many runs that differ only in their seed together (local executor)."""
     if not p.todo:
         return []
     prefetch(p)
     cores = os.cpu_count() or 1
-    workers = max(1, min(workers, len(p.todo)))
+    tasks = packs(p.todo, pack) if executor == "local" else [[r] for r in p.todo]
+    workers = max(1, min(workers, len(tasks)))
     threads = max(1, cores // workers)
     records = []
     if executor == "ray":
@@ -177,23 +224,23 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     if workers == 1:
         _worker_init_local(threads, threads_per_run)
-        for r in p.todo:
-            rec = run_one(r, str(p.out), device)
-            records.append(rec)
-            if on_done:
-                on_done(rec)
+        for task in tasks:
+            for rec in run_pack(task, str(p.out), device):
+                records.append(rec)
+                if on_done:
+                    on_done(rec)
         return records
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads, threads_per_run)) as pool:
-        pending = {pool.submit(run_one, r, str(p.out), device) for r in p.todo}
+        pending = {pool.submit(run_pack, task, str(p.out), device) for task in tasks}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                rec = f.result()
-                records.append(rec)
-                if on_done:
-                    on_done(rec)
+                for rec in f.result():
+                    records.append(rec)
+                    if on_done:
+                        on_done(rec)
     return records
 
 

@@ -192,6 +192,8 @@ class Method:
     needs_labeled: ClassVar[bool] = False  # True: semi-supervised only; a run must give --labeled
     eval_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, logged as metric@variant (see use_variant)
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
+    packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
+    pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
     smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
 
     def __init__(self, ctx: MethodContext):

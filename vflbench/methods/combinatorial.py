@@ -17,6 +17,7 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
+    packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     option_specs = (fusion_option(),)
 

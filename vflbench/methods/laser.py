@@ -114,6 +114,8 @@ def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
 @METHODS.register("laser")
 class LaserVFL(Method):
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
+    packable = True
+    pack_state = ("_epoch",)
     paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"
     assumptions = ("heads=one (FALSE-VFL protocol): per size s one uniform subset of the observed set, weight C(|O|, s)/(2^|O| - 1), "
                    "an unbiased estimate of the mean loss over all non-empty subsets (the FALSE-VFL spec's recommendation)",)

@@ -20,6 +20,8 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 @METHODS.register("plug")
 class PlugVFL(Method):
     name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
+    packable = True
+    pack_state = ("_drop",)
     paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"
     assumptions = ("active_missing=impute: dropout never hits the active party; a sample left with no block after dropout "
                    "trains the head on zeros",)

@@ -17,6 +17,7 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 @METHODS.register("svfl")
 class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
+    packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
     assumptions = ("incomplete=zero: a missing party's embedding is zero at the fusion layer (FALSE-VFL App. D.1)",
                    "samples=aligned: the fully aligned labeled samples are the reserve plus labeled samples aligned by chance")

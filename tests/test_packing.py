@@ -1,0 +1,90 @@
+"""Seed packing (vflbench.packing): a run trained in a pack ends as it would alone, for every
+packable method, and runs that cannot be packed are trained alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.config import RunConfig, resolve
+from vflbench.methods import METHODS
+from vflbench.pipeline import NotPackable, execute, execute_pack
+from vflbench.sweep import packs
+
+PACKABLE = [m for m in METHODS.names() if METHODS.get(m).packable]
+DATA = {"n": 400, "n_classes": 2}  # synthetic, binary: accuracy, F1 and AUPRC are all computed
+
+
+def _runs(method, protocol, seeds=(0, 1, 2), **kw):
+    opts = {"p_drop": 0.3} if method == "plug" else {}  # exercise the per-batch draw
+    return [resolve(RunConfig(dataset="synthetic", method=method, train_missing="mcar:0.3", test_missing=["none", "mcar:0.5"], seed=s,
+                              protocol=protocol, data_options=DATA, method_options=opts, hp={"epochs": 3, "batch_size": 32},
+                              eval_epochs=[1, 3], **kw)) for s in seeds]
+
+
+def test_every_method_with_a_plain_mlp_loss_is_packable():
+    assert set(PACKABLE) >= {"local", "svfl", "ensemble", "combinatorial", "plug", "laser"}
+
+
+@pytest.mark.parametrize("protocol", ["compat", "clean"])  # per-batch masks and stale updates / per-sample masks
+@pytest.mark.parametrize("method", PACKABLE)
+def test_a_packed_run_ends_as_it_would_alone(method, protocol):
+    runs = _runs(method, protocol)
+    alone = [execute(r, device="cpu") for r in runs]
+    packed = execute_pack(runs, device="cpu")
+    for (rows_a, man_a), (rows_p, man_p) in zip(alone, packed, strict=True):
+        assert man_p["pack"]["size"] == 3 and man_p["run_id"] == man_a["run_id"]
+        assert len(rows_a) == len(rows_p)
+        for a, p in zip(rows_a, rows_p, strict=True):
+            assert (a["metric"], a["test_missing"], a["epoch"]) == (p["metric"], p["test_missing"], p["epoch"])
+            assert a["comm_bytes_up"] == p["comm_bytes_up"] and a["comm_bytes_down"] == p["comm_bytes_down"]
+            if a["metric"] == "auprc":  # a continuous score: batched kernels round differently in the 7th digit
+                assert p["value"] == pytest.approx(a["value"], abs=0.05)
+            else:
+                assert p["value"] == a["value"], (a["metric"], a["test_missing"], a["epoch"])
+        assert man_p["history"]["loss"] == pytest.approx(man_a["history"]["loss"], rel=1e-6, abs=1e-7)
+        assert man_p["history"]["skipped_batches"] == man_a["history"]["skipped_batches"]
+        assert man_p["communication"] == man_a["communication"]
+
+
+def test_a_member_does_not_depend_on_its_pack_mates():
+    a = execute_pack(_runs("laser", "compat", seeds=(0, 1)), device="cpu")[0][0]
+    b = execute_pack(_runs("laser", "compat", seeds=(0, 7, 9)), device="cpu")[0][0]
+    assert [r["value"] for r in a if r["metric"] == "accuracy"] == [r["value"] for r in b if r["metric"] == "accuracy"]
+
+
+def test_runs_that_cannot_share_a_pack_are_refused_before_training():
+    with pytest.raises(NotPackable, match="more than their seed"):
+        execute_pack([*_runs("laser", "compat", seeds=(0,)), *_runs("svfl", "compat", seeds=(1,))], device="cpu")
+    with pytest.raises(NotPackable, match="loss is not written for packing"):
+        execute_pack([resolve(RunConfig(dataset="synthetic", method="pbm", seed=s, data_options=DATA, hp={"epochs": 1})) for s in (0, 1)], device="cpu")
+
+
+def test_packs_group_only_seeds_of_packable_tabular_runs():
+    laser, svfl = _runs("laser", "compat", seeds=range(5)), _runs("svfl", "compat", seeds=range(2))
+    pbm = [resolve(RunConfig(dataset="synthetic", method="pbm", seed=s, data_options=DATA)) for s in (0, 1)]
+    pre = [resolve(RunConfig(dataset="synthetic", method="laser", seed=s, data_options=DATA, method_options={"pretrain": "simsiam"})) for s in (0, 1)]
+    groups = packs([*laser, *svfl, *pbm, *pre], 3)
+    assert [len(g) for g in groups] == [3, 2, 2, 1, 1, 1, 1]
+    assert [r.seed for r in groups[0]] == [0, 1, 2] and {r.method for r in groups[2]} == {"svfl"}
+    assert packs(laser, 1) == [[r] for r in laser]
+
+
+def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "p", "protocol": "compat", "methods": ["laser", "pbm"], "seeds": [0, 1, 2], "train_missing": ["mcar:0.3"],
+                                   "test_missing": ["none"], "hp": {"epochs": 2, "batch_size": 32}, "datasets": {"synthetic": {"data_options": DATA}}}))
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "3 of them in 1 pack(s)" in r.output
+    manifests = [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
+    assert len(manifests) == 6
+    assert sorted(m.get("pack", {}).get("size", 1) for m in manifests) == [1, 1, 1, 3, 3, 3]  # PBM-VFL runs alone
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])  # resumes: nothing left
+    assert r.exit_code == 0 and "6 already finished, 0 to run" in r.output
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--pack", "0", "--out", str(tmp_path / "t")])
+    assert r.exit_code == 2 and "--pack must be >= 1" in r.output
