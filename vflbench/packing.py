@@ -210,7 +210,7 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
         with torch.no_grad():
             for i, m in enumerate(methods):
                 m.store.flat.copy_(flat[i])
-        for i, (m, h, loop, cbs) in enumerate(zip(methods, hists, loops, callbacks, strict=True)):
+        for i, (h, loop, cbs) in enumerate(zip(hists, loops, callbacks, strict=True)):
             h.skipped_batches += int(skipped[i])
             loop.epoch = epoch
             loop.epoch_loss = float(total[i] / max(int(count[i]), 1))

@@ -15,9 +15,10 @@ import os
 import shutil
 import urllib.request
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import DataUnavailableError, VFLBenchError
 from ..outputs import shareable_mkstemp
