@@ -51,10 +51,14 @@ def test_a_packed_run_ends_as_it_would_alone(method, protocol):
         assert man_p["communication"] == man_a["communication"]
 
 
-def test_a_member_does_not_depend_on_its_pack_mates():
-    a = execute_pack(_runs("laser", "compat", seeds=(0, 1)), device="cpu")[0][0]
-    b = execute_pack(_runs("laser", "compat", seeds=(0, 7, 9)), device="cpu")[0][0]
-    assert [r["value"] for r in a if r["metric"] == "accuracy"] == [r["value"] for r in b if r["metric"] == "accuracy"]
+@pytest.mark.parametrize("method", ["laser", "combinatorial"])
+def test_a_members_numbers_do_not_depend_on_its_pack_mates_or_the_pack_size(method):
+    """So a sweep's numbers do not depend on how its runs were grouped or resumed."""
+    alone_in_pack = execute_pack(_runs(method, "compat", seeds=(0,)), device="cpu")[0]
+    for seeds in ((0, 1), (0, 7, 9, 3)):
+        rows, man = execute_pack(_runs(method, "compat", seeds=seeds), device="cpu")[0]
+        assert [r["value"] for r in rows] == [r["value"] for r in alone_in_pack[0]]  # every metric, bit for bit
+        assert man["history"]["loss"] == alone_in_pack[1]["history"]["loss"]
 
 
 def test_runs_that_cannot_share_a_pack_are_refused_before_training():
@@ -83,8 +87,16 @@ def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
     assert "3 of them in 1 pack(s)" in r.output
     manifests = [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
     assert len(manifests) == 6
-    assert sorted(m.get("pack", {}).get("size", 1) for m in manifests) == [1, 1, 1, 3, 3, 3]  # PBM-VFL runs alone
+    assert sorted(m.get("pack", {}).get("size", 0) for m in manifests) == [0, 0, 0, 3, 3, 3]  # PBM-VFL runs alone
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])  # resumes: nothing left
     assert r.exit_code == 0 and "6 already finished, 0 to run" in r.output
     r = CliRunner().invoke(app, ["sweep", str(exp), "--pack", "0", "--out", str(tmp_path / "t")])
     assert r.exit_code == 2 and "--pack must be >= 1" in r.output
+    # one more seed later: it runs in a pack of one, and the earlier seeds' numbers are what they were
+    exp.write_text(exp.read_text().replace("- 2\n", "- 2\n- 5\n"))
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0 and "6 already finished, 2 to run" in r.output, r.output
+    sizes = [json.loads(p.read_text()).get("pack", {}).get("size") for p in (tmp_path / "s" / "runs").glob("*laser*_s5_*/manifest.json")]
+    assert sizes == [1]
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--pack", "1", "--out", str(tmp_path / "u")])
+    assert r.exit_code == 0 and not any("pack" in json.loads(p.read_text()) for p in (tmp_path / "u" / "runs").glob("*/manifest.json"))

@@ -299,8 +299,8 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     :class:`NotPackable` (before any training) when the runs cannot share a pack."""
     from .packing import fit_packed, why_not_packable
 
-    if len(runs) < 2:
-        raise NotPackable("a pack needs at least two runs")
+    if not runs:
+        raise NotPackable("a pack needs at least one run")
     keys = {pack_key(r) for r in runs}
     if len(keys) != 1:
         raise NotPackable("the runs differ in more than their seed")

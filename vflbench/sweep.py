@@ -153,13 +153,14 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
         return {"run_id": rid, "ok": False, "error": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t}
 
 
-def run_pack(runs: list[ResolvedRun], out: str, device: str) -> list[dict[str, Any]]:
+def run_pack(runs: list[ResolvedRun], out: str, device: str, packed: bool = True) -> list[dict[str, Any]]:
     """Execute runs that differ only in their seed as one pack (:mod:`vflbench.packing`) and write
-    each run's outputs; one status record per run. A pack that cannot be trained together, or in
-    which a run fails or diverges, is run again one run at a time, so every run ends exactly as it
-    would alone."""
-    if len(runs) == 1:
-        return [run_one(runs[0], out, device)]
+    each run's outputs; one status record per run. With packing on, a lone packable run takes the
+    packed path too (a pack of one), so a sweep's numbers never depend on how its runs happened to
+    be grouped or resumed (a member's numbers are bit-identical in packs of any size). A pack that
+    cannot be trained together, or in which a run fails or diverges, is run again one run at a time."""
+    if not packed or not can_pack(runs[0]):
+        return [run_one(r, out, device) for r in runs]
     from .pipeline import NotPackable, execute_pack
 
     t = time.perf_counter()
@@ -175,19 +176,25 @@ def run_pack(runs: list[ResolvedRun], out: str, device: str) -> list[dict[str, A
     return [{"run_id": r.run_id, "ok": True, "seconds": each, "pack": len(runs)} for r in runs]
 
 
+def can_pack(r: ResolvedRun) -> bool:
+    """Whether a run can be trained in a pack (checked again on the built method)."""
+    from .methods import METHODS
+
+    cls = METHODS.get(r.method)
+    return cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1
+
+
 def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:
     """Group pending runs into packs of at most ``size`` runs that differ only in their seed; runs
     whose method or model cannot be packed stay alone. Order follows the first run of each pack."""
     if size <= 1:
         return [[r] for r in todo]
-    from .methods import METHODS
     from .pipeline import pack_key
 
     groups: dict[str, list[ResolvedRun]] = {}
     out: list[list[ResolvedRun]] = []
     for r in todo:
-        cls = METHODS.get(r.method)
-        if cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1:
+        if can_pack(r):
             key = pack_key(r)
             if key not in groups:
                 groups[key] = []
@@ -225,7 +232,7 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     if workers == 1:
         _worker_init_local(threads, threads_per_run)
         for task in tasks:
-            for rec in run_pack(task, str(p.out), device):
+            for rec in run_pack(task, str(p.out), device, pack > 1):
                 records.append(rec)
                 if on_done:
                     on_done(rec)
@@ -233,7 +240,7 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads, threads_per_run)) as pool:
-        pending = {pool.submit(run_pack, task, str(p.out), device) for task in tasks}
+        pending = {pool.submit(run_pack, task, str(p.out), device, pack > 1) for task in tasks}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
