@@ -8,6 +8,7 @@ Get the authors' code first (it is not shipped with vflbench)::
 
     git clone https://github.com/Valdeira/LASER-VFL /tmp/LASER-VFL        # the tables used commit eda6de2
     python benchmarks/vs_authors.py --authors /tmp/LASER-VFL --rounds 3
+    python benchmarks/vs_authors.py --authors /tmp/LASER-VFL --rounds 3 --pack 5   # per seed of a 5-seed pack
 
 ``--authors`` may also be a bare git directory (it is exported with ``git archive``). The authors'
 code imports ``wandb``, ``decorator`` and ``imblearn``; runs use ``--no_wandb`` and Credit, so when
@@ -110,6 +111,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="pairs of runs (A B, then B A, alternating which goes first)")
     ap.add_argument("--p-train", type=float, default=0.1)
     ap.add_argument("--epochs", type=int, default=None, help="override both sides' epochs (default: the paper's 100)")
+    ap.add_argument("--pack", type=int, default=1, help="vflbench side: a one-worker sweep of N seeds trained as one pack; "
+                    "the ratio is then per seed (authors' run / (sweep wall / N))")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -128,18 +131,34 @@ def main() -> None:
                 "--threads", "1", "--out", str(work / "ours")]
     if args.epochs:
         ours_cmd += ["--epochs", str(args.epochs)]
+    if args.pack > 1:  # N seeds in one pack: a sweep of one cell, from an empty folder every round
+        import yaml
+
+        exp = {"name": "vs-authors-pack", "protocol": "compat", "preset": "laser_table1", "methods": ["laser"], "parties": [4],
+               "seeds": list(range(args.pack)), "train_missing": [f"mcar:{args.p_train}"], "test_missing": ["none", "mcar:0.1", "mcar:0.5"],
+               "datasets": {"credit": {}}, **({"hp": {"epochs": args.epochs}} if args.epochs else {})}
+        (work / "pack.yaml").write_text(yaml.safe_dump(exp))
+    round_no = [0]
+
+    def ours() -> float:
+        if args.pack <= 1:
+            return timed(ours_cmd, ROOT, env)
+        round_no[0] += 1
+        cmd = [sys.executable, "-m", "vflbench", "sweep", str(work / "pack.yaml"), "--workers", "1", "--threads", "1",
+               "--pack", str(args.pack), "--out", str(work / f"pack{round_no[0]}")]
+        return timed(cmd, ROOT, env) / args.pack
 
     pairs = []
     for i in range(args.rounds):
         order = ("authors", "vflbench") if i % 2 == 0 else ("vflbench", "authors")
         t = {}
         for side in order:
-            t[side] = timed(authors_cmd, repo, authors_env) if side == "authors" else timed(ours_cmd, ROOT, env)
+            t[side] = timed(authors_cmd, repo, authors_env) if side == "authors" else ours()
         pairs.append(t)
-        print(f"round {i + 1}: authors {t['authors']:.1f} s, vflbench {t['vflbench']:.1f} s, ratio {t['authors'] / t['vflbench']:.2f}x", flush=True)
+        print(f"round {i + 1}: authors {t['authors']:.1f} s, vflbench {t['vflbench']:.1f} s{' per seed' if args.pack > 1 else ''}, ratio {t['authors'] / t['vflbench']:.2f}x", flush=True)
     ratios = [p["authors"] / p["vflbench"] for p in pairs]
     summary = {
-        "epochs": args.epochs or 100, "p_train": args.p_train, "rounds": args.rounds, "threads": 1,
+        "epochs": args.epochs or 100, "p_train": args.p_train, "rounds": args.rounds, "threads": 1, "pack": args.pack,
         "authors_median_s": statistics.median(p["authors"] for p in pairs), "vflbench_median_s": statistics.median(p["vflbench"] for p in pairs),
         "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios), "pairs": pairs,
     }

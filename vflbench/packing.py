@@ -199,8 +199,8 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
             flat.grad = None
             losses.sum().backward()
             opt.step(active)
-            for i, m in enumerate(methods):  # each member books its own traffic
-                if bool(took[i]):
+            for i, (m, t) in enumerate(zip(methods, took.tolist(), strict=True)):  # each member books its own traffic
+                if t:
                     m.channel._step = [(s[i], party_of, up, down) for s, (party_of, up, down) in zip(sent, crossings, strict=True)]
                     m.channel.commit("train", backward=True)
             total += torch.where(took, values, 0.0)
