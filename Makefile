@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-pbm reproduce-false reproduce-false-fmnist clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ reproduce-credit-budget: $(STAMP)  ## Credit compat p_train 0.5, evaluated at 10
 reproduce-fmnist: $(STAMP)  ## the grid on Fashion-MNIST quadrants with a CPU-sized CNN, 30 epochs with budget evaluations
 	$(BIN)/vflbench sweep experiments/laser_table1_fmnist.yaml --workers $(WORKERS) --out results/laser_table1/fmnist
 	$(BIN)/vflbench plot budget results/laser_table1/fmnist --out results/laser_table1/fmnist/budget
+
+reproduce-fmnist-long: $(STAMP)  ## the stand-in's six unsettled conditions run to 40 epochs (24 runs, seeds 0-2)
+	$(BIN)/vflbench sweep experiments/laser_table1_fmnist_long.yaml --workers $(WORKERS) --out results/laser_table1/fmnist_long
+	$(BIN)/vflbench plot budget results/laser_table1/fmnist_long --out results/laser_table1/fmnist_long/budget
+	$(BIN)/vflbench table results/laser_table1/fmnist_long --by-budget --out results/laser_table1/fmnist_long/by_budget.md
 
 reproduce-pbm: $(STAMP)  ## PBM-VFL's Phishing results: Table 3 (51 runs), Figures 4 (75) and 6 (54), CPU -> results/pbm/
 	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3
