@@ -5,6 +5,7 @@ tables' cells differ.
 
     python benchmarks/grid_pack.py                    # both, about 15 minutes on the 2-core VM
     python benchmarks/grid_pack.py --only packed      # one side
+    python benchmarks/grid_pack.py --train-missing mcar:0.1   # the 30 runs of one training setting
 
 Run it on an idle machine: each sweep already uses every core.
 """
@@ -24,9 +25,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def sweep(out: Path, pack: int, workers: int) -> float:
+def sweep(out: Path, pack: int, workers: int, train_missing: str | None) -> float:
     cmd = [sys.executable, "-m", "vflbench", "sweep", str(ROOT / "experiments/laser_table1.yaml"), "--datasets", "credit",
            "--workers", str(workers), "--pack", str(pack), "--out", str(out)]
+    if train_missing:
+        cmd += ["--train-missing", train_missing]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
@@ -36,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", choices=("alone", "packed"))
+    ap.add_argument("--train-missing", default=None, help="one part of the grid, e.g. mcar:0.1 (30 runs)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="grid_pack_"))
     walls = {}
@@ -43,7 +47,7 @@ def main() -> None:
         for name, pack in (("alone", 1), ("packed", 16)):
             if a.only and a.only != name:
                 continue
-            walls[name] = sweep(tmp / name, pack, a.workers)
+            walls[name] = sweep(tmp / name, pack, a.workers, a.train_missing)
             print(f"{name:7s} (--pack {pack}): {walls[name]:.0f} s wall", flush=True)
         if len(walls) == 2:
             print(f"packed / alone: {walls['packed'] / walls['alone']:.2f} ({walls['alone'] / walls['packed']:.2f}x faster)")
