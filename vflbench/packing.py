@@ -33,7 +33,18 @@ from .channel import Channel
 from .errors import TrainingDiverged
 from .methods import Batch, Epoch, Method
 from .optim import MaskedOptimizer, cosine_lr
-from .training import Callback, History, Loop, StageHP, TrainPolicy, TrainSet, _gen, epoch_order
+from .training import (
+    Callback,
+    History,
+    Loop,
+    StageHP,
+    TrainPolicy,
+    TrainSet,
+    _gen,
+    balanced_weights,
+    epoch_order,
+    stage_labels,
+)
 
 
 def why_not_packable(method: Method) -> str | None:
@@ -124,19 +135,10 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
     loops = [Loop(m, stage, hp, opt, h, epochs=hp.epochs) for m, h in zip(methods, hists, strict=True)]
     batching = [_gen(device, s("batching")) for s in seeds]
     pools = [d.pool(stage) for d in sets]
-    weights = []
-    for d, pool in zip(sets, pools, strict=True):
-        w = None
-        if policy.balanced_sampler and stage.labels:
-            yp = d.y if pool is None else d.y[pool]
-            w = (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
-        weights.append(w)
+    weights = [balanced_weights(d, stage, pool, policy) for d, pool in zip(sets, pools, strict=True)]
     shared_x = all(d.blocks.x is sets[0].blocks.x or torch.equal(d.blocks.x, sets[0].blocks.x) for d in sets[1:])
     obs_all = torch.stack([d.obs for d in sets])  # [N, n, K]
-    y_all = torch.stack([d.y for d in sets]) if stage.labels else None
-    if y_all is not None and stage.samples == "all" and sets[0].labeled is not None:
-        lab = torch.stack([d.labeled for d in sets])
-        y_all = torch.where(lab, y_all, torch.full_like(y_all, -1))
+    y_all = torch.stack([stage_labels(d, stage) for d in sets]) if stage.labels else None
     rows = torch.arange(n, device=device)[:, None]
     state = _State(type(tmpl).pack_state)
     draws = type(tmpl).draw is not Method.draw

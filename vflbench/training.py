@@ -132,6 +132,24 @@ class TrainSet:
         return None if keep is None else keep.nonzero().view(-1)
 
 
+def stage_labels(data: TrainSet, stage: Stage) -> torch.Tensor | None:
+    """The labels a stage trains with: None when it hides them; -1 on unlabeled samples when it
+    trains on all samples of a semi-supervised run."""
+    if not stage.labels:
+        return None
+    if stage.samples == "all" and data.labeled is not None:
+        return torch.where(data.labeled, data.y, torch.full_like(data.y, -1))
+    return data.y
+
+
+def balanced_weights(data: TrainSet, stage: Stage, pool: torch.Tensor | None, policy: TrainPolicy) -> torch.Tensor | None:
+    """Per-sample draw weights of the class-balanced sampler (None: no balanced sampling)."""
+    if not (policy.balanced_sampler and stage.labels):
+        return None
+    yp = data.y if pool is None else data.y[pool]
+    return (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
+
+
 class Callback:
     """Hooks around the step; override what you need. ``loop`` is the :class:`Loop` state."""
 
@@ -202,13 +220,8 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
         batching = _gen(device, seeds("batching" + suffix))
         aug = _gen(device, seeds("augment" + suffix)) if policy.augment else None
         pool = data.pool(stage)
-        y_all = data.y if stage.labels else None
-        if y_all is not None and stage.samples == "all" and data.labeled is not None:
-            y_all = torch.where(data.labeled, data.y, torch.full_like(data.y, -1))
-        weights = None
-        if policy.balanced_sampler and stage.labels:
-            yp = data.y if pool is None else data.y[pool]
-            weights = (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
+        y_all = stage_labels(data, stage)
+        weights = balanced_weights(data, stage, pool, policy)
         method.train(True)
         method.channel.mode = "train"
         for cb in callbacks:
