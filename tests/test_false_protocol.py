@@ -237,6 +237,19 @@ def test_false_tables_best_variant_asterisk_bold_seeds_and_agreement():
     assert "Needs both MCAR 2 and MCAR 5" in text
 
 
+def test_false_tables_name_the_seed_count_of_each_table_and_of_every_cell_that_differs():
+    from vflbench.report import make_table
+
+    df = pd.DataFrame(_rows("false1", "mcar:0.2", "none", [80.0, 82.0, 84.0]) + _rows("false2", "mcar:0.2", "none", [81.0, 83.0, 85.0])
+                      + _rows("svfl", "mcar:0.2", "none", [70.0, 72.0, 74.0, 76.0, 78.0], "pretrain=none")
+                      + _rows("false1", "mar1", "none", [60.0, 62.0]) + _rows("false2", "mar1", "none", [61.0, 63.0]))
+    text, _ = make_table(df, "false-tables")
+    assert "## Table 12: trained under MCAR 2 (3 seeds per cell, except where a cell says otherwise)" in text
+    assert "74.0 (3.2, 5 seeds)*" not in text and "74.0 (3.2, 5 seeds)" in text  # the odd cell names its count
+    assert "82.0 (2.0)" in text  # cells at the table's count do not repeat it
+    assert "## Table 14: trained under MAR 1 (2 seeds per cell)" in text
+
+
 def test_false_tables_refuses_results_without_its_cells():
     from vflbench.errors import VFLBenchError
     from vflbench.report import make_table

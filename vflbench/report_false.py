@@ -80,8 +80,11 @@ def agrees(ours: float, paper: float, paper_std: float) -> bool:
     return abs(ours - paper) <= max(2 * paper_std, 2.0)
 
 
-def _cell(r, bold: bool, with_ref: bool) -> str:
+def _cell(r, bold: bool, with_ref: bool, table_n: int | None = None) -> str:
+    """``mean (std)``; the seed count is added where it differs from the table's (``table_n``)."""
     std = "1 seed" if r["n"] < 2 or pd.isna(r["std"]) else f"{r['std']:.1f}"
+    if r["n"] >= 2 and table_n is not None and int(r["n"]) != table_n:
+        std += f", {int(r['n'])} seeds"
     s = f"{r['mean']:.1f} ({std}){'*' if r['labeled_only'] else ''}"
     if bold:
         s = f"**{s}**"
@@ -117,7 +120,10 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
               + (" In brackets: the paper's number." if with_ref else ""), ""]
     test_cols = [t for t in TEST_COLS if t in set(best["Test"])]
     for train in [t for t in TRAIN.values() if t in set(best["Train"])]:
-        lines += [f"## Table {TABLE_OF[train]}: trained under {train}", ""]
+        ns = best.loc[best["Train"] == train, "n"].astype(int)
+        table_n = int(ns.mode().iloc[0])  # the usual seed count of this table; other counts are named in their cells
+        lines += [f"## Table {TABLE_OF[train]}: trained under {train} ({table_n} seed{'s' if table_n != 1 else ''} per cell"
+                  + (", except where a cell says otherwise" if ns.nunique() > 1 else "") + ")", ""]
         rows = []
         for ds in [d for d in DATASETS.values() if d in set(best["Dataset"])]:
             block = best[(best["Train"] == train) & (best["Dataset"] == ds)]
@@ -126,7 +132,7 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
                 cells = []
                 for t in test_cols:
                     r = block[(block["Method"] == method) & (block["Test"] == t)]
-                    cells.append("" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], top[t])), with_ref))
+                    cells.append("" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], top[t])), with_ref, table_n))
                 rows.append([ds, method, *cells])
         lines += _md(["Dataset", "Method", *test_cols], rows) + [""]
     lines += table2(best, ref) + table18(best, ref)
