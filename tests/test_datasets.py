@@ -37,6 +37,21 @@ def test_isolet_phishing_fashion_from_mirror():
     fm = load_dataset("fashion-mnist", download=False)
     assert fm.x_train.shape == (60000, 1, 28, 28) and fm.x_test.shape == (10000, 1, 28, 28)
     assert np.bincount(fm.y_test).tolist() == [1000] * 10
+    sub = load_dataset("fashion-mnist", {"train_subset": 2000, "test_subset": 500}, download=False)
+    assert np.bincount(sub.y_train).tolist() == [200] * 10 and np.bincount(sub.y_test).tolist() == [50] * 10  # stratified
+    keep = [np.flatnonzero((fm.x_test.reshape(10000, -1) == row).all(1))[0] for row in sub.x_test.reshape(500, -1)[:5]]
+    assert keep == sorted(keep) and (fm.y_test[keep] == sub.y_test[:5]).all()  # a subset of the test images, in order
+    again = load_dataset("fashion-mnist", {"test_subset": 500}, download=False)
+    assert np.array_equal(again.x_test, sub.x_test) and again.x_train.shape[0] == 60000  # fixed subset; train untouched
+
+
+def test_a_dataset_option_added_at_its_default_leaves_run_keys_alone():
+    from vflbench.config import RunConfig, resolve
+
+    base = dict(dataset="fashion-mnist", method="laser", parties=4, hp={"epochs": 1})
+    plain, at_default = resolve(RunConfig(**base)), resolve(RunConfig(**base, data_options={"test_subset": 0}))
+    assert plain.run_id == at_default.run_id and plain.data_options["test_subset"] == 0
+    assert resolve(RunConfig(**base, data_options={"test_subset": 500})).run_id != plain.run_id
 
 
 def test_missing_data_offline_names_fetch_and_mirror(tmp_data):

@@ -157,6 +157,7 @@ class ResolvedRun:
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
         d["protocol"] = self.protocol.key_dict()
+        d["data_options"] = {k: v for k, v in d["data_options"].items() if not (k in DATA_OPTIONS_ADDED and v == DATA_OPTIONS_ADDED[k])}
         d["method_options"] = {k: v for k, v in d["method_options"].items() if not _added_at_default(self.method, k, v)}
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -167,6 +168,10 @@ class ResolvedRun:
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, seed=int(seed))
+
+
+# dataset options added after results were committed, with the value that leaves those runs' keys alone
+DATA_OPTIONS_ADDED = {"test_subset": 0}
 
 
 def _added_at_default(method: str, name: str, value: Any) -> bool:

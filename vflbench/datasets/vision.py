@@ -177,29 +177,37 @@ INFOS = {
 NORM_HELP = {
     "normalize": "dataset (fixed per-dataset mean/std) | train (train-set stats) | none ([0,1])",
     "train_subset": "0 = all training images; N = a stratified subset of N (fixed, seed 0)",
+    "test_subset": "0 = all test images; N = a stratified subset of N (fixed, seed 0), for CPU-sized stand-ins",
 }
 
 
-def _subset(ds: Dataset, n: int) -> Dataset:
-    if not n or n >= len(ds.y_train):
-        return ds
+def _stratified(y: np.ndarray, n: int) -> np.ndarray | None:
+    """Sorted indices of a stratified subset of ``n`` (fixed, seed 0); None keeps every sample."""
+    if not n or n >= len(y):
+        return None
     from sklearn.model_selection import train_test_split
 
-    idx, _ = train_test_split(np.arange(len(ds.y_train)), train_size=int(n), random_state=0, stratify=ds.y_train)
-    idx = np.sort(idx)
-    ds.x_train, ds.y_train = ds.x_train[idx], ds.y_train[idx]
+    idx, _ = train_test_split(np.arange(len(y)), train_size=int(n), random_state=0, stratify=y)
+    return np.sort(idx)
+
+
+def _subset(ds: Dataset, n_train: int, n_test: int = 0) -> Dataset:
+    if (idx := _stratified(ds.y_train, n_train)) is not None:
+        ds.x_train, ds.y_train = ds.x_train[idx], ds.y_train[idx]
+    if (idx := _stratified(ds.y_test, n_test)) is not None:
+        ds.x_test, ds.y_test = ds.x_test[idx], ds.y_test[idx]
     return ds
 
 
 def _with_subset(load):
     def wrapped(ds_dir: Path, opts: dict) -> Dataset:
-        return _subset(load(ds_dir, opts), opts.get("train_subset", 0))
+        return _subset(load(ds_dir, opts), opts.get("train_subset", 0), opts.get("test_subset", 0))
 
     return wrapped
 
 for _name, _cls, _sha in (("mnist", "MNIST", None), ("fashion-mnist", "FashionMNIST", FMNIST_SHA)):
     _a, _f, _l = _make_idx_family(_name, _cls, _sha)
-    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
 for _name in CIFAR:
     _a, _f, _l = _make_cifar(_name)
-    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
