@@ -375,3 +375,16 @@ def test_credit_loads_when_its_parse_cache_cannot_be_written(tmp_path, monkeypat
     ds = load_dataset("credit")
     assert len(ds.y_train) + len(ds.y_test) == 30000
     assert not list((tmp_path / "data").rglob("*.corrupt")) and not list((tmp_path / "data").rglob(".parsed-*"))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("models: {default_tabular: {arch: mlp}}\n", "has no 'hyperparameters' mapping"),
+    ("models: {default_tabular: {arch: mlp}}\nhyperparameters: {isolet: {laser: {default: {lr: 0.1}}}}\n",
+     "no hyper-parameters for synthetic and 'laser'"),
+    ("hyperparameters: {default: {all: {default: {epochs: 1, lr: 0.1, batch_size: 8, optimizer: sgd}}}}\nmodels: {isolet: {arch: mlp}}\n",
+     "has no model for synthetic"),
+])
+def test_a_user_preset_without_a_needed_block_names_it(tmp_path, text, needle):
+    preset = tmp_path / "mine.yaml"
+    preset.write_text(text)
+    _fails([*RUN, "--preset", str(preset), "--out", str(tmp_path / "o")], needle, out_dir=tmp_path)

@@ -40,24 +40,40 @@ def _p_key(block: dict, p: float | str | None) -> dict:
     return block["default"]
 
 
+def _section(preset: str, key: str) -> dict[str, Any]:
+    """The preset's ``hyperparameters`` or ``models`` mapping (a user's YAML may lack or misshape it)."""
+    data = load_preset(preset)
+    section = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise VFLBenchError(f"Preset '{preset}' has no '{key}' mapping; see vflbench/presets/false_tables.yaml for the layout.")
+    return section
+
+
 def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
-    hp = load_preset(preset)["hyperparameters"]
-    ds = hp.get(dataset, hp["default"])
+    hp = _section(preset, "hyperparameters")
+    default = hp.get("default") or {}
+    ds = hp.get(dataset) or default
     # the dataset's block for this method, else the method's own default block (a method with its own
     # recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
-    block = ds.get(hp_key) or hp["default"].get(hp_key) or ds.get("all") or hp["default"]["all"]
+    block = ds.get(hp_key) or default.get(hp_key) or ds.get("all") or default.get("all")
+    if not block:
+        raise VFLBenchError(f"Preset '{preset}' has no hyper-parameters for {dataset} and '{hp_key}': add a block "
+                            f"hyperparameters.{dataset}.{hp_key} (or .all), or hyperparameters.default.all.")
     return dict(_p_key(block, p_train))
 
 
 def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
-    models = load_preset(preset)["models"]
-    return dict(models.get(dataset, models[f"default_{kind}"]))
+    models = _section(preset, "models")
+    spec = models.get(dataset) or models.get(f"default_{kind}")
+    if not spec:
+        raise VFLBenchError(f"Preset '{preset}' has no model for {dataset}: add models.{dataset} or models.default_{kind}.")
+    return dict(spec)
 
 
 def stage_hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str) -> dict[str, Any]:
     """A stage's own block, ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
     training p like the method blocks; empty when the preset has none (the run's values apply)."""
-    hp = load_preset(preset)["hyperparameters"]
-    ds = hp.get(dataset, hp["default"])
-    block = ds.get(f"{hp_key}.{stage_key}") or hp["default"].get(f"{hp_key}.{stage_key}")
+    hp = _section(preset, "hyperparameters")
+    default = hp.get("default") or {}
+    block = (hp.get(dataset) or default).get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
     return dict(_p_key(block, p_train)) if block else {}
