@@ -49,7 +49,11 @@ def export_authors(src: Path, dst: Path) -> Path:
         shutil.copytree(src, repo, ignore=shutil.ignore_patterns(".git"))
     else:  # a bare git directory
         repo.mkdir(parents=True)
-        tar = subprocess.run(["git", "--git-dir", str(src), "archive", "HEAD"], check=True, capture_output=True).stdout
+        got = subprocess.run(["git", "--git-dir", str(src), "archive", "HEAD"], capture_output=True)
+        if got.returncode:
+            sys.exit(f"{src} is neither a LASER-VFL checkout (no main.py) nor a git directory "
+                     f"({got.stderr.decode(errors='replace').strip()}); see this script's docstring for how to get it.")
+        tar = got.stdout
         subprocess.run(["tar", "-x", "-C", str(repo)], input=tar, check=True)
     if not (repo / "main.py").exists():
         sys.exit(f"{src} is not the LASER-VFL repository (no main.py); see this script's docstring for how to get it.")
