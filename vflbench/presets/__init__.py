@@ -49,10 +49,15 @@ def _section(preset: str, key: str) -> dict[str, Any]:
     return section
 
 
-def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
+def _hp_blocks(preset: str, dataset: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the dataset's hyper-parameter blocks, else the default ones; the default blocks)."""
     hp = _section(preset, "hyperparameters")
     default = hp.get("default") or {}
-    ds = hp.get(dataset) or default
+    return hp.get(dataset) or default, default
+
+
+def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
+    ds, default = _hp_blocks(preset, dataset)
     # the dataset's block for this method, else the method's own default block (a method with its own
     # recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
     block = ds.get(hp_key) or default.get(hp_key) or ds.get("all") or default.get("all")
@@ -73,7 +78,6 @@ def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
 def stage_hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str) -> dict[str, Any]:
     """A stage's own block, ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
     training p like the method blocks; empty when the preset has none (the run's values apply)."""
-    hp = _section(preset, "hyperparameters")
-    default = hp.get("default") or {}
-    block = (hp.get(dataset) or default).get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
+    ds, default = _hp_blocks(preset, dataset)
+    block = ds.get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
     return dict(_p_key(block, p_train)) if block else {}
