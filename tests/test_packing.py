@@ -19,9 +19,9 @@ PACKABLE = [m for m in METHODS.names() if METHODS.get(m).packable]
 DATA = {"n": 400, "n_classes": 2}  # synthetic, binary: accuracy, F1 and AUPRC are all computed
 
 
-def _runs(method, protocol, seeds=(0, 1, 2), **kw):
+def _runs(method, protocol, seeds=(0, 1, 2), train_missing="mcar:0.3", **kw):
     opts = {"p_drop": 0.3} if method == "plug" else {}  # exercise the per-batch draw
-    return [resolve(RunConfig(dataset="synthetic", method=method, train_missing="mcar:0.3", test_missing=["none", "mcar:0.5"], seed=s,
+    return [resolve(RunConfig(dataset="synthetic", method=method, train_missing=train_missing, test_missing=["none", "mcar:0.5"], seed=s,
                               protocol=protocol, data_options=DATA, method_options=opts, hp={"epochs": 3, "batch_size": 32},
                               eval_epochs=[1, 3], **kw)) for s in seeds]
 
@@ -61,6 +61,22 @@ def test_a_members_numbers_do_not_depend_on_its_pack_mates_or_the_pack_size(meth
         assert man["history"]["loss"] == alone_in_pack[1]["history"]["loss"]
 
 
+@pytest.mark.parametrize("method", PACKABLE)
+def test_runs_that_differ_in_training_missingness_share_a_pack(method):
+    """Each member draws its own masks: in a pack that mixes training settings, every run ends bit
+    for bit as in a pack of its own (and so, up to rounding, as alone: the test above)."""
+    settings = ("none", "mcar:0.5", "mcar:0.1")
+    runs = [r for tm in settings for r in _runs(method, "compat", seeds=(0, 1), train_missing=tm)]
+    mixed = execute_pack(runs, device="cpu")
+    assert mixed[0][1]["pack"]["train_missing"] == ["none", "none", "mcar:0.5", "mcar:0.5", "mcar:0.1", "mcar:0.1"]
+    for i in (0, 3, 4):
+        rows, man = execute_pack([runs[i]], device="cpu")[0]
+        assert [r["value"] for r in mixed[i][0]] == [r["value"] for r in rows]
+        assert mixed[i][1]["history"]["loss"] == man["history"]["loss"]
+        assert mixed[i][1]["communication"] == man["communication"]
+        assert mixed[i][1]["run_id"] == runs[i].run_id
+
+
 def test_runs_that_cannot_share_a_pack_are_refused_before_training():
     with pytest.raises(NotPackable, match="more than their seed"):
         execute_pack([*_runs("laser", "compat", seeds=(0,)), *_runs("svfl", "compat", seeds=(1,))], device="cpu")
@@ -76,6 +92,14 @@ def test_packs_group_only_seeds_of_packable_tabular_runs():
     assert [len(g) for g in groups] == [3, 2, 2, 1, 1, 1, 1]
     assert [r.seed for r in groups[0]] == [0, 1, 2] and {r.method for r in groups[2]} == {"svfl"}
     assert packs(laser, 1) == [[r] for r in laser]
+    # training settings share a pack, unless the method picks its samples by their masks
+    # (Standard VFL on fully aligned samples takes as many steps as its mask leaves aligned samples)
+    mixed = [*_runs("laser", "compat", seeds=(0, 1), train_missing="none"), *_runs("laser", "compat", seeds=(0, 1))]
+    assert [len(g) for g in packs(mixed, 16)] == [4]
+    aligned = [*_runs("svfl", "false", seeds=(0, 1), train_missing="none"), *_runs("svfl", "false", seeds=(0, 1))]
+    assert [[r.train_missing for r in g] for g in packs(aligned, 16)] == [["none", "none"], ["mcar:0.3", "mcar:0.3"]]
+    with pytest.raises(NotPackable, match="more than their seed and training missingness"):
+        execute_pack(aligned, device="cpu")
 
 
 def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):

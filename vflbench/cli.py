@@ -493,7 +493,7 @@ def sweep(
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
     workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
     threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
-    pack: int = typer.Option(16, help="train up to N runs that differ only in their seed together, as one vectorised model bank "
+    pack: int = typer.Option(16, help="train up to N runs that differ only in their seed (and training missingness) together, as one vectorised model bank "
                              "(tabular models of packable methods; others run alone); 1 turns packing off"),
     train_missing: str | None = typer.Option(None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"),
     quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
@@ -566,7 +566,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
 
         grouped = [g for g in packs(p.todo, pack) if len(g) > 1]
         if grouped:
-            console.print(f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed (--pack 1: one at a time)")
+            console.print(f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed or training missingness (--pack 1: one at a time)")
     if dry_run:
         for r in p.todo:
             user = ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")

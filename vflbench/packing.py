@@ -155,6 +155,7 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
         return loss, active, tuple(s for s, *_ in cap.log)
 
     step = torch.func.vmap(member_loss)
+    store.transposed = True  # the pack's N x K small products are faster posed wide (models.affine)
     for m in methods:
         m.train(True)
         m.channel.mode = "train"
@@ -225,6 +226,7 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
     for cbs, loop in zip(callbacks, loops, strict=True):
         for cb in cbs:
             cb.on_stage_end(loop)
+    store.transposed = False
     for m in methods:
         m.train(False)
     return hists

@@ -294,7 +294,7 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
 
 
 def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """Runs that differ only in their seed, trained together (:mod:`vflbench.packing`) and then
+    """Runs that differ only in their seed (and where the method allows, their training missingness), trained together (:mod:`vflbench.packing`) and then
     evaluated and recorded one by one; one (CSV rows, manifest) per run, in order. Raises
     :class:`NotPackable` (before any training) when the runs cannot share a pack."""
     from .packing import fit_packed, why_not_packable
@@ -303,7 +303,7 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
         raise NotPackable("a pack needs at least one run")
     keys = {pack_key(r) for r in runs}
     if len(keys) != 1:
-        raise NotPackable("the runs differ in more than their seed")
+        raise NotPackable("the runs differ in more than their seed and training missingness")
     torch.set_num_threads(intra_op_threads(runs[0]))
     inputs = [prepare(r, device) for r in runs]
     methods = [build(r, i) for r, i in zip(runs, inputs, strict=True)]
@@ -325,7 +325,8 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     for r, i, m, h, cbs in zip(runs, inputs, methods, hists, callbacks, strict=True):
         i.timings["train_s"] = train_s
         rows, manifest = record(r, i, m, h, evaluate(r, i, m), cbs)
-        manifest["pack"] = {"size": len(runs), "seeds": [x.seed for x in runs], "run_ids": [x.run_id for x in runs],
+        manifest["pack"] = {"size": len(runs), "seeds": [x.seed for x in runs], "train_missing": [x.train_missing for x in runs],
+                            "run_ids": [x.run_id for x in runs],
                             "note": "trained together with the other runs of the pack (one vmapped model bank, each run with its own "
                                     "streams); train_s and the epoch seconds are the whole pack's"}
         out.append((rows, manifest))
@@ -337,12 +338,25 @@ class NotPackable(Exception):
 
 
 def pack_key(r: ResolvedRun) -> str:
-    """Runs with equal keys differ only in their seed."""
+    """Runs with equal keys can share a pack: they differ only in their seed and, where the method
+    trains on samples chosen without looking at the masks, in their training missingness (each
+    member draws its own masks; the sample pool, and so the number of steps, is the same for all)."""
     import json
 
     d = r.to_dict()
     d.pop("seed", None)
+    if masks_are_per_member(r):
+        d.pop("train_missing", None)
     return json.dumps(d, sort_keys=True, default=str)
+
+
+def masks_are_per_member(r: ResolvedRun) -> bool:
+    """Whether runs differing in training missingness can share a pack: no stage of the method picks
+    its training samples by their masks (``samples="aligned"`` does; members would take different
+    numbers of steps)."""
+    from .methods import METHODS
+
+    return all(st.samples != "aligned" for st in METHODS.get(r.method).stages_for(r.method_options))
 
 
 def mask_summary(obs: np.ndarray) -> dict[str, Any]:

@@ -154,7 +154,7 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
 
 
 def run_pack(runs: list[ResolvedRun], out: str, device: str, packed: bool = True) -> list[dict[str, Any]]:
-    """Execute runs that differ only in their seed as one pack (:mod:`vflbench.packing`) and write
+    """Execute runs that differ only in their seed (and training missingness, where allowed) as one pack (:mod:`vflbench.packing`) and write
     each run's outputs; one status record per run. With packing on, a lone packable run takes the
     packed path too (a pack of one), so a sweep's numbers never depend on how its runs happened to
     be grouped or resumed (a member's numbers are bit-identical in packs of any size). A pack that
@@ -185,7 +185,8 @@ def can_pack(r: ResolvedRun) -> bool:
 
 
 def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:
-    """Group pending runs into packs of at most ``size`` runs that differ only in their seed; runs
+    """Group pending runs into packs of at most ``size`` runs that differ only in their seed and, where
+    the method allows (:func:`vflbench.pipeline.pack_key`), their training missingness; runs
     whose method or model cannot be packed stay alone. Order follows the first run of each pack."""
     if size <= 1:
         return [[r] for r in todo]
@@ -216,7 +217,7 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     """Run the pending runs; ``on_done(record)`` after each. Returns the status records.
     ``threads_per_run`` (``--threads``) fixes every run's intra-op threads; by default tabular runs
     use one and image runs their worker's share of the cores (see pipeline.intra_op_threads).
-    ``pack``: train up to this many runs that differ only in their seed together (local executor)."""
+    ``pack``: train up to this many runs that differ only in their seed (and training missingness) together (local executor)."""
     if not p.todo:
         return []
     prefetch(p)

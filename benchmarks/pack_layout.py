@@ -1,0 +1,59 @@
+"""The layout of a pack's batched products, measured: training epochs of one pack with the affine maps
+posed as ``x @ W`` (``torch.baddbmm`` on N x K tall-thin products) against ``(W^T x^T)^T`` (what
+packing uses, see ``vflbench.models.affine``), interleaved in one process at one intra-op thread.
+
+    python benchmarks/pack_layout.py --method laser --seeds 5 --train-missing none,mcar:0.1 --rounds 4
+    python benchmarks/pack_layout.py --method svfl --seeds 5 --train-missing none,mcar:0.1,mcar:0.5
+
+Each round trains the pack for ``--epochs`` epochs in each layout and keeps its fastest epoch; prints
+the medians, their ratio, and whether seed 0's final training loss agrees between the layouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import vflbench.models as models
+from vflbench.config import RunConfig, resolve
+from vflbench.pipeline import execute_pack
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--method", default="laser")
+    ap.add_argument("--dataset", default="credit")
+    ap.add_argument("--protocol", default="compat")
+    ap.add_argument("--train-missing", default="none,mcar:0.1", help="comma-separated; the pack holds every seed under every setting")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    runs = [resolve(RunConfig(dataset=a.dataset, method=a.method, protocol=a.protocol, train_missing=tm, test_missing=["none"], seed=s,
+                              hp={"epochs": a.epochs})) for tm in a.train_missing.split(",") for s in range(a.seeds)]
+    print(f"{a.method} on {a.dataset}, {a.protocol}, a pack of {len(runs)} (seeds 0-{a.seeds - 1} x {a.train_missing}), 1 thread", flush=True)
+    original = models.affine
+    times: dict[bool, list[float]] = {False: [], True: []}
+    losses: dict[bool, float] = {}
+    for r in range(a.rounds):
+        for wide in (False, True):
+            models.affine = lambda bias, x, w, transposed=False, wide=wide: original(bias, x, w, wide)  # noqa: E731
+            try:
+                out = execute_pack(runs, device="cpu")
+            finally:
+                models.affine = original
+            hist = out[0][1]["history"]
+            times[wide].append(min(hist["seconds"]))
+            losses[wide] = hist["loss"][-1]
+        print(f"round {r + 1}: x @ W {times[False][-1]:.3f} s, (W^T x^T)^T {times[True][-1]:.3f} s per epoch", flush=True)
+    a_, b_ = statistics.median(times[False]), statistics.median(times[True])
+    ratios = [x / y for x, y in zip(times[False], times[True], strict=True)]
+    print(f"median epoch: x @ W {a_:.3f} s, (W^T x^T)^T {b_:.3f} s: {a_ / b_:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x); "
+          f"seed 0's last loss {losses[False]:.9f} vs {losses[True]:.9f}")
+
+
+if __name__ == "__main__":
+    main()
