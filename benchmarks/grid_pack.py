@@ -3,8 +3,8 @@ paper epochs) swept from an empty output folder with packing off (`--pack 1`) an
 `--workers 2`, one after the other; prints both wall times, their ratio, and how far the two
 tables' cells differ.
 
-    python benchmarks/grid_pack.py                    # both: about 45-50 minutes on the 2-core VM
-    python benchmarks/grid_pack.py --only packed      # one side
+    python benchmarks/grid_pack.py                    # both: the unpacked grid alone takes over 30 minutes on the 2-core VM
+    python benchmarks/grid_pack.py --only packed      # one side (400 s measured, benchmarks/README.md)
     python benchmarks/grid_pack.py --train-missing mcar:0.1   # the 30 runs of one training setting (457 s + 321 s measured)
 
 Run it on an idle machine: each sweep already uses every core.

@@ -13,7 +13,7 @@ from vflbench.cli import app
 from vflbench.config import RunConfig, resolve
 from vflbench.methods import METHODS
 from vflbench.pipeline import NotPackable, execute, execute_pack
-from vflbench.sweep import packs
+from vflbench.sweep import packs, task_cost
 
 PACKABLE = [m for m in METHODS.names() if METHODS.get(m).packable]
 DATA = {"n": 400, "n_classes": 2}  # synthetic, binary: accuracy, F1 and AUPRC are all computed
@@ -100,6 +100,14 @@ def test_packs_group_only_seeds_of_packable_tabular_runs():
     assert [[r.train_missing for r in g] for g in packs(aligned, 16)] == [["none", "none"], ["mcar:0.3", "mcar:0.3"]]
     with pytest.raises(NotPackable, match="more than their seed and training missingness"):
         execute_pack(aligned, device="cpu")
+
+
+def test_long_tasks_are_scheduled_first():
+    """Workers take the longest packs first (epochs x sqrt(members)), so none is left alone at the end."""
+    short = [resolve(RunConfig(dataset="synthetic", method="laser", data_options=DATA, hp={"epochs": 2}))]
+    long = _runs("laser", "compat", seeds=(0,))  # 3 epochs
+    assert task_cost(long) > task_cost(short)
+    assert task_cost(long * 4) == pytest.approx(2 * task_cost(long))
 
 
 def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):

@@ -206,6 +206,14 @@ def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:
     return [g[i : i + size] for g in out for i in range(0, len(g), size)]
 
 
+def task_cost(task: list[ResolvedRun]) -> float:
+    """A rough relative cost of training ``task`` (a pack or one run), to schedule long tasks first:
+    epochs of every stage, times the square root of the pack size (a pack's step costs far less than
+    one step per member, benchmarks/README.md)."""
+    r = task[0]
+    return sum(hp.epochs for hp in r.stage_hp.values()) * len(task) ** 0.5
+
+
 def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
     from .pipeline import row
 
@@ -224,6 +232,8 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
     cores = os.cpu_count() or 1
     tasks = packs(p.todo, pack) if executor == "local" else [[r] for r in p.todo]
     workers = max(1, min(workers, len(tasks)))
+    if workers > 1:  # longest first, so that no worker is left with a long pack while the others idle
+        tasks.sort(key=task_cost, reverse=True)
     threads = max(1, cores // workers)
     records = []
     if executor == "ray":
