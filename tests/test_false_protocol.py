@@ -97,6 +97,8 @@ def test_single_head_laser_with_an_mlp_head_matches_the_linear_trick_path():
     store = lin.store
 
     class _View(dict):
+        transposed = False  # ParamStore's layout flag (set only while a pack trains)
+
         def __getitem__(self, key):
             return {"head.w0": w0, "head.b0": b0, "head.w": orig_w, "head.b": orig_b - 100.0 * orig_w.sum(1)}.get(key) if key.startswith("head.") else store[key]
 
