@@ -132,3 +132,18 @@ def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
     assert sizes == [1]
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--pack", "1", "--out", str(tmp_path / "u")])
     assert r.exit_code == 0 and not any("pack" in json.loads(p.read_text()) for p in (tmp_path / "u" / "runs").glob("*/manifest.json"))
+
+
+def test_sweep_packs_training_settings_together_and_manifests_say_so(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({"name": "m", "protocol": "compat", "methods": ["laser"], "seeds": [0, 1], "train_missing": ["none", "mcar:0.3"],
+                                   "test_missing": ["none"], "hp": {"epochs": 1, "batch_size": 32}, "datasets": {"synthetic": {"data_options": DATA}}}))
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "4 of them in 1 pack(s)" in r.output
+    manifests = [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
+    assert len(manifests) == 4
+    for m in manifests:
+        assert m["pack"]["size"] == 4 and sorted(m["pack"]["train_missing"]) == ["mcar:0.3", "mcar:0.3", "none", "none"]
+        full = m["masks"]["train"]["fully_observed_fraction"]  # each member trained under its own masks
+        assert full == 1.0 if m["config"]["train_missing"] == "none" else full < 0.5
