@@ -42,8 +42,8 @@ def test_a_packed_run_ends_as_it_would_alone(method, protocol):
         for a, p in zip(rows_a, rows_p, strict=True):
             assert (a["metric"], a["test_missing"], a["epoch"]) == (p["metric"], p["test_missing"], p["epoch"])
             assert a["comm_bytes_up"] == p["comm_bytes_up"] and a["comm_bytes_down"] == p["comm_bytes_down"]
-            if a["metric"] == "auprc":  # a continuous score: batched kernels round differently in the 7th digit
-                assert p["value"] == pytest.approx(a["value"], abs=0.05)
+            if a["metric"] == "auprc":  # a continuous score: batched kernels may round differently (the 1e-6)
+                assert p["value"] == pytest.approx(a["value"], abs=1e-6)
             else:
                 assert p["value"] == a["value"], (a["metric"], a["test_missing"], a["epoch"])
         assert man_p["history"]["loss"] == pytest.approx(man_a["history"]["loss"], rel=1e-6, abs=1e-7)
