@@ -39,8 +39,8 @@ class ParamStore(nn.Module):
         self._total = 0
         self.flat: nn.Parameter | None = None
         self._cache: dict[str, torch.Tensor] | None = None
-        # Affine maps computed as (W^T x^T)^T (see affine): set while a pack trains, where the
-        # batched products are N x K tall-thin GEMMs (benchmarks/README.md, "feature-major").
+        # Affine maps computed as (W^T x^T)^T (see affine): set while a pack's loss runs, where the
+        # batched products are N x K tall-thin GEMMs (benchmarks/README.md, per-step overhead).
         self.transposed = False
         self.register_buffer("member_of", torch.zeros(0, dtype=torch.long), persistent=False)
 

@@ -147,6 +147,7 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
 
     def member_loss(flat_i, blocks, obs, y, idx, *state_tensors):
         store._cache = {k: p.view(s) for k, p, s in zip(names, flat_i.split(numel), shapes, strict=True)}
+        store.transposed = True  # the pack's N x K small products are faster posed wide (models.affine)
         for k, v in zip(state.names, state.rebuild(state_tensors), strict=True):
             setattr(tmpl, k, v)
         cap = tmpl.channel = _Capture(tmpl.k)
@@ -155,7 +156,6 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
         return loss, active, tuple(s for s, *_ in cap.log)
 
     step = torch.func.vmap(member_loss)
-    store.transposed = True  # the pack's N x K small products are faster posed wide (models.affine)
     for m in methods:
         m.train(True)
         m.channel.mode = "train"
@@ -190,7 +190,7 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
             try:
                 losses, active, sent = step(flat, blocks, ob, yb, idx, *state.tensors())
             finally:
-                store._cache = None
+                store._cache, store.transposed = None, False
                 for k, v in own.items():
                     setattr(tmpl, k, v)
             took = active.any(1)  # [N]: members for which this batch trains something
@@ -226,7 +226,6 @@ def fit_packed(methods: Sequence[Method], sets: Sequence[TrainSet], stage_hp: di
     for cbs, loop in zip(callbacks, loops, strict=True):
         for cb in cbs:
             cb.on_stage_end(loop)
-    store.transposed = False
     for m in methods:
         m.train(False)
     return hists
