@@ -110,14 +110,20 @@ def test_long_tasks_are_scheduled_first():
     assert task_cost(long * 4) == pytest.approx(2 * task_cost(long))
 
 
-def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
+def _sweep(tmp_path, **experiment):
+    """Write a synthetic-data sweep file with ``experiment``'s fields, sweep it with one worker into
+    ``tmp_path/s``; returns (the file, the CLI result, the runs' manifests)."""
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "p", "protocol": "compat", "methods": ["laser", "pbm"], "seeds": [0, 1, 2], "train_missing": ["mcar:0.3"],
-                                   "test_missing": ["none"], "hp": {"epochs": 2, "batch_size": 32}, "datasets": {"synthetic": {"data_options": DATA}}}))
+    exp.write_text(yaml.safe_dump({"name": "p", "protocol": "compat", "test_missing": ["none"], "datasets": {"synthetic": {"data_options": DATA}},
+                                   **experiment}))
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
+    return exp, r, [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
+
+
+def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
+    exp, r, manifests = _sweep(tmp_path, methods=["laser", "pbm"], seeds=[0, 1, 2], train_missing=["mcar:0.3"], hp={"epochs": 2, "batch_size": 32})
     assert "3 of them in 1 pack(s)" in r.output
-    manifests = [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
     assert len(manifests) == 6
     assert sorted(m.get("pack", {}).get("size", 0) for m in manifests) == [0, 0, 0, 3, 3, 3]  # PBM-VFL runs alone
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])  # resumes: nothing left
@@ -135,13 +141,8 @@ def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
 
 
 def test_sweep_packs_training_settings_together_and_manifests_say_so(tmp_path):
-    exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "m", "protocol": "compat", "methods": ["laser"], "seeds": [0, 1], "train_missing": ["none", "mcar:0.3"],
-                                   "test_missing": ["none"], "hp": {"epochs": 1, "batch_size": 32}, "datasets": {"synthetic": {"data_options": DATA}}}))
-    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
-    assert r.exit_code == 0, r.output
+    _, r, manifests = _sweep(tmp_path, methods=["laser"], seeds=[0, 1], train_missing=["none", "mcar:0.3"], hp={"epochs": 1, "batch_size": 32})
     assert "4 of them in 1 pack(s)" in r.output
-    manifests = [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
     assert len(manifests) == 4
     for m in manifests:
         assert m["pack"]["size"] == 4 and sorted(m["pack"]["train_missing"]) == ["mcar:0.3", "mcar:0.3", "none", "none"]
