@@ -54,12 +54,14 @@ reproduce-fmnist-long: $(STAMP)  ## the stand-in's six unsettled conditions run 
 	$(BIN)/vflbench plot budget results/laser_table1/fmnist_long --out results/laser_table1/fmnist_long/budget
 	$(BIN)/vflbench table results/laser_table1/fmnist_long --by-budget --out results/laser_table1/fmnist_long/by_budget.md
 
-reproduce-pbm: $(STAMP)  ## PBM-VFL's Phishing results: Table 3 (51 runs), Figures 4 (75) and 6 (54), CPU -> results/pbm/
+reproduce-pbm: $(STAMP)  ## PBM-VFL's Phishing results: Table 3 (51 runs), Figures 4 (111) and 6 (78) with LDP at the paper's and at matched sigma, frontier plots, CPU -> results/pbm/
 	$(BIN)/vflbench sweep experiments/pbm_table3.yaml --workers $(WORKERS) --out results/pbm/table3
 	$(BIN)/vflbench sweep experiments/pbm_fig4.yaml --workers $(WORKERS) --out results/pbm/fig4
 	$(BIN)/vflbench plot budget results/pbm/fig4 --panel beta --out results/pbm/fig4/fig4_auprc_by_epoch
+	$(BIN)/vflbench plot frontier results/pbm/fig4 --out results/pbm/fig4/frontier
 	$(BIN)/vflbench sweep experiments/pbm_fig6.yaml --workers $(WORKERS) --out results/pbm/fig6
 	$(BIN)/vflbench plot budget results/pbm/fig6 --panel parties --out results/pbm/fig6/fig6_auprc_by_epoch
+	$(BIN)/vflbench plot frontier results/pbm/fig6 --out results/pbm/fig6/frontier
 
 reproduce-false: $(STAMP)  ## FALSE-VFL Tables 12-17 (GPU job: DEVICE=cuda); DATASETS=isolet for one dataset
 	$(BIN)/vflbench sweep experiments/false_tables.yaml --workers $(WORKERS) --device $(DEVICE) $(if $(DATASETS),--datasets $(DATASETS)) --out results/false/$(or $(subst $(comma),-,$(DATASETS)),all)

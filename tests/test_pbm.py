@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from vflbench.accountant import (
     AccountantSpec,
     NoisySumAccountant,
+    epsilon,
     exact_feature_rdp,
     exact_sample_rdp,
     ldp_sigma,
@@ -77,6 +78,22 @@ def test_gradient_passes_straight_through_to_the_exact_embeddings():
     g = torch.randn_like(out)
     (out * g).sum().backward()
     assert torch.equal(reps.grad, g.expand(3, -1, -1))  # d(estimate)/d(h_m) = I for every party
+
+
+def test_the_server_sees_exactly_the_decoded_counts():
+    """The forward value is the estimate from the released counts, bit for bit (no rounding leak of
+    the exact sum), while the gradient still reaches every party's exact embedding."""
+    b, beta, C = 16, 0.2, 1.0
+    reps = torch.randn(4, 300, 8).tanh().requires_grad_(True)
+    sent = torch.rand(4, 300) < 0.8
+    out = PBMChannel(4, b, beta, C, _gens(3)).aggregate(reps, sent)
+    g = _gens(3)["train"]
+    p = 0.5 + beta / C * reps.detach().clamp(-C, C)
+    q = torch.binomial(torch.full_like(p, float(b)), p, generator=g) * sent[..., None].to(p.dtype)
+    n = sent.sum(0).to(p.dtype)[:, None]
+    assert torch.equal(out.detach(), C / (beta * b) * (q.sum(0) - b * n / 2))
+    out.sum().backward()
+    assert torch.equal(reps.grad, sent[..., None].expand_as(reps).to(reps.dtype))
 
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
@@ -139,7 +156,7 @@ def test_secagg_masked_gives_bit_identical_runs():
 
     plain, masked = rows("plain"), rows("masked")
     assert [r["value"] for r in plain] == [r["value"] for r in masked]
-    assert plain[0]["epsilon_feature"] == masked[0]["epsilon_feature"]
+    assert plain[0]["epsilon_feature_record_no_local_training"] == masked[0]["epsilon_feature_record_no_local_training"]
 
 
 # ---------------------------------------------------------------- the accountant (spec 2.6 golden values)
@@ -186,7 +203,7 @@ def test_linear_conversion_equals_a_fine_grid_minimum():
 ])
 def test_paper_mode_matches_the_spec_table(m, p, b, beta, e, feat1, feat8, samp1, samp8):
     def eps(c0, kind):
-        acc = NoisySumAccountant(AccountantSpec("pbm", m, p, b, beta, c0=c0), n_samples=2)
+        acc = NoisySumAccountant(AccountantSpec("pbm", m, p, b, beta, c0=c0, mode="paper"), n_samples=2)
         acc.releases[:, m] = e  # every sample released E times by all M parties
         return acc.get_epsilon(1e-5, kind)
 
@@ -275,7 +292,9 @@ def test_phishing_run_writes_privacy_cost_and_target_columns(tmp_path):
                             "--target", "train_auprc=0.9", "--seed", "0", "--epochs", "2", "--quiet", "--test-missing", "none", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     df = pd.read_csv(next(tmp_path.rglob("results.csv")))
-    for col in ("epsilon_feature", "epsilon_sample", "comm_bits_paper", "comm_bytes_up", "comm_bytes_down", "epochs_to_target"):
+    for col in ("epsilon_feature_record_no_local_training", "epsilon_sample_record_no_local_training", "epsilon_column_block",
+                "epsilon_feature_paper_formula", "epsilon_feature_record_no_local_training_at_target", "accountant", "privacy_upper_bound",
+                "comm_bits_paper", "comm_bytes_up", "comm_bytes_down", "epochs_to_target"):
         assert col in df.columns, col
     assert {"auprc", "auprc@exact"} <= set(df["metric"])
     row = df.iloc[0]
@@ -283,4 +302,47 @@ def test_phishing_run_writes_privacy_cost_and_target_columns(tmp_path):
     values = 2 * 8844 * 5 * 16
     assert row["comm_bytes_up"] == values * 8 / 8 and row["comm_bytes_down"] == values * 4
     assert row["comm_bits_paper"] == pytest.approx(paper_comm_bits(2, 8844, 100, 5, 16, 32, "pbm"))
-    assert row["epsilon_feature"] == pytest.approx(mironov_linear(2 * 8 * 16 * 32 * 0.04 / 5, 1e-5))
+    # certified by default; each of the 2 epochs released every sample's sum twice: the step and the
+    # monitoring pass (the server sees that noisy sum too)
+    assert row["accountant"] == "pld" and bool(row["privacy_upper_bound"]) and row["privacy_releases"] == 4
+    pld = AccountantSpec("pbm", 5, 16, 32, 0.2)
+    assert row["epsilon_feature_record_no_local_training"] == pytest.approx(epsilon(pld, [0, 0, 0, 0, 4], 1e-5, "feature_record"))
+    assert row["epsilon_column_block"] >= row["epsilon_feature_record_no_local_training"]
+    assert row["epsilon_feature_paper_formula"] == pytest.approx(mironov_linear(4 * 8 * 16 * 32 * 0.04 / 5, 1e-5))
+    assert "epsilon_feature_record_no_local_training" in r.output and "accountant=pld" in r.output
+
+
+# ---------------------------------------------------------------- equal-privacy baselines and the frontier
+def test_ldp_matched_to_pbm_spends_the_same_certified_epsilon(tmp_path):
+    base = ["run", "--dataset", "synthetic", "--data-opt", "n=300", "--method", "pbm", "--parties", "3", "--epochs", "2", "--quiet",
+            "--test-missing", "none", "--method-opt", "b=16", "--method-opt", "beta=0.15"]
+    rows = {}
+    for mech in ("pbm", "ldp"):
+        out = tmp_path / mech
+        extra = ["--method-opt", "mechanism=ldp", "--method-opt", "ldp_match=epsilon"] if mech == "ldp" else []
+        r = runner.invoke(app, [*base, *extra, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        rows[mech] = pd.read_csv(next(out.rglob("results.csv"))).iloc[0]
+    pbm, ldp = rows["pbm"], rows["ldp"]
+    assert ldp["ldp_match"] == "epsilon" and ldp["accountant"] == "pld"
+    assert ldp["epsilon_feature_record_no_local_training"] == pytest.approx(pbm["epsilon_feature_record_no_local_training"], rel=1e-6)
+    assert ldp["ldp_sigma"] < ldp_sigma(3, 16, 0.15)  # the paper's sigma is far more private than PBM
+
+
+def test_frontier_plot_puts_each_series_at_its_certified_epsilon(tmp_path):
+    from vflbench.plot import plot_frontier
+
+    rows = []
+    for seed in (0, 1):
+        for mech, match, eps, auprc in (("pbm", None, 100.0, 90.0), ("ldp", "paper", 20.0, 60.0), ("ldp", "epsilon", 100.0, 70.0), ("npq", None, float("inf"), 99.0)):
+            for epoch, v in ((1, auprc - 10), (2, auprc + seed)):
+                rows.append({"run_id": f"{mech}{match}{seed}", "dataset": "phishing", "method": "pbm", "train_missing": "none", "test_missing": "none",
+                             "seed": seed, "metric": "auprc", "value": v, "epoch": epoch, "parties": 10, "mechanism": mech, "b": 32, "beta": 0.1,
+                             "ldp_match": match, "accountant": "pld" if mech != "npq" else "none", "epsilon_feature_record_no_local_training": eps})
+    (tmp_path / "res").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "res" / "results.csv", index=False)
+    paths = plot_frontier(tmp_path / "res", tmp_path / "frontier")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv"}
+    pts = pd.read_csv(tmp_path / "frontier.csv").set_index("series")
+    assert pts.loc["PBM", "metric_mean"] == pytest.approx(90.5) and pts.loc["PBM", "epsilon"] == 100.0  # the final epoch only
+    assert pts.loc["LDP (epsilon sigma)", "epsilon"] == 100.0 and pts.loc["LDP (paper sigma)", "epsilon"] == 20.0

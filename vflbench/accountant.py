@@ -5,28 +5,30 @@ Two mechanisms release such sums: PBM-VFL's Poisson Binomial Mechanism (each obs
 baseline (each party adds ``N(0, sigma^2)`` to its own embedding). The accountant follows the
 releases of a training run, per sample and by how many parties took part (under missing blocks a
 sample's sum may come from fewer parties, and fewer parties means less noise hiding each one), and
-reports (epsilon, delta) for
+reports (epsilon, delta) for three units of protection (:data:`UNITS`):
 
-* **feature privacy** (PBM-VFL Thm 6.1: neighbouring data differ in one party's features of a
-  record), and
-* **sample privacy** (Thm 6.2: one record differs at every party), plus the Remark 6.3 value
-  ``E * c0 * P * b * beta^2 * alpha``, which is below the Thm 6.2 bound.
+* ``column_block``: neighbouring data differ in one party's whole column block. Every release that
+  party took part in composes. This is the unit that holds for PBM-VFL's Algorithm 2 as trained,
+  where a party's data also enter its own (noise-free) local updates and so every later release.
+* ``feature_record`` (Thm 6.1's unit): one party's features of one record differ, and only that
+  record's releases compose. Valid only if the record does not enter local training.
+* ``sample_record`` (Thm 6.2's unit): one record differs at every party; the same assumption.
 
 The API follows Opacus's accountants: :meth:`step` after each release, :meth:`get_epsilon`,
 :meth:`state_dict` / :meth:`load_state_dict`.
 
 Modes (``mode``):
 
-``paper``  the paper's closed forms with the unspecified constant ``c0`` exposed (default 8, the
-           Gaussian-equivalent value; the paper's own LDP calibration implies 1).
-``exact``  per-coordinate Renyi divergences of the actual output distributions, computed in log
-           space: for feature privacy ``Bin(b, 1/2+beta) * Bin((n-1)b, p_o)`` against
-           ``Bin(b, 1/2-beta) * Bin((n-1)b, p_o)`` maximised over a grid of ``p_o`` (the other parties'
-           probabilities), for sample privacy the closed form of ``Bin(nb, 1/2+beta)`` against
-           ``Bin(nb, 1/2-beta)``; both capped by the pure-DP bound ``b log((1+2beta)/(1-2beta))``
-           (times n for samples).
-``pld``    the same two distributions composed exactly with Google's ``dp-accounting`` privacy-loss
-           distributions (no RDP conversion).
+``pld``    (default, certified) Google's ``dp-accounting`` privacy-loss distributions with
+           pessimistic rounding: PBM's feature pair ``Bin(b, 1/2+beta) * Bin((n-1)b, p_o)`` against
+           ``Bin(b, 1/2-beta) * Bin((n-1)b, p_o)``, both directions, the worst ``p_o`` of a grid over
+           the other parties' range; the sample pair ``Bin(nb, 1/2+beta)`` against
+           ``Bin(nb, 1/2-beta)``; for LDP the exact Gaussian (mu-GDP) formula. The column-block unit
+           composes millions of releases, beyond a PLD's support, and uses the ``exact`` RDP instead.
+``exact``  (certified, looser) per-coordinate Renyi divergences of the same distributions, computed
+           in log space and capped by the pure-DP bound, then an RDP-to-DP conversion.
+``paper``  the paper's closed forms with the unspecified constant ``c0`` (default 8): NOT an upper
+           bound (below the PLD value at every Table 3 setting), kept to compare with the paper.
 
 Conversion of RDP to (epsilon, delta): Mironov 2017 Prop. 3 (default; closed form when the RDP is
 linear in alpha), or ``cks`` (Canonne-Kamath-Steinke / Balle et al. 2020, via ``dp-accounting``).
@@ -41,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.special import logsumexp
+from scipy.special import log_ndtr, logsumexp
 from scipy.stats import binom
 
 from .errors import VFLBenchError
@@ -49,7 +51,6 @@ from .errors import VFLBenchError
 ORDERS = np.array([1.1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256, 512, 1024], dtype=float)  # the spec's grid (its golden values use it)
 MODES = ("paper", "exact", "pld")
 CONVERSIONS = ("mironov", "cks")
-KINDS = ("feature", "sample", "sample_lower")
 
 
 # ---------------------------------------------------------------- closed forms (PBM-VFL Section 6)
@@ -139,9 +140,49 @@ def cks(rdp: np.ndarray, orders: np.ndarray, delta: float) -> float:
     return float(compute_epsilon(list(orders), list(rdp), delta)[0])
 
 
+# ---------------------------------------------------------------- the Gaussian (LDP) mechanism, exactly
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact epsilon at ``delta`` of a mu-GDP mechanism (Dong, Roth & Su 2019; Balle & Wang 2018):
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), solved for eps. A composition of
+    Gaussian releases with sensitivities Delta_i and noise sigma is exactly mu-GDP with
+    mu = sqrt(sum Delta_i^2) / sigma, so this is the tight value, not a bound on it."""
+    if mu <= 0:
+        return 0.0
+
+    def log_delta(eps: float) -> float:
+        a = log_ndtr(-eps / mu + mu / 2)
+        b = eps + log_ndtr(-eps / mu - mu / 2)
+        return a + math.log1p(-math.exp(min(b - a, 0.0))) if b < a else -math.inf
+
+    target = math.log(delta)
+    if log_delta(0.0) <= target:
+        return 0.0
+    lo, hi = 0.0, max(1.0, mu * mu)
+    while log_delta(hi) > target:
+        hi *= 2
+    for _ in range(200):  # delta(eps) decreases in eps: bisect, ending on the safe (upper) side
+        mid = (lo + hi) / 2
+        if log_delta(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * max(1.0, hi):
+            break
+    return hi
+
+
+UNITS = ("feature_record", "sample_record", "column_block")
+ALIASES = {"feature": "feature_record", "sample": "sample_record"}  # names of interface v2
+
+
 @dataclass(frozen=True)
 class AccountantSpec:
-    """What is released: ``mechanism`` "pbm" (b, beta, C) or "ldp" (sigma); ``parties`` M; ``dim`` P."""
+    """What is released: ``mechanism`` "pbm" (b, beta, C) or "ldp" (sigma); ``parties`` M; ``dim`` P.
+
+    ``mode``: ``pld`` (default; certified: dp-accounting's pessimistically rounded privacy-loss
+    distributions for PBM, the exact Gaussian formula for LDP), ``exact`` (certified, looser: numeric
+    RDP of the output distributions and an RDP-to-DP conversion) or ``paper`` (the paper's closed
+    forms with the unknown constant ``c0``: *not* an upper bound, kept to compare with the paper)."""
 
     mechanism: str
     parties: int
@@ -151,9 +192,13 @@ class AccountantSpec:
     C: float = 1.0
     sigma: float = 0.0
     c0: float = 8.0
-    mode: str = "paper"
+    mode: str = "pld"
     conversion: str = "mironov"
-    feature_adjacency: str = "record"  # "column_block": a whole party column changes -> x N
+
+    @property
+    def upper_bound(self) -> bool:
+        """Whether this mode's epsilon is a certified upper bound (``paper`` is not)."""
+        return self.mode != "paper"
 
     def check(self) -> None:
         if self.mechanism not in ("pbm", "ldp"):
@@ -164,13 +209,91 @@ class AccountantSpec:
             raise VFLBenchError(f"Conversion must be one of {', '.join(CONVERSIONS)}, got {self.conversion!r}.")
         if self.c0 <= 0 or not math.isfinite(self.c0):
             raise VFLBenchError(f"c0 must be a finite number > 0, got {self.c0}.")
-        if self.feature_adjacency not in ("record", "column_block"):
-            raise VFLBenchError(f"feature_adjacency must be record or column_block, got {self.feature_adjacency!r}.")
+        if self.mechanism == "ldp" and not self.sigma > 0:
+            raise VFLBenchError(f"The LDP accountant needs a noise std sigma > 0, got {self.sigma}.")
+
+
+# p_o of the other parties, as a share of beta below 1/2: by the mirror symmetry of the Binomials,
+# p_o and 1 - p_o give the same pair with directions swapped, and both directions are composed
+P_O_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
+
+
+def _pbm_feature_pld(spec: AccountantSpec, k: int, p_o: float):
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    la, lb = feature_pmfs(spec.b, spec.beta, k, p_o)
+    return pld_lib.from_two_probability_mass_functions(
+        {i: float(v) for i, v in enumerate(la)}, {i: float(v) for i, v in enumerate(lb)},
+        pessimistic_estimate=True, value_discretization_interval=PLD_INTERVAL, log_mass_truncation_bound=PLD_TRUNCATION, symmetric=False)
+
+
+def _pbm_sample_pld(spec: AccountantSpec, k: int):
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    support = np.arange(k * spec.b + 1)
+    la, lb = binom.logpmf(support, k * spec.b, 0.5 + spec.beta), binom.logpmf(support, k * spec.b, 0.5 - spec.beta)
+    return pld_lib.from_two_probability_mass_functions(
+        {i: float(v) for i, v in enumerate(la)}, {i: float(v) for i, v in enumerate(lb)},
+        pessimistic_estimate=True, value_discretization_interval=PLD_INTERVAL, log_mass_truncation_bound=PLD_TRUNCATION, symmetric=True)
+
+
+PLD_INTERVAL = 1e-3  # discretisation of the privacy loss; pessimistic rounding keeps the bound valid
+PLD_TRUNCATION = -50  # outcomes of log-mass below this count as infinite loss (pessimistic)
+
+
+def per_release_rdp(spec: AccountantSpec, k: int, unit: str, orders: np.ndarray) -> np.ndarray:
+    """RDP at ``orders`` of one sample's release over ``k`` parties (all P coordinates), for ``unit``
+    (column_block charges each release like a record's feature change)."""
+    s = spec
+    sample = unit == "sample_record"
+    if s.mechanism == "ldp":  # Gaussian: 2 alpha C^2 P / sigma^2 per party that changes
+        return 2 * orders * s.C**2 * s.dim / s.sigma**2 * (k if sample else 1)
+    if s.mode == "paper":
+        return s.c0 * s.dim * s.b * s.beta**2 * (s_m(k, orders) if sample else orders) / k
+    return s.dim * (exact_sample_rdp(s.b, s.beta, k, orders) if sample else exact_feature_rdp(s.b, s.beta, k, orders))
+
+
+def epsilon(spec: AccountantSpec, counts, delta: float, unit: str) -> float:
+    """(epsilon, delta) of ``counts[k-1]`` releases over k parties (k = 1..M) for ``unit``.
+
+    For the record units ``counts`` is one sample's release history; for ``column_block`` it is the
+    total over every sample (a party's whole block changes, so all its releases compose)."""
+    s = spec
+    counts = np.asarray(counts, dtype=np.int64)
+    ks = [k for k in range(1, s.parties + 1) if counts[k - 1]]
+    if not ks:
+        return 0.0
+    if s.mode == "pld" and s.mechanism == "ldp":  # exact: the releases compose to one Gaussian
+        per = [counts[k - 1] * s.dim * (k if unit == "sample_record" else 1) for k in ks]
+        return gaussian_epsilon(2 * s.C * math.sqrt(float(sum(per))) / s.sigma, delta)
+    if s.mode == "pld" and unit != "column_block":
+        return _pbm_pld_epsilon(s, counts, ks, delta, unit)
+    linear = s.mechanism == "ldp" or (s.mode == "paper" and unit != "sample_record")
+    if linear and s.conversion == "mironov":
+        return mironov_linear(sum(counts[k - 1] * float(per_release_rdp(s, k, unit, np.array([1.0]))[0]) for k in ks), delta)
+    rdp = sum(counts[k - 1] * per_release_rdp(s, k, unit, ORDERS) for k in ks)
+    return mironov(rdp, ORDERS, delta) if s.conversion == "mironov" else cks(rdp, ORDERS, delta)
+
+
+def _pbm_pld_epsilon(s: AccountantSpec, counts: np.ndarray, ks: list[int], delta: float, unit: str) -> float:
+    """PLD composition of one sample's releases. Feature privacy: the other parties sit at a common
+    probability p_o; the worst p_o of the grid (both directions) is reported."""
+    grid = [0.5 - f * s.beta for f in P_O_GRID] if unit == "feature_record" else [None]
+    worst = 0.0
+    for p_o in grid:
+        total = None
+        for k in ks:
+            one = _pbm_feature_pld(s, k, p_o) if p_o is not None else _pbm_sample_pld(s, k)
+            comp = one.self_compose(int(counts[k - 1]) * s.dim)
+            total = comp if total is None else total.compose(comp)
+        worst = max(worst, float(total.get_epsilon_for_delta(delta)))
+    return worst
 
 
 class NoisySumAccountant:
     """Counts, for every training sample, how many sums it took part in and with how many parties,
-    and converts that history into (epsilon, delta). ``n_samples`` is the training-set size."""
+    and converts that history into (epsilon, delta) for each unit of protection (:data:`UNITS`).
+    ``n_samples`` is the training-set size."""
 
     def __init__(self, spec: AccountantSpec, n_samples: int, device: torch.device | str = "cpu"):
         spec.check()
@@ -195,87 +318,75 @@ class NoisySumAccountant:
         self._cache = {}
 
     def epochs(self) -> float:
-        """E: the largest number of releases of any one sample (= epochs with epoch-wise shuffling)."""
+        """The largest number of releases of any one sample (= epochs with epoch-wise shuffling, twice
+        that when every epoch also has a charged monitoring pass)."""
         return float(self.releases[:, 1:].sum(1).max()) if self.n else 0.0
 
-    def get_epsilon(self, delta: float = 1e-5, kind: str = "feature") -> float:
-        """Epsilon at ``delta`` of the worst-off sample so far."""
+    def get_epsilon(self, delta: float = 1e-5, kind: str = "feature_record") -> float:
+        """Epsilon at ``delta`` for the unit ``kind`` (:data:`UNITS`; the record units report the
+        worst-off sample so far)."""
         if not 0 < delta < 1:
             raise VFLBenchError(f"delta must be in (0, 1), got {delta}.")
-        if kind not in KINDS:
-            raise VFLBenchError(f"Privacy kind must be one of {', '.join(KINDS)}, got {kind!r}.")
+        kind = ALIASES.get(kind, kind)
+        if kind not in UNITS:
+            raise VFLBenchError(f"Privacy unit must be one of {', '.join(UNITS)}, got {kind!r}.")
         hist = self.releases.cpu().numpy()[:, 1:]  # [N, M]: releases with k = 1..M parties
         if not hist.any():
             return 0.0
-        patterns = np.unique(hist, axis=0)  # distinct release histories; usually one or a few
-        key = (kind, delta, patterns.tobytes(), patterns.shape)
+        rows = hist.sum(0, keepdims=True) if kind == "column_block" else np.unique(hist, axis=0)
+        key = (kind, delta, rows.tobytes(), rows.shape)
         if key not in self._cache:
-            self._cache[key] = float(max(self._epsilon(row, delta, kind) for row in patterns))
-        eps = self._cache[key]
-        if kind == "feature" and self.spec.feature_adjacency == "column_block":
-            eps = eps * self.n if self.spec.mode != "pld" else eps  # pld mode composes N times itself
-        return eps
+            self._cache[key] = float(max(epsilon(self.spec, row, delta, kind) for row in rows))
+        return self._cache[key]
 
-    # -- internals
-    def _per_release_rdp(self, k: int, kind: str, orders: np.ndarray) -> np.ndarray:
-        """RDP of one sample's release over k parties (all P coordinates)."""
-        s = self.spec
-        if s.mechanism == "ldp":  # Gaussian: 2 alpha C^2 P / sigma^2 per party that changes
-            per_party = 2 * orders * s.C**2 * s.dim / s.sigma**2
-            return per_party * (k if kind == "sample" else 1)
-        base = s.c0 * s.dim * s.b * s.beta**2
-        if kind == "sample_lower":  # Remark 6.3's quantity, a closed form in every mode
-            return base * orders
-        if s.mode == "paper":
-            return base * (orders if kind == "feature" else s_m(k, orders)) / k
-        if kind == "feature":
-            return s.dim * exact_feature_rdp(s.b, s.beta, k, orders)
-        return s.dim * exact_sample_rdp(s.b, s.beta, k, orders)
 
-    def _epsilon(self, counts: np.ndarray, delta: float, kind: str) -> float:
-        s = self.spec
-        ks = [k for k in range(1, s.parties + 1) if counts[k - 1]]
-        if s.mode == "pld" and kind != "sample_lower":
-            return self._pld_epsilon(counts, delta, kind)
-        linear = s.mechanism == "ldp" or kind == "sample_lower" or (s.mode == "paper" and kind == "feature")
-        if linear and s.conversion == "mironov":
-            c = sum(counts[k - 1] * float(self._per_release_rdp(k, kind, np.array([1.0]))[0]) for k in ks)
-            return mironov_linear(c, delta)
-        rdp = sum(counts[k - 1] * self._per_release_rdp(k, kind, ORDERS) for k in ks)
-        return mironov(rdp, ORDERS, delta) if s.conversion == "mironov" else cks(rdp, ORDERS, delta)
-
-    def _pld_epsilon(self, counts: np.ndarray, delta: float, kind: str) -> float:
-        from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
-        s = self.spec
-        total = None
-        for k in range(1, s.parties + 1):
-            n = int(counts[k - 1])
-            if not n:
-                continue
-            times = n * s.dim * (self.n if kind == "feature" and s.feature_adjacency == "column_block" else 1)
-            if s.mechanism == "ldp":
-                sens = 2 * s.C * (math.sqrt(k) if kind == "sample" else 1.0)
-                one = pld_lib.from_gaussian_mechanism(s.sigma, sensitivity=sens, value_discretization_interval=1e-3)
-            else:
-                if kind == "feature":  # worst p_o of the exact-mode grid
-                    grid = np.linspace(0.5 - s.beta, 0.5 + s.beta, 5)
-                    p_o = max(grid, key=lambda p: float(np.max(renyi(*feature_pmfs(s.b, s.beta, k, p), np.array([2.0, 8.0])))))
-                    la, lb = feature_pmfs(s.b, s.beta, k, p_o)
-                else:
-                    support = np.arange(k * s.b + 1)
-                    la, lb = binom.logpmf(support, k * s.b, 0.5 + s.beta), binom.logpmf(support, k * s.b, 0.5 - s.beta)
-                one = pld_lib.from_two_probability_mass_functions(
-                    {i: float(v) for i, v in enumerate(la)}, {i: float(v) for i, v in enumerate(lb)},
-                    value_discretization_interval=1e-3, log_mass_truncation_bound=-50, symmetric=kind != "feature")
-            comp = one.self_compose(times)
-            total = comp if total is None else total.compose(comp)
-        return float(total.get_epsilon_for_delta(delta))
+def match_ldp_sigma(pbm: AccountantSpec, counts, delta: float, unit: str = "feature_record") -> float:
+    """The LDP noise std whose epsilon (same mode, same releases ``counts``, same unit) equals PBM's,
+    by bisection on log sigma (epsilon falls as sigma grows); ends on the more private side."""
+    target = epsilon(pbm, counts, delta, unit)
+    ldp = lambda sig: AccountantSpec("ldp", pbm.parties, pbm.dim, C=pbm.C, sigma=sig, c0=pbm.c0, mode=pbm.mode, conversion=pbm.conversion)  # noqa: E731
+    lo, hi = 1e-6, 1e6
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if epsilon(ldp(mid), counts, delta, unit) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-9:
+            break
+    return hi
 
 
 def ldp_sigma(parties: int, b: int, beta: float, C: float = 1.0, c0: float = 1.0, match: str = "paper") -> float:
     """The LDP baseline's per-party Gaussian noise std. ``paper``: sigma^2 = 2M/(b beta^2) (the paper's
-    formula, which equals the general one with C = 1 and c0 = 1); ``c0``: 2 C^2 M / (c0 b beta^2)."""
+    formula, which equals the general one with C = 1 and c0 = 1); ``c0``: 2 C^2 M / (c0 b beta^2).
+    (``epsilon``, equal certified epsilon, is :func:`match_ldp_sigma`.)"""
     if match == "paper":
         return math.sqrt(2 * parties / (b * beta**2))
     return math.sqrt(2 * C**2 * parties / (c0 * b * beta**2))
+
+
+UNIT_COLUMNS = {  # CSV column -> what it protects
+    "epsilon_feature_record_no_local_training": "one party's features of one record, assuming the record does not enter local training (Thm 6.1's unit)",
+    "epsilon_sample_record_no_local_training": "one record at every party, same assumption (Thm 6.2's unit)",
+    "epsilon_column_block": "one party's whole column block (holds for Algorithm 2 as trained)",
+}
+
+
+def describe(extras: dict[str, Any]) -> list[str]:
+    """Lines that state a run's privacy numbers with their mode and unit (for the CLI's summary)."""
+    if "accountant" not in extras or extras.get("accountant") == "none":
+        return []
+    mode = extras["accountant"]
+    bound = "certified upper bounds" if extras.get("privacy_upper_bound") else "the paper's closed forms, NOT upper bounds"
+    lines = [f"privacy, accountant={mode} ({bound}), delta={extras.get('delta', float('nan')):g}, "
+             f"{extras.get('privacy_releases', 0):g} releases per sample:"]
+    for col, what in UNIT_COLUMNS.items():
+        if col in extras:
+            lines.append(f"  {col} = {extras[col]:.6g}  [{what}]")
+    if "epsilon_feature_paper_formula" in extras:
+        lines.append(f"  epsilon_feature_paper_formula = {extras['epsilon_feature_paper_formula']:.6g}  "
+                     f"[Thm 6.1 with c0={extras.get('c0', float('nan')):g}: for comparison, not an upper bound]")
+    if "ldp_sigma" in extras:
+        lines.append(f"  LDP noise std sigma = {extras['ldp_sigma']:.6g}")
+    return lines

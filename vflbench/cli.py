@@ -451,6 +451,10 @@ def run(
     ex = manifest["extras"]
     console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters, "
                   f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> {run_dir}")
+    from .accountant import describe
+
+    for line in describe(ex):
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -641,7 +645,7 @@ def table(
 @app.command()
 @friendly
 def plot(
-    kind: str = typer.Argument(..., help="scalability | curves | bars | budget"),
+    kind: str = typer.Argument(..., help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon)"),
     results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
     out: Path = typer.Option(Path("results/figure"), help="output path without extension (.png and .pdf are written)"),
     metric: str | None = typer.Option(None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"),
@@ -651,8 +655,8 @@ def plot(
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
     from .plot import plot_curves, plot_scalability
 
-    if kind not in ("scalability", "curves", "bars", "budget"):
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget.")
+    if kind not in ("scalability", "curves", "bars", "budget", "frontier"):
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier.")
     from .outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))
@@ -664,6 +668,10 @@ def plot(
         from .plot import plot_budget
 
         paths = plot_budget(results, out, metric, panel, test_missing)
+    elif kind == "frontier":
+        from .plot import plot_frontier
+
+        paths = plot_frontier(results, out, metric)
     elif kind == "bars":
         from .plot import plot_bars
         from .report import make_table

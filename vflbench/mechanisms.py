@@ -10,9 +10,10 @@ embeddings cross to the server; the channel installed on it decides what the ser
   the sum: ``C/(beta b) * (sum - b |O| / 2)`` over the ``|O|`` parties that took part.
 
 Gradients pass straight through: the server's gradient at the released sum flows to every party's
-exact embedding (PBM-VFL Algorithm 2, lines 11-18). Training releases feed a
-:class:`~vflbench.accountant.NoisySumAccountant` when one is attached; evaluation releases concern
-test samples and are not counted.
+exact embedding (PBM-VFL Algorithm 2, lines 11-18). Every release of a training sample's sum feeds
+the :class:`~vflbench.accountant.NoisySumAccountant` when one is attached: the training steps and
+the passes that monitor a training target (the server sees those noisy sums too). Evaluation
+releases concern test samples and are not counted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .channel import Channel
 from .secagg import PairwiseMasking, modulus_bits
 
 F_BITS = 32  # bits per float on the wire (the paper's F)
+CHARGED_PHASES = ("train", "monitor")  # releases of training samples' sums: both cost privacy
 
 
 class AccountedChannel(Channel):
@@ -49,7 +51,7 @@ class AccountedChannel(Channel):
             self._releases.append((idx, sent.sum(0)))
 
     def commit(self, phase: str, backward: bool) -> None:
-        if phase == "train" and self.accountant is not None:
+        if phase in CHARGED_PHASES and self.accountant is not None:
             for idx, n in self._releases:
                 self.accountant.step(idx, n)
         self._releases = []
@@ -110,7 +112,9 @@ class PBMChannel(AccountedChannel):
         n = sent.sum(0).to(reps.dtype)[:, None]  # [B, 1] parties that took part
         est = self.C / (self.beta * self.b) * (qsum - self.b * n / 2)
         exact = (reps * w).sum(0)
-        return exact + (est - exact).detach()  # straight-through to the exact embeddings
+        # straight-through: the forward value is exactly the estimate (a function of the released
+        # counts only), the gradient flows to the exact embeddings
+        return est + (exact - exact.detach())
 
 
 def paper_comm_bits(epochs: float, n_train: int, batch: int, parties: int, dim: int, b: int | None, mechanism: str) -> float:

@@ -89,6 +89,7 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
         k=part.n_parties, n_classes=data.n_classes, widths=part.widths(), in_ch=int(x.shape[1]) if x.ndim == 4 else 1,
         model=ModelSpec(ms["arch"], int(ms["cut"]), tuple(ms.get("hidden", ())), int(ms.get("head_hidden", 0))), device=inputs.device, streams=inputs.prep.streams,
         options=dict(run.method_options), positive_class=data.info.positive_class,
+        epochs=sum(int(hp.epochs) for hp in run.stage_hp.values()) or int(run.hp.epochs), monitored=bool(run.target),
     )
     if ctx.model.arch == "mlp" and x.ndim == 4:
         raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
@@ -261,8 +262,12 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     }
     accountant = getattr(method, "accountant", None)
     if accountant is not None:
-        manifest["privacy"] = {"spec": dict(accountant.spec.__dict__), "samples": accountant.n, "max_releases_per_sample": accountant.epochs(),
-                               "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
+        from .accountant import UNIT_COLUMNS
+
+        manifest["privacy"] = {"spec": dict(accountant.spec.__dict__), "upper_bound": accountant.spec.upper_bound, "units": UNIT_COLUMNS,
+                               "samples": accountant.n, "max_releases_per_sample": accountant.epochs(),
+                               "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification",
+                               **method.privacy_manifest(bool(run.target))}
     return rows, manifest
 
 

@@ -181,3 +181,63 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
     paths = _save(fig, out)
     plt.close(fig)
     return paths
+
+
+FRONTIER_EPSILON = "epsilon_feature_record_no_local_training"
+
+
+def frontier_points(results: Path, metric: str | None = None, epsilon_column: str = FRONTIER_EPSILON) -> tuple[pd.DataFrame, str]:
+    """One point per (parties, mechanism, b, beta, LDP calibration): the final-epoch test metric and
+    the run's certified epsilon, means over seeds (with the std of the metric)."""
+    df = load_results(results)
+    if epsilon_column not in df.columns or "mechanism" not in df.columns:
+        raise VFLBenchError(f"These results have no {epsilon_column} column; the frontier needs PBM-VFL runs (--method pbm, any mechanism).")
+    metrics = sorted(set(df["metric"]))
+    metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
+    df = df[(df["metric"] == metric) & (df["test_missing"] == "none")].copy()
+    if "epoch" in df.columns:  # the run's final evaluation only
+        last = df.groupby("run_id")["epoch"].transform(lambda e: e.max() if e.notna().any() else np.nan)
+        df = df[df["epoch"].isna() | (df["epoch"] == last)]
+        df = df.sort_values("epoch", na_position="first").drop_duplicates("run_id", keep="last")
+    if "ldp_match" not in df.columns:
+        df["ldp_match"] = np.nan
+    df["series"] = np.where(df["mechanism"] == "ldp", "LDP (" + df["ldp_match"].fillna("paper").astype(str) + " sigma)", df["mechanism"].str.upper())
+    keys = ["parties", "series", "b", "beta"]
+    pts = (df.groupby(keys, dropna=False)
+             .agg(metric_mean=("value", "mean"), metric_std=("value", lambda v: float(np.std(v))), epsilon=(epsilon_column, "mean"),
+                  seeds=("seed", "nunique"), accountant=("accountant", "first"))
+             .reset_index())
+    return pts, metric
+
+
+def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[Path]:
+    """The privacy-utility frontier: test metric against certified epsilon (record-level feature
+    privacy, at the run's horizon), one marker series per mechanism and LDP calibration, one panel
+    per number of parties; NPQ (no privacy, epsilon infinite) as a dashed line. Also writes the
+    points as ``<out>.csv``."""
+    plt = _plt()
+    pts, metric = frontier_points(results, metric)
+    parties = sorted(set(pts["parties"]))
+    fig, axes = plt.subplots(1, len(parties), figsize=(5.2 * len(parties), 4.0), squeeze=False, sharey=True)
+    markers = {"PBM": "o", "LDP (paper sigma)": "s", "LDP (epsilon sigma)": "^"}
+    for ax, k in zip(axes[0], parties, strict=True):
+        g = pts[pts["parties"] == k]
+        for series, h in g.groupby("series"):
+            if series == "NPQ":
+                ax.axhline(float(h["metric_mean"].mean()), color="k", linestyle="--", linewidth=1, label="NPQ (no privacy)")
+                continue
+            h = h.sort_values("epsilon")
+            ax.errorbar(h["epsilon"], h["metric_mean"], yerr=h["metric_std"], fmt=markers.get(series, "x"), markersize=4, capsize=2, label=series, alpha=0.85)
+        ax.set_xscale("log")
+        mode = ", ".join(sorted(set(g["accountant"].dropna().astype(str)) - {"none"}))
+        ax.set(title=f"M = {k}", xlabel=f"certified ε (feature, per record; δ = 1e-5; {mode})", ylabel=f"test {metric.upper()} x 100")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    paths = _save(fig, out)
+    plt.close(fig)
+    csv = out.with_suffix(".csv")
+    pts.to_csv(csv, index=False)
+    return [*paths, csv]

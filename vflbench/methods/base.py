@@ -175,6 +175,8 @@ class MethodContext:
     streams: Streams
     options: dict[str, Any] = field(default_factory=dict)
     positive_class: int | None = None
+    epochs: int | None = None  # the run's planned epochs over all stages (a horizon, e.g. to calibrate noise)
+    monitored: bool = False  # a pass over the training set follows every epoch (--target)
 
 
 class Method:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from ..accountant import AccountantSpec, NoisySumAccountant, ldp_sigma
+from ..accountant import AccountantSpec, NoisySumAccountant, epsilon, ldp_sigma, match_ldp_sigma
 from ..channel import PHASES
 from ..errors import VFLBenchError
 from ..mechanisms import LDPChannel, PBMChannel, paper_comm_bits
@@ -66,12 +67,11 @@ class PBMVFL(Method):
         Option("hidden", str, "128,64", "hidden widths of the party MLPs (tabular data)", check=_hidden),
         Option("secagg", str, "plain", "secure sum: plain (the sum directly) or masked (Bonawitz Protocol 0; bit-identical)", choices=("plain", "masked")),
         Option("eval", str, "mechanism", "test-time fusion: mechanism (as in training) or exact sums; the other is logged as metric@variant", choices=("mechanism", "exact")),
-        Option("ldp_match", str, "paper", "LDP noise: paper (sigma^2 = 2M/(b beta^2)) or c0 (2 C^2 M / (c0 b beta^2))", choices=("paper", "c0")),
-        Option("c0", float, 8.0, "the constant of the paper's RDP bounds (paper mode)", check=_positive),
-        Option("accountant", str, "paper", "privacy accounting: paper (closed forms with c0), exact (numeric RDP), pld (dp-accounting)", choices=("paper", "exact", "pld")),
+        Option("ldp_match", str, "paper", "LDP noise: paper (sigma^2 = 2M/(b beta^2)), c0 (2 C^2 M / (c0 b beta^2)) or epsilon (bisection: LDP's certified record-level feature epsilon equals PBM's at the run's horizon)", choices=("paper", "c0", "epsilon")),
+        Option("c0", float, 8.0, "the constant of the paper's RDP bounds (paper mode, and the paper-formula column)", check=_positive),
+        Option("accountant", str, "pld", "privacy accounting: pld (certified: pessimistic privacy-loss distributions, exact Gaussian for LDP), exact (certified, looser: numeric RDP), paper (closed forms with c0; NOT an upper bound)", choices=("pld", "exact", "paper")),
         Option("conversion", str, "mironov", "RDP to (epsilon, delta): mironov or cks", choices=("mironov", "cks")),
         Option("delta", float, 1e-5, "delta of the reported (epsilon, delta)", check=_delta),
-        Option("feature_adjacency", str, "record", "feature privacy per record (Thm 6.1) or per whole column block (x N)", choices=("record", "column_block")),
     )
     eval_variants = ("exact", "mechanism")
     smoke_hp = {"lr": 0.1}  # plain SGD: 8 short epochs need a larger step than the suite's Adam-sized 3e-3
@@ -83,7 +83,8 @@ class PBMVFL(Method):
         "the server's gradient is float32, uncompressed, the same for every party (straight-through)",
         "one seeded generator draws every party's Binomials (a simulation; each party's own RNG in a deployment)",
         "secure aggregation keys come from seeded streams, not a key agreement",
-        "epsilon counts training releases only; target-monitoring passes over the training set are a measurement, not counted",
+        "epsilon counts every release of training samples' sums: the training steps and, with --target, the monitoring pass after each epoch when it goes through the mechanism (eval=mechanism); with eval=exact the monitor sees exact sums, outside the protocol, and is not a release",
+        "epsilon_column_block (a party's whole block differs) is the unit that holds for Algorithm 2 as trained; the record-level columns assume the record does not enter local training (Thm 6.1/6.2's unit), see docs/PBM_VFL.md",
     )
 
     @classmethod
@@ -114,11 +115,26 @@ class PBMVFL(Method):
             sec = PairwiseMasking(self.k, o["b"], self.ctx.streams.seed_for("secagg"), self.device) if o["secagg"] == "masked" else None
             self.channel = PBMChannel(self.k, o["b"], o["beta"], self.Cb, gens, sec)
         elif self.mech == "ldp":
-            self.sigma = ldp_sigma(self.k, o["b"], o["beta"], self.Cb, o["c0"], o["ldp_match"])
+            if o["ldp_match"] == "epsilon":
+                self.sigma = match_ldp_sigma(self._pbm_spec(), self._horizon(), o["delta"])
+            else:
+                self.sigma = ldp_sigma(self.k, o["b"], o["beta"], self.Cb, o["c0"], o["ldp_match"])
             self.channel = LDPChannel(self.k, self.sigma, gens)
         self.accountant: NoisySumAccountant | None = None
         self.variant = o["eval"]
         self.epochs_seen, self.n_train, self.batch_size = 0, 0, 1
+
+    def _pbm_spec(self, mode: str | None = None) -> AccountantSpec:
+        o = self.options
+        return AccountantSpec("pbm", self.k, self.P, b=o["b"], beta=o["beta"], C=self.Cb, c0=o["c0"], mode=mode or o["accountant"], conversion=o["conversion"])
+
+    def _horizon(self) -> list[int]:
+        """A sample's releases over the run's planned epochs, all M parties taking part (two per epoch
+        when a charged monitoring pass follows each epoch)."""
+        if not self.ctx.epochs:
+            raise VFLBenchError("ldp_match=epsilon needs the run's number of epochs to match at; this run has none.")
+        per_epoch = 2 if self.ctx.monitored and self.options["eval"] == "mechanism" else 1
+        return [0] * (self.k - 1) + [int(self.ctx.epochs) * per_epoch]
 
     def embed(self, blocks) -> torch.Tensor:
         """``[K, B, P]`` party embeddings in [-C, C]."""
@@ -138,7 +154,7 @@ class PBMVFL(Method):
         if self.accountant is None and self.mech in ("pbm", "ldp"):
             o = self.options
             spec = AccountantSpec(self.mech, self.k, self.P, b=o["b"], beta=o["beta"], C=self.Cb, sigma=getattr(self, "sigma", 0.0),
-                                  c0=o["c0"], mode=o["accountant"], conversion=o["conversion"], feature_adjacency=o["feature_adjacency"])
+                                  c0=o["c0"], mode=o["accountant"], conversion=o["conversion"])
             self.accountant = NoisySumAccountant(spec, self.n_train, epoch.obs.device)
             self.channel.accountant = self.accountant
 
@@ -168,6 +184,19 @@ class PBMVFL(Method):
             raise VFLBenchError(f"PBM-VFL evaluation variant must be mechanism or exact, got {variant!r}.")
         self.variant = variant
 
+    def privacy_manifest(self, monitored: bool) -> dict:
+        """What the manifest says about the accounting rules this run followed."""
+        if not monitored:
+            rule = "none: the run has no --target"
+        elif self.options["eval"] == "mechanism":
+            rule = "charged: each monitoring pass releases every training sample's sum through the mechanism"
+        else:
+            rule = "not charged: eval=exact, the monitor reads exact sums (a measurement outside the protocol, not a release)"
+        out = {"monitor_passes": rule}
+        if self.mech == "ldp":
+            out["ldp"] = {"sigma": self.sigma, "match": self.options["ldp_match"]}
+        return out
+
     def extras(self) -> dict:
         o = self.options
         out = {"mechanism": self.mech, "b": o["b"] if self.mech != "npq" else float("nan"), "beta": o["beta"] if self.mech != "npq" else float("nan"),
@@ -175,11 +204,21 @@ class PBMVFL(Method):
         if self.epochs_seen:
             bits = paper_comm_bits(self.epochs_seen, self.n_train, self.batch_size, self.k, self.P, o["b"], self.mech)
             out["comm_bits_paper"] = bits
+        if self.mech == "ldp":
+            out.update({"ldp_sigma": self.sigma, "ldp_match": o["ldp_match"]})
+        d = o["delta"]
         if self.accountant is not None:
-            d = o["delta"]
-            out.update({"epsilon_feature": self.accountant.get_epsilon(d, "feature"), "epsilon_sample": self.accountant.get_epsilon(d, "sample"),
-                        "epsilon_sample_lower": self.accountant.get_epsilon(d, "sample_lower"), "delta": d,
-                        "c0": o["c0"], "accountant": o["accountant"], "privacy_epochs": self.accountant.epochs()})
+            acc = self.accountant
+            out.update({"accountant": o["accountant"], "privacy_upper_bound": acc.spec.upper_bound, "delta": d,
+                        "epsilon_column_block": acc.get_epsilon(d, "column_block"),
+                        "epsilon_feature_record_no_local_training": acc.get_epsilon(d, "feature_record"),
+                        "epsilon_sample_record_no_local_training": acc.get_epsilon(d, "sample_record"),
+                        "privacy_releases": acc.epochs()})
+            if self.mech == "pbm":  # Thm 6.1's closed form with c0, for comparison only: not an upper bound
+                hist = acc.releases.cpu().numpy()[:, 1:]
+                out["epsilon_feature_paper_formula"] = max(epsilon(self._pbm_spec("paper"), row, d, "feature_record") for row in np.unique(hist, axis=0))
+                out["c0"] = o["c0"]
         else:
-            out.update({"epsilon_feature": float("inf"), "epsilon_sample": float("inf"), "delta": o["delta"]})
+            out.update({"accountant": "none" if self.mech == "npq" else o["accountant"], "delta": d,
+                        **{f"epsilon_{u}": float("inf") for u in ("column_block", "feature_record_no_local_training", "sample_record_no_local_training")}})
         return out
