@@ -193,3 +193,29 @@ def test_sweep_runs_a_subset_of_the_training_settings(tmp_path):
     assert "train=mcar:0.5" in r.output and "train=none" in r.output and "train=mcar:0.1" not in r.output
     bad = runner.invoke(app, ["sweep", str(exp), "--train-missing", "mar1", "--dry-run"])
     assert bad.exit_code == 2 and "--train-missing mar1 not in this experiment" in bad.output
+
+
+def test_merged_results_keep_text_columns_as_text(tmp_path):
+    """A protocol named "false" stays the string "false" when run CSVs are merged (pandas reads a
+    column of true/false words as booleans)."""
+    import pandas as pd
+
+    from vflbench.outputs import read_results_csv
+
+    p = tmp_path / "results.csv"
+    pd.DataFrame({"run_id": ["a", "b"], "protocol": ["false", "false"], "test_missing": ["none", "mcar:0.5"], "value": [1.0, 2.0]}).to_csv(p, index=False)
+    df = read_results_csv(p)
+    assert df["protocol"].tolist() == ["false", "false"] and df["test_missing"].tolist() == ["none", "mcar:0.5"]
+    assert pd.read_csv(p)["protocol"].dtype == bool  # what plain read_csv did
+
+
+def test_epochs_column_counts_every_stage():
+    from vflbench.config import RunConfig, resolve
+    from vflbench.pipeline import row
+
+    run = resolve(RunConfig(dataset="synthetic", method="false1", parties=3, data_options={"n": 300}, labeled=100, aligned=20,
+                            stage_hp={"pretrain": {"epochs": 4}, "train": {"epochs": 7}}))
+    r = row(run, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})
+    assert r["epochs"] == 11 and r["stage_epochs"] == "pretrain:4;train:7"
+    single = resolve(RunConfig(dataset="synthetic", method="svfl", parties=3, data_options={"n": 300}, hp={"epochs": 5}))
+    assert row(single, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})["epochs"] == 5

@@ -146,3 +146,18 @@ def versions() -> dict[str, str]:
     except Exception:  # pragma: no cover
         pass
     return out
+
+
+# identity columns that hold text: read them as text, or pandas turns a protocol named "false" into
+# the boolean False (and "none" into NaN) when it merges run CSVs
+TEXT_COLUMNS = ("run_id", "run_key", "dataset", "method", "method_display", "partitioner", "protocol", "train_missing", "test_missing",
+                "options", "metric", "status", "stage_epochs")
+
+
+def read_results_csv(path, **kw):
+    """``pd.read_csv`` of a vflbench results CSV with its text columns kept as text."""
+    import pandas as pd
+
+    dtype = {c: str for c in TEXT_COLUMNS}
+    dtype.update(kw.pop("dtype", {}))
+    return pd.read_csv(path, dtype=dtype, keep_default_na=True, **kw)

@@ -383,7 +383,8 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         "test_missing": test_missing,
         "p_miss_test": p_key(test_missing),
         "seed": r.seed,
-        "epochs": r.hp.epochs,
+        "epochs": sum(h.epochs for h in r.stage_hp.values()) if r.stage_hp else r.hp.epochs,  # every stage's epochs
+        **({"stage_epochs": ";".join(f"{k}:{h.epochs}" for k, h in r.stage_hp.items())} if len(r.stage_hp) > 1 else {}),
         **({"options": ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")}
            if any(src == "user" for src in r.option_sources.values()) else {}),  # the method options a user set (variants of a method)
         **({"epoch": epoch} if r.eval_epochs else {}),  # runs evaluated at several budgets: the epoch of each row

@@ -91,21 +91,21 @@ def load_results(path: str | Path) -> pd.DataFrame:
         if (p / "results.csv").exists():
             p = p / "results.csv"
         else:
-            from .outputs import run_finished
+            from .outputs import read_results_csv, run_finished
 
-            frames = [pd.read_csv(f) for f in sorted(p.glob("**/results.csv")) if run_finished(f.parent)[0]]
+            frames = [read_results_csv(f) for f in sorted(p.glob("**/results.csv")) if run_finished(f.parent)[0]]
             if not frames:
                 raise VFLBenchError(f"No results under {path}: expected results.csv or runs/*/results.csv.")
             return pd.concat(frames, ignore_index=True)
     if not p.exists():
         raise VFLBenchError(f"Results path {path} does not exist.")
-    from .outputs import csv_problem
+    from .outputs import csv_problem, read_results_csv
 
     problem = csv_problem(p)
     if problem:
         raise VFLBenchError(f"{p} {problem}: the file is damaged (truncated?); rebuild it with `vflbench sweep` on the same experiment (finished runs are kept).")
     try:
-        df = pd.read_csv(p)
+        df = read_results_csv(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise VFLBenchError(f"{p} is not a readable results CSV ({e}).") from None
     need = {"dataset", "method", "train_missing", "test_missing", "seed", "metric", "value"}

@@ -23,7 +23,7 @@ import pandas as pd
 from .config import ResolvedRun, resolve
 from .errors import TrainingDiverged, VFLBenchError
 from .experiment import Experiment
-from .outputs import atomic_write_text, run_finished, versions, write_outputs
+from .outputs import atomic_write_text, read_results_csv, run_finished, versions, write_outputs
 
 
 @dataclass
@@ -302,7 +302,7 @@ def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
     for rid in dict.fromkeys(run_ids):
         d = Path(out) / "runs" / rid
         if run_finished(d)[0]:
-            frames.append(pd.read_csv(d / "results.csv"))
+            frames.append(read_results_csv(d / "results.csv"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
