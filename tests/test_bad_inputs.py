@@ -32,8 +32,8 @@ def _fails(args, needle, code=2, out_dir=None):
     (["--cut", "0"], "--cut"),
     (["--hidden", "0"], "--hidden sizes must all be >= 1"),
     (["--hidden", "8,-2"], "--hidden sizes must all be >= 1"),
-    (["--momentum", "-0.1"], "momentum must be in [0, 1)"),
-    (["--momentum", "1"], "momentum must be in [0, 1)"),
+    (["--optimizer", "sgd", "--momentum", "-0.1"], "momentum must be in [0, 1)"),
+    (["--optimizer", "sgd", "--momentum", "1"], "momentum must be in [0, 1)"),
     (["--weight-decay", "-1"], "weight_decay must be a finite number >= 0"),
     (["--lr", "nan"], "lr must be a finite number > 0"),
     (["--lr", "inf"], "lr must be a finite number > 0"),
@@ -45,9 +45,33 @@ def _fails(args, needle, code=2, out_dir=None):
     (["--arch", "bogus"], "Unknown extractor architecture 'bogus'. Choices: mlp, resnet18-half, resnet18, cnn-small"),
     (["--arch", "cnn-small"], "needs image data"),
     (["--method-opt", "fusion=concat"], "choices are mean, sum"),
+    # hardening II: flags that meant something else, or nothing
+    (["--hp", "epochs=1", "--epochs", "2"], "--epochs 2 and --hp epochs=1 disagree"),
+    (["--hp", "lr=nan"], "lr must be a finite number > 0"),
+    (["--hp", "batch_size=abc"], "batch_size must be an integer, got 'abc'"),
+    (["--hp", "lr=fast"], "lr must be a number, got 'fast'"),
+    (["--test-missing", "none,mcar:1"], "The test setting 'mcar:1' observes no block"),
+    (["--epochs", "99999999999999999999999"], "epochs must be at most 100,000"),
+    (["--hidden", "10,,10"], "--hidden must be comma-separated integers"),
+    (["--hidden", ""], "--hidden must be comma-separated integers"),
+    (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to SGD only"),
+    (["--method-opt", "fusion=sum", "--method-opt", "fusion=mean"], "--method-opt fusion is given twice"),
+    (["--data-opt", "n=300", "--data-opt", "n=400"], "--data-opt n is given twice"),
 ])
 def test_run_rejects_before_training(tmp_path, args, needle):
     _fails([*RUN, "--out", str(tmp_path / "o"), *args], needle, out_dir=tmp_path)
+
+
+def test_hp_values_are_not_erased_by_unset_flags(tmp_path):
+    """`--hp epochs=1` trains 1 epoch (unset flags used to overwrite it with the preset's value)."""
+    import json
+
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=300", "--quiet", "--out", str(tmp_path),
+                            "--hp", "epochs=1", "--hp", "lr=0.002", "--test-missing", "none"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(next(tmp_path.rglob("manifest.json")).read_text())
+    assert m["config"]["hp"]["epochs"] == 1 and m["config"]["hp"]["lr"] == 0.002
+    assert len(m["history"]["loss"]) == 1
 
 
 def test_divergence_stops_the_run_with_status_3(tmp_path):

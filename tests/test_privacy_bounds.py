@@ -167,3 +167,12 @@ def test_matched_ldp_sigma_gives_pbm_s_epsilon(mode):
     ldp = AccountantSpec("ldp", 5, 16, sigma=sigma, mode=mode)
     assert epsilon(ldp, counts, DELTA, "feature_record") == pytest.approx(epsilon(pbm, counts, DELTA, "feature_record"), rel=1e-6)
     assert epsilon(ldp, counts, DELTA, "feature_record") <= epsilon(pbm, counts, DELTA, "feature_record") * (1 + 1e-9)  # never less private
+
+
+def test_pld_epsilon_survives_dp_accountings_overflow():
+    """dp-accounting returned inf here (a denormal mass in a ratio); the bisection fallback gives the
+    finite value, in line with its neighbours."""
+    spec = AccountantSpec("pbm", 5, 16, 32, 0.25)
+    eps = [epsilon(spec, [0, 0, 0, 0, c], DELTA, "feature_record") for c in (9, 10, 11)]
+    assert all(math.isfinite(e) for e in eps) and eps[0] < eps[1] < eps[2]
+    assert eps[1] - eps[0] == pytest.approx(eps[2] - eps[1], rel=0.05)

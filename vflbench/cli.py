@@ -100,9 +100,12 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise VFLBenchError(f"{what} must look like key=value, got '{item}'.")
-        out[key.strip()] = value.strip()
+        key = key.strip()
+        if key in out and out[key] != value.strip():
+            raise VFLBenchError(f"{what} {key} is given twice ({key}={out[key]} and {key}={value.strip()}); give it once.")
+        out[key] = value.strip()
     return out
 
 
@@ -344,6 +347,31 @@ def _stage_progress(bar, label: str):
     return StageProgress()
 
 
+def merge_hp_flags(every: dict[str, str], flags: dict[str, object]) -> dict[str, object]:
+    """``--hp key=value`` (every stage) and the hyper-parameter flags given explicitly: a flag never
+    erases an ``--hp`` value, and the two disagreeing on one key is an error, not a silent choice."""
+    for key, value in flags.items():
+        if key in every:
+            try:
+                same = float(every[key]) == float(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                same = str(every[key]) == str(value)
+            if not same:
+                raise VFLBenchError(f"--{key.replace('_', '-')} {value} and --hp {key}={every[key]} disagree; give one of them.")
+    return {**every, **flags}
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """``10,10`` -> [10, 10]; an empty entry (``10,,10``) or a non-integer is an error."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if not text.strip() or any(p == "" for p in parts):
+            raise ValueError
+        return [int(p) for p in parts]
+    except ValueError:
+        raise VFLBenchError(f"{what} must be comma-separated integers such as 128,64, got '{text}'.") from None
+
+
 def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """``--hp lr=0.01`` (every stage) and ``--hp stage1.epochs=5`` (one stage)."""
     every: dict[str, str] = {}
@@ -401,13 +429,11 @@ def run(
     from .config import RunConfig, resolve
 
     every, per_stage = parse_hp(hp_opt)
-    hp = {**every, "epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
+    flags = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
+    hp = merge_hp_flags(every, {k: v for k, v in flags.items() if v is not None})
     model = {"arch": arch, "cut": cut}
     if hidden is not None:
-        try:
-            model["hidden"] = [int(h) for h in hidden.split(",") if h.strip()]
-        except ValueError:
-            raise VFLBenchError(f"--hidden must be comma-separated integers, got '{hidden}'.") from None
+        model["hidden"] = parse_int_list(hidden, "--hidden")
     cfg = RunConfig(
         dataset=dataset, method=method, parties=parties, partitioner=partitioner, train_missing=train_missing,
         test_missing=split_specs(test_missing), seed=seed, protocol=protocol,

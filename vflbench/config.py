@@ -72,9 +72,9 @@ class HParams:
             raise VFLBenchError(f"Hyper-parameter(s) {', '.join(sorted(missing))} missing{where}; set them in the preset or on the command line.")
         try:
             hp = cls(
-                optimizer=str(d["optimizer"]), lr=float(d["lr"]), batch_size=_int(d["batch_size"], "batch_size"), epochs=_int(d["epochs"], "epochs"),
-                weight_decay=float(d.get("weight_decay") or 0.0), momentum=float(d.get("momentum") or 0.0),
-                schedule=str(d.get("schedule") or "none"), eta_min_ratio=float(d.get("eta_min_ratio") or 0.0),
+                optimizer=str(d["optimizer"]), lr=_float(d["lr"], "lr"), batch_size=_int(d["batch_size"], "batch_size"), epochs=_int(d["epochs"], "epochs"),
+                weight_decay=_float(d.get("weight_decay") or 0.0, "weight_decay"), momentum=_float(d.get("momentum") or 0.0, "momentum"),
+                schedule=str(d.get("schedule") or "none"), eta_min_ratio=_float(d.get("eta_min_ratio") or 0.0, "eta_min_ratio"),
             )
         except (TypeError, ValueError) as e:
             raise VFLBenchError(f"Bad hyper-parameter value{where}: {e}.") from None
@@ -86,6 +86,8 @@ class HParams:
             raise VFLBenchError(f"Unknown optimizer '{self.optimizer}'{where}. Choices: adam, sgd.")
         if self.epochs < 1 or self.batch_size < 1:
             raise VFLBenchError(f"epochs and batch_size must be >= 1{where}.")
+        if self.epochs > MAX_EPOCHS:
+            raise VFLBenchError(f"epochs must be at most {MAX_EPOCHS:,}{where}, got {self.epochs:,}.")
         if not math.isfinite(self.lr) or self.lr <= 0:
             raise VFLBenchError(f"lr must be a finite number > 0{where}, got {self.lr}.")
         if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
@@ -101,10 +103,32 @@ class HParams:
         return asdict(self)
 
 
+MAX_EPOCHS = 100_000  # beyond this a typo, not an experiment (a run would not finish)
+
+
+def _float(v: Any, name: str) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {v!r}") from None
+
+
 def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or float(v) != int(float(v)):
+    if isinstance(v, bool):
         raise ValueError(f"{name} must be an integer, got {v!r}")
-    return int(float(v))
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        pass
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {v!r}") from None
+    if not math.isfinite(f) or f != int(f):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    return int(f)
 
 
 @dataclass(frozen=True)
@@ -279,8 +303,14 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     stage_hp = {}
     for st in stages:
         block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
-        merged = {**base, **block, **overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
-        stage_hp[st.name] = HParams.from_dict(merged, f" (stage {st.name})" if len(stages) > 1 else "")
+        user = {**overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
+        merged = {**base, **block, **user}
+        where = f" (stage {st.name})" if len(stages) > 1 else ""
+        if str(merged.get("optimizer")) == "adam" and merged.get("momentum") not in (None, 0, 0.0, "0", "0.0"):
+            if "momentum" in user:  # a momentum the user asked for would be silently ignored by Adam
+                raise VFLBenchError(f"--momentum applies to SGD only; Adam has no momentum setting{where}. Drop --momentum or use --optimizer sgd.")
+            merged["momentum"] = 0.0  # the preset's SGD momentum does not carry over to Adam
+        stage_hp[st.name] = HParams.from_dict(merged, where)
     hp = stage_hp[stages[0].name]
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})

@@ -67,6 +67,9 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
                              all_missing=proto.all_missing, labeled=run.labeled, aligned=run.aligned)
     test_masks = {s: draw_masks(prep, s, split="test", granularity=proto.test_granularity, batch_size=bs, all_missing=proto.all_missing)
                   for s in run.test_missing}
+    for s, m in test_masks.items():
+        if not m.observed.any():
+            raise VFLBenchError(f"The test setting '{s}' observes no block of any test sample, so nothing can be evaluated; lower its missing probability or drop it from --test-missing.")
     if not train_masks.observed.any():
         raise VFLBenchError(f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; lower the missing probability.")
     labeled = None
