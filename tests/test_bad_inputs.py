@@ -412,3 +412,49 @@ def test_a_user_preset_without_a_needed_block_names_it(tmp_path, text, needle):
     preset = tmp_path / "mine.yaml"
     preset.write_text(text)
     _fails([*RUN, "--preset", str(preset), "--out", str(tmp_path / "o")], needle, out_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- hardening II: sweeps (one table; the next case is one line)
+BASE_EXP = {"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "hp": {"epochs": 1},
+            "datasets": {"synthetic": {"data_options": {"n": 200}}}}
+
+
+@pytest.mark.parametrize("change, args, needle", [
+    ({"seeds": [0, 0]}, [], "'seeds' lists 0 more than once"),
+    ({"methods": ["local", "local"]}, [], "'methods' lists 'local' more than once"),
+    ({"parties": [2, 2]}, [], "'parties' lists 2 more than once"),
+    ({"train_missing": ["mcar:0.1", "mcar:0.10"]}, [], "two entries of the grid are the same run"),
+    ({"methods": ["plug"], "method_grid": {"plug": [{"p_drop": [0.2, 0.2]}]}}, [], "method_grid.plug lists"),
+    ({"name": "../escape"}, [], "'name' must be a plain name"),
+    ({"name": "a/b"}, [], "'name' must be a plain name"),
+    ({}, ["--out", ""], "--out is empty"),
+    ({}, ["--seeds", ""], "--seeds must be comma-separated integers"),
+    ({}, ["--seeds", "1,1"], "--seeds lists a seed more than once"),
+    ({}, ["--address", "ray://x:1"], "--address is the Ray cluster's address; it needs --executor ray"),
+])
+def test_sweep_refuses_before_any_run_and_leaves_no_folder(tmp_path, change, args, needle):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({**BASE_EXP, **change}))
+    out = tmp_path / "fresh" / "out"
+    _fails(["sweep", str(exp), "--out", str(out), *args] if "--out" not in args else ["sweep", str(exp), *args], needle)
+    assert not (tmp_path / "fresh").exists(), list((tmp_path / "fresh").rglob("*"))
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_a_refused_sweep_in_the_lock_leaves_its_fresh_folder_empty(tmp_path, monkeypatch):
+    """A validation error raised inside the folder lock (at planning) removes the lock and the folders it made."""
+    from vflbench import sweep as sweep_mod
+
+    def refuse(*a, **k):
+        from vflbench.errors import VFLBenchError
+
+        raise VFLBenchError("refused at planning")
+
+    monkeypatch.setattr(sweep_mod, "plan", refuse)
+    exp = _tiny_experiment(tmp_path)
+    _fails(["sweep", str(exp), "--out", str(tmp_path / "a" / "b")], "refused at planning")
+    assert not (tmp_path / "a").exists()
+
+
+def test_plot_out_that_is_a_folder_is_refused(tmp_path):
+    _fails(["plot", "bars", str(tmp_path), "--out", str(tmp_path) + "/"], "is a directory; give a file path")

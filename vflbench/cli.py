@@ -361,7 +361,17 @@ def merge_hp_flags(every: dict[str, str], flags: dict[str, object]) -> dict[str,
     return {**every, **flags}
 
 
-def parse_int_list(text: str, what: str) -> list[int]:
+def out_path(text: str | None, flag: str = "--out") -> Path | None:
+    """An output path given on the command line; an empty one is refused (it would mean the
+    working directory without saying so)."""
+    if text is None:
+        return None
+    if not str(text).strip():
+        raise VFLBenchError(f"{flag} is empty; give a directory or file path (use '.' for the working directory).")
+    return Path(text)
+
+
+def parse_int_list(text: str, what: str, example: str = "128,64") -> list[int]:
     """``10,10`` -> [10, 10]; an empty entry (``10,,10``) or a non-integer is an error."""
     parts = [p.strip() for p in text.split(",")]
     try:
@@ -369,7 +379,7 @@ def parse_int_list(text: str, what: str) -> list[int]:
             raise ValueError
         return [int(p) for p in parts]
     except ValueError:
-        raise VFLBenchError(f"{what} must be comma-separated integers such as 128,64, got '{text}'.") from None
+        raise VFLBenchError(f"{what} must be comma-separated integers such as {example}, got '{text}'.") from None
 
 
 def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
@@ -417,11 +427,12 @@ def run(
     part_opt: list[str] | None = PART_OPT,
     protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
-    out: Path = typer.Option(Path("results/runs"), help="output directory"),
+    out: str = typer.Option("results/runs", help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
     threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
+    out = out_path(out)
     if threads is not None:
         if threads < 1:
             raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
@@ -527,7 +538,7 @@ def sweep(
                              "(tabular models of packable methods; others run alone); 1 turns packing off"),
     train_missing: str | None = typer.Option(None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"),
     quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
-    out: Path | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
+    out: str | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
     executor: str = typer.Option("local", help="local | ray"),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
@@ -549,11 +560,13 @@ def sweep(
         raise VFLBenchError(f"--pack must be >= 1 (1 turns packing off), got {pack}.")
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
+    out = out_path(out)
+    if address is not None and executor != "ray":
+        raise VFLBenchError("--address is the Ray cluster's address; it needs --executor ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
-    try:
-        sd = [int(s) for s in seeds.split(",")] if seeds else None
-    except ValueError:
-        raise VFLBenchError(f"--seeds must be comma-separated integers, got '{seeds}'.") from None
+    sd = parse_int_list(seeds, "--seeds", "0,1,2") if seeds is not None else None
+    if sd is not None and len(set(sd)) != len(sd):
+        raise VFLBenchError(f"--seeds lists a seed more than once ('{seeds}'); each seed must be unique.")
     tr = [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()] if train_missing else None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
@@ -641,11 +654,12 @@ def table(
     layout: str = typer.Option("laser-table1", help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic"),
     reference: str | None = typer.Option(None, help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a reference CSV path"),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
-    out: Path | None = typer.Option(None, help="write to this file instead of stdout"),
+    out: str | None = typer.Option(None, help="write to this file instead of stdout"),
     epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),
     by_budget: bool = typer.Option(False, "--by-budget", help="instead: the best method of every condition at every budget recorded with --eval-epochs"),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
+    out = out_path(out)
     from .outputs import atomic_write_text
     from .report import budget_ranking, make_table
 
@@ -673,12 +687,16 @@ def table(
 def plot(
     kind: str = typer.Argument(..., help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon)"),
     results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
-    out: Path = typer.Option(Path("results/figure"), help="output path without extension (.png and .pdf are written)"),
+    out: str = typer.Option("results/figure", help="output path without extension (.png and .pdf are written)"),
     metric: str | None = typer.Option(None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"),
     test_missing: str | None = typer.Option(None, help="test setting to plot (scalability, budget)"),
     panel: str | None = typer.Option(None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"),
 ):
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
+    trailing = str(out).endswith("/")
+    out = out_path(out)
+    if trailing or out.is_dir():
+        raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
     from .plot import plot_curves, plot_scalability
 
     if kind not in ("scalability", "curves", "bars", "budget", "frontier"):

@@ -72,6 +72,14 @@ class Experiment:
         return self.spec.get("reference")
 
 
+def check_name(name: str, path=None) -> None:
+    """An experiment's name becomes a folder under results/: a plain name, nothing that leaves it."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
+        _fail(path, f"'name' must be a plain name (letters, digits, '.', '_', '-'; no path separators or '..'), got {name!r}.")
+
+
 def _fail(path, msg: str) -> None:
     where = f"{path}: " if path else ""
     raise VFLBenchError(f"{where}{msg}")
@@ -88,7 +96,17 @@ def _list(spec, key, typ, path, default=None):
     for item in v:
         if not isinstance(item, typ) or isinstance(item, bool):
             _fail(path, f"'{key}' entries must be {getattr(typ, '__name__', typ)}; got {item!r}.")
+    _unique(v, f"'{key}'", path)
     return v
+
+
+def _unique(items, what: str, path) -> None:
+    """A grid axis is a set: a repeated entry would train the same run twice into one folder."""
+    seen = []
+    for item in items:
+        if item in seen:
+            _fail(path, f"{what} lists {item!r} more than once; each entry must be unique.")
+        seen.append(item)
 
 
 def _dict(spec, key, path, default=None):
@@ -118,6 +136,7 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
         if any(len(v) == 0 for v in values):
             _fail(path, f"method_grid.{method}: an option has an empty list of values.")
         out += [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    _unique(out, f"method_grid.{method}", path)
     return out
 
 
@@ -150,6 +169,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
     if not isinstance(spec.get("name"), str):
         _fail(path, "'name' (a string) is required.")
+    check_name(spec["name"], path)
     if spec.get("protocol") is False:  # YAML 1.1 reads an unquoted `protocol: false` as a boolean
         spec = {**spec, "protocol": "false"}
     from . import plugins

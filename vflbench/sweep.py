@@ -53,6 +53,9 @@ def plan(exp: Experiment, out: Path) -> SweepPlan:
             continue
         r = resolve(cfg)
         rid = r.run_id
+        if rid in p.run_ids:  # e.g. mcar:0.1 and mcar:0.10, or an option set twice at its default
+            raise VFLBenchError(f"{exp.path or exp.name}: two entries of the grid are the same run ({rid}: {cfg.method} on {cfg.dataset}, "
+                                f"seed {cfg.seed}, train {r.train_missing}); each run must appear once.")
         p.run_ids.append(rid)
         finished, why = run_finished(p.out / "runs" / rid)
         if finished:
@@ -72,10 +75,15 @@ class FolderLock:
     def __init__(self, out: Path):
         self.path = Path(out) / ".sweep.lock"
         self.fd: int | None = None
+        self.created: list[Path] = []  # folders this lock made (removed again when the sweep is refused)
 
     def __enter__(self) -> FolderLock:
         import fcntl
 
+        probe = self.path.parent
+        while not probe.exists():
+            self.created.append(probe)
+            probe = probe.parent
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -89,10 +97,20 @@ class FolderLock:
         self.fd = fd
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
+        if exc_type is not None and issubclass(exc_type, VFLBenchError) and self.created:
+            # a sweep refused before any run leaves nothing behind in the folder it would have made
+            folder = self.path.parent
+            if {x.name for x in folder.iterdir()} <= {".sweep.lock"}:
+                self.path.unlink(missing_ok=True)
+                for d in self.created:  # innermost first
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        break
 
 
 def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:

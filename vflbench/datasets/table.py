@@ -385,6 +385,18 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
     raise VFLBenchError(f"Unknown table source '{scheme}:'; use csv:PATH or openml:ID.")
 
 
+def openml_kwargs(fetch, data_id: int, home, download: bool) -> dict[str, Any]:
+    """The arguments for scikit-learn's ``fetch_openml`` that the installed version accepts:
+    ``download_if_missing`` went away in scikit-learn 1.9 (the cache is read first either way)."""
+    import inspect
+
+    kwargs: dict[str, Any] = {"data_id": data_id, "data_home": str(home), "as_frame": True, "parser": "auto"}
+    params = inspect.signature(fetch).parameters
+    if "download_if_missing" in params:
+        kwargs["download_if_missing"] = download
+    return {k: v for k, v in kwargs.items() if k in params or any(p.kind == p.VAR_KEYWORD for p in params.values())}
+
+
 def _openml(name: str, ref: str, opts: dict[str, Any], download: bool) -> Table:
     try:
         data_id = int(ref)
@@ -393,8 +405,9 @@ def _openml(name: str, ref: str, opts: dict[str, Any], download: bool) -> Table:
     from sklearn.datasets import fetch_openml
 
     home = data_root() / "openml"
+    kwargs = openml_kwargs(fetch_openml, data_id, home, download)
     try:
-        bunch = fetch_openml(data_id=data_id, data_home=str(home), as_frame=True, parser="auto", download_if_missing=download)
+        bunch = fetch_openml(**kwargs)
     except Exception as e:  # network errors, unknown ids: one clear line
         raise VFLBenchError(f"openml:{data_id} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}). "
                             f"It needs an internet connection the first time (then it is cached under {home}); "
