@@ -57,6 +57,10 @@ def _fails(args, needle, code=2, out_dir=None):
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to SGD only"),
     (["--method-opt", "fusion=sum", "--method-opt", "fusion=mean"], "--method-opt fusion is given twice"),
     (["--data-opt", "n=300", "--data-opt", "n=400"], "--data-opt n is given twice"),
+    (["--partitioner", "importance", "--part-opt", "alpha=abc"], "option alpha must be a number, got 'abc'"),
+    (["--partitioner", "importance", "--part-opt", "alpha=1,2"], "option alpha must be a number, got '1,2'"),
+    (["--partitioner", "correlation", "--part-opt", "beta=abc"], "option beta must be a number, got 'abc'"),
+    (["--partitioner", "contiguous", "--part-opt", "alpha=1"], "Partitioner 'contiguous' has no option alpha"),
 ])
 def test_run_rejects_before_training(tmp_path, args, needle):
     _fails([*RUN, "--out", str(tmp_path / "o"), *args], needle, out_dir=tmp_path)

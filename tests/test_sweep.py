@@ -219,3 +219,12 @@ def test_epochs_column_counts_every_stage():
     assert r["epochs"] == 11 and r["stage_epochs"] == "pretrain:4;train:7"
     single = resolve(RunConfig(dataset="synthetic", method="svfl", parties=3, data_options={"n": 300}, hp={"epochs": 5}))
     assert row(single, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})["epochs"] == 5
+
+
+def test_partitioners_and_their_options_sweep_like_any_axis():
+    from vflbench.experiment import build_experiment
+
+    exp = build_experiment({"name": "p", "methods": ["local"], "partitioner": ["contiguous", "correlation"],
+                            "partition_options": {"correlation": {"beta": [0.2, 0.8]}}, "train_missing": ["none"], "test_missing": ["none"],
+                            "datasets": {"synthetic": {"data_options": {"n": 200}}}})
+    assert [(r.partitioner, r.partition_options) for r in exp.runs] == [("contiguous", {}), ("correlation", {"beta": 0.2}), ("correlation", {"beta": 0.8})]

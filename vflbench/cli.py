@@ -616,7 +616,9 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
             epochs = "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items()) if len(r.stage_hp) > 1 else str(r.hp.epochs)
             from rich.markup import escape
 
-            console.print(escape(f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} train={r.train_missing} seed={r.seed} epochs={epochs}"))
+            popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
+            console.print(escape(f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} {r.partitioner}{f'[{popts}]' if popts else ''} "
+                                 f"train={r.train_missing} seed={r.seed} epochs={epochs}"))
         return
     t0 = time.perf_counter()
     failures, diverged = [], []

@@ -36,6 +36,7 @@ Schema (unknown keys are errors)::
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,33 @@ def _dict(spec, key, path, default=None):
     if not isinstance(v, dict):
         _fail(path, f"'{key}' must be a mapping, got {type(v).__name__}.")
     return v
+
+
+def partition_variants(spec: dict, over: dict, path) -> list[tuple[str | None, dict[str, Any]]]:
+    """The partitioner axis: ``partitioner`` is a name or a list of names; ``partition_options`` maps
+    options to a value or a list of values (a list expands), and, with several partitioners, may hold
+    one such mapping per partitioner name (``{correlation: {beta: [0.2, 0.8]}}``)."""
+    import itertools
+
+    names = over.get("partitioner", spec.get("partitioner"))
+    if names is None or isinstance(names, str):
+        names = [names]
+    elif isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        _unique(names, "'partitioner'", path)
+    else:
+        _fail(path, f"'partitioner' must be a name or a list of names, got {names!r}.")
+    opts = {**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)}
+    per_name = {n: v for n, v in opts.items() if n in names and isinstance(v, dict)}
+    shared = {k: v for k, v in opts.items() if k not in per_name}
+    out = []
+    for name in names:
+        grid = {**shared, **per_name.get(name, {})}
+        keys = list(grid)
+        values = [v if isinstance(v, list) else [v] for v in grid.values()]
+        if any(len(v) == 0 for v in values):
+            _fail(path, "partition_options: an option has an empty list of values.")
+        out += [(name, dict(zip(keys, combo, strict=True))) for combo in itertools.product(*values)]
+    return out
 
 
 def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
@@ -240,12 +268,13 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
     runs, stages_used = [], set()
     for ds in chosen:
         over = ds_spec[ds] or {}
+        part_variants = partition_variants(spec, over, path)
         ds_methods = over.get("methods", methods)
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
         for k in ds_parties:
             for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
-                for tr in train:
+                for (part, part_opts), tr in itertools.product(part_variants, train):
                     for seed in run_seeds:
                         hp = {**hp_all, **_dict(over, "hp", path)}
                         if quick:
@@ -260,10 +289,10 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                         if k in lr_table:
                             hp["lr"] = float(lr_table[k])
                         runs.append(RunConfig(
-                            dataset=ds, method=m, parties=int(k), partitioner=over.get("partitioner", spec.get("partitioner")),
+                            dataset=ds, method=m, parties=int(k), partitioner=part,
                             train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
-                            data_options=data_opts, partition_options={**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)},
+                            data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp,
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             target=over.get("target", spec.get("target")),

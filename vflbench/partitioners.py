@@ -380,12 +380,39 @@ def check_options(name: str, params: dict[str, Any]) -> None:
         from .errors import VFLBenchError
 
         raise VFLBenchError(f"Partitioner '{name}' has no option {', '.join(unknown)}; its options: {', '.join(known) or 'none'}.")
+    typed_options(name, params)
+
+
+def typed_options(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Each option as the type its parameter declares (``alpha: float``, ``rows: int | None``): a
+    number given as text is converted, anything else that does not fit is one clear error."""
+    import inspect
+
+    from .errors import VFLBenchError
+
+    sig = inspect.signature(PARTITIONERS.get(name)).parameters
+    out = dict(params)
+    for key, value in params.items():
+        ann = str(sig[key].annotation) if key in sig else ""
+        want = "int" if ann.startswith("int") else "float" if ann.startswith("float") else None
+        if want is None or value is None:
+            continue
+        ok = isinstance(value, int) and not isinstance(value, bool) if want == "int" else isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            continue
+        try:
+            out[key] = int(str(value)) if want == "int" else float(str(value))
+        except ValueError:
+            what = "an integer" if want == "int" else "a number"
+            raise VFLBenchError(f"Partitioner '{name}': option {key} must be {what}, got {value!r}.") from None
+    return out
 
 
 def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, data=None, **params) -> Partition:
     """``data``: the loaded :class:`~vflbench.datasets.Dataset`, for partitioners that read column
     names (``columns``) or the training values (``correlation``)."""
     check_options(name, params)
+    params = typed_options(name, params)
     fn = PARTITIONERS.get(name)
     part = fn(tuple(shape), int(k), rng, data=data, **params)
     part.params = {**params, **part.params}
