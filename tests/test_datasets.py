@@ -29,6 +29,33 @@ def test_credit_from_mirror_recipe(tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_a_tampered_parsed_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
+    """The parsed-table cache is verified against the source's sha256 and its own: flipped labels in
+    it are never trained on; the load warns, rebuilds it and says so in the data summary."""
+    from vflbench.datasets import registry
+
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    registry_cache = getattr(registry, "_CACHE", None)
+    if isinstance(registry_cache, dict):
+        registry_cache.clear()
+    first = load_dataset("credit", download=False)
+    cache = next(tmp_path.rglob(".parsed-v3-*.npy"))
+    assert first.preprocessing["parsed_cache"]["status"] == "built"
+    again = load_dataset("credit", download=False)
+    assert again.preprocessing["parsed_cache"]["status"] == "verified"
+    arr = np.load(cache)
+    arr[:, -1] = 1 - arr[:, -1]  # flip every label
+    np.save(cache, arr)
+    with pytest.warns(UserWarning, match="do not match the checksum"):
+        fixed = load_dataset("credit", download=False)
+    assert fixed.preprocessing["parsed_cache"]["status"].startswith("rebuilt")
+    assert np.array_equal(fixed.y_train, first.y_train) and np.array_equal(fixed.x_test, first.x_test)
+    cache.with_name(cache.name + ".sha256").unlink()  # no checksum file: not trusted either
+    with pytest.warns(UserWarning, match="no checksum file"):
+        load_dataset("credit", download=False)
+
+
+@needs_mirror
 def test_isolet_phishing_fashion_from_mirror():
     iso = load_dataset("isolet", download=False)
     assert iso.x_train.shape == (6238, 617) and iso.x_test.shape == (1559, 617) and iso.y_train.max() == 25

@@ -47,28 +47,29 @@ VARIANTS = (
 )
 
 
-def read_raw(ds_dir: Path) -> pd.DataFrame:
-    """Parse the raw file once; later loads read a small .npy cache keyed by the file's size and mtime."""
+def read_raw(ds_dir: Path) -> tuple[pd.DataFrame, dict[str, str] | None]:
+    """Parse the raw file once; later loads read a small .npy cache, verified against the sha256 of
+    the source file and of its own bytes (a cache that fails either check is rebuilt with a warning).
+    Returns the table and what the manifest records about the cache."""
     import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
-    src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
-    if src.exists():
-        st = src.stat()
-        cache = ds_dir / f".parsed-v2-{src.suffix.strip('.')}-{st.st_size}-{int(st.st_mtime)}.npy"
-        cols = ["ID"] + COLUMNS + [LABEL]
-        if cache.exists():
-            try:
-                return pd.DataFrame(np.load(cache), columns=cols)
-            except (OSError, ValueError):
-                cache.unlink(missing_ok=True)
-        df = _parse(ds_dir)
-        if "ID" not in df.columns:
-            df.insert(0, "ID", np.arange(1, len(df) + 1))
-        arr = df[cols].to_numpy(np.float64)
-        from .fetch import write_cache
 
-        write_cache(cache, lambda f: np.save(f, arr))
-        return pd.DataFrame(arr, columns=cols)
-    return _parse(ds_dir)
+    from .fetch import load_verified_cache, sha256_file, write_verified_cache
+
+    src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
+    if not src.exists():
+        return _parse(ds_dir), None
+    cols = ["ID"] + COLUMNS + [LABEL]
+    source = sha256_file(src)
+    cache = ds_dir / f".parsed-v3-{src.suffix.strip('.')}-{source[:16]}.npy"
+    arr, info = load_verified_cache(cache, source, "credit")
+    if arr is not None and arr.shape == (30000, len(cols)):
+        return pd.DataFrame(arr, columns=cols), info
+    df = _parse(ds_dir)
+    if "ID" not in df.columns:
+        df.insert(0, "ID", np.arange(1, len(df) + 1))
+    arr = df[cols].to_numpy(np.float64)
+    info = {**write_verified_cache(cache, arr, source), "status": info.get("status", "built")}
+    return pd.DataFrame(arr, columns=cols), info
 
 
 def _parse(ds_dir: Path) -> pd.DataFrame:
@@ -92,7 +93,7 @@ def _parse(ds_dir: Path) -> pd.DataFrame:
 
 
 def load(ds_dir: Path, opts: dict) -> Dataset:
-    df = read_raw(ds_dir)
+    df, cache = read_raw(ds_dir)
     if opts["columns"] == "all":
         cols = COLUMNS
     else:
@@ -105,7 +106,10 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
     Xtr, ytr, Xte, yte = split_scale(
         X, y, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=opts["stratify"], scaler=opts["scaler"]
     )
-    return Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=list(cols))
+    ds = Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=list(cols))
+    if cache:
+        ds.preprocessing["parsed_cache"] = cache
+    return ds
 
 
 INFO = DatasetInfo(

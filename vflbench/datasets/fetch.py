@@ -167,6 +167,55 @@ def _atomic_copy(src: Path, dst: Path) -> None:
         raise
 
 
+def load_verified_cache(path: Path, source_sha256: str, what: str) -> tuple[Any, dict[str, str]]:
+    """A derived cache (``.npy``) is data: it is used only when its sidecar (``<path>.sha256``) names
+    the sha256 of the source it was parsed from *and* of its own bytes, and both match. Anything else
+    (no sidecar, another source, edited or damaged bytes) is rebuilt with a warning, never trained
+    on. Returns (array or None, what the manifest records about the cache)."""
+    import warnings
+
+    import numpy as np
+
+    info = {"cache": path.name, "source_sha256": source_sha256}
+    side = path.with_name(path.name + ".sha256")
+    if not path.exists():
+        return None, {**info, "status": "built"}
+    why = None
+    try:
+        meta = json.loads(side.read_text())
+        actual = sha256_file(path)
+        if meta.get("source_sha256") != source_sha256:
+            why = "it was parsed from another version of the source file"
+        elif meta.get("sha256") != actual:
+            why = "its bytes do not match the checksum written with it (edited or damaged)"
+        else:
+            arr = np.load(path, allow_pickle=False)
+            return arr, {**info, "sha256": actual, "status": "verified"}
+    except FileNotFoundError:
+        why = "it has no checksum file"
+    except (OSError, ValueError) as e:
+        why = f"it cannot be read ({type(e).__name__})"
+    warnings.warn(f"{what}: the parsed cache {path.name} is not used and is rebuilt: {why}.", stacklevel=2)
+    path.unlink(missing_ok=True)
+    side.unlink(missing_ok=True)
+    return None, {**info, "status": f"rebuilt ({why})"}
+
+
+def write_verified_cache(path: Path, arr: Any, source_sha256: str) -> dict[str, str]:
+    """Write ``arr`` as a cache with its sidecar of checksums (see :func:`load_verified_cache`)."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    data = buf.getvalue()
+    own = hashlib.sha256(data).hexdigest()
+    write_cache(path, lambda f: f.write(data))
+    write_cache(path.with_name(path.name + ".sha256"), lambda f: f.write(json.dumps({"source_sha256": source_sha256, "sha256": own}).encode()))
+    return {"cache": path.name, "source_sha256": source_sha256, "sha256": own}
+
+
 def write_cache(path: Path, write: Callable[[Any], None]) -> None:
     """Write a derived cache (parsed arrays) under a name unique to this process, then move it into
     place. Parallel first runs each write their own file and the last rename wins with identical
