@@ -281,7 +281,7 @@ def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch,
         calls.update(data_id=data_id, data_home=data_home)
         if data_id == 404:
             raise OSError("network is unreachable")
-        frame = pd.DataFrame({"a": np.arange(30.0), "b": list("xyz") * 10, "class": ["p", "n", "n"] * 10})
+        frame = pd.DataFrame({"a": np.arange(30.0) % 7, "b": list("xyz") * 10, "class": ["p", "n", "n"] * 10})
         return Bunch(frame=frame, target_names=["class"], details={"version": 3})
 
     monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake)
@@ -293,3 +293,65 @@ def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch,
     assert r.exit_code == 2 and "needs an internet connection the first time" in " ".join(r.output.split())
     r = invoke("inspect", "openml:abc")
     assert r.exit_code == 2 and "numeric OpenML dataset id" in r.output
+
+
+# ---------------------------------------------------------------- hardening II: a user's table, honestly read
+def _messy(tmp_path, sep=","):
+    rng = np.random.default_rng(0)
+    n = 120
+    df = pd.DataFrame({"id": np.arange(n), "a": rng.normal(size=n), "b": rng.normal(size=n).round(2).astype(object), "c": rng.normal(size=n),
+                       "d": rng.normal(size=n), "const": 1, "empty": np.nan, "cls": rng.integers(0, 2, n).astype(float)})
+    df.loc[7, "b"] = "?"
+    df.loc[:2, "cls"] = np.nan
+    path = tmp_path / "messy.csv"
+    df.to_csv(path, sep=sep, index=False)
+    return path
+
+
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"])
+def test_the_separator_is_detected_and_recorded(tmp_path, sep):
+    path = _messy(tmp_path, sep)
+    with pytest.warns(UserWarning):
+        ds = load_dataset(f"csv:{path}", {"target": "cls", "coerce": "true"})
+    assert ds.preprocessing["sep"] == sep and ds.preprocessing["rows"]["dropped_missing_target"] == 3
+
+
+@pytest.mark.parametrize("opts, needle", [
+    ({"target": "cls"}, "column 'b' is numeric but for 1 value(s) such as '?'"),
+    ({"target": "cls", "sep": ";"}, "no column 'cls'"),  # a wrong separator given explicitly is used, and the header does not split
+    ({"target": "cls", "keep": "nope", "coerce": "true"}, "keep='nope' is not a feature column"),
+])
+def test_a_messy_table_is_refused_with_the_column_named(tmp_path, opts, needle):
+    path = _messy(tmp_path)
+    with pytest.raises(Exception) as e:
+        load_dataset(f"csv:{path}", opts)
+    assert needle in str(e.value)
+
+
+def test_useless_columns_are_dropped_with_a_warning_unless_kept(tmp_path):
+    path = _messy(tmp_path)
+    with pytest.warns(UserWarning) as rec:
+        ds = load_dataset(f"csv:{path}", {"target": "cls", "coerce": "true"})
+    text = " ".join(str(w.message) for w in rec)
+    assert "3 row(s) have no value in the target" in text and "'?'" in text
+    assert "'id' (an identifier (a row number" in text and "'const' (constant" in text and "'empty' (all missing)" in text
+    assert sorted(ds.preprocessing["auto_dropped_columns"]) == ["const", "empty", "id"] and ds.preprocessing["coerced_columns"] == {"b": ["?"]}
+    assert ds.feature_names == ["a", "b", "c", "d"]
+    with pytest.warns(UserWarning):
+        kept = load_dataset(f"csv:{path}", {"target": "cls", "coerce": "true", "keep": "id"})
+    assert "id" in kept.feature_names
+
+
+def test_small_binary_tables_are_not_called_regression_and_test_files_need_the_target(tmp_path):
+    pd.DataFrame({"a": [1, 2, 3, 4, 5, 6.0], "b": [0.5, 0.1, 0.3, 0.9, 0.2, 0.7], "y": [0, 1, 0, 1, 0, 1]}).to_csv(tmp_path / "six.csv", index=False)
+    ds = load_dataset(f"csv:{tmp_path / 'six.csv'}", {"target": "y", "test_size": "0.5"})
+    assert ds.info.n_classes == 2
+    pd.DataFrame({"a": [1.0], "b": [2.0]}).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(Exception, match="the test file has no column 'y'"):
+        load_dataset(f"csv:{tmp_path / 'six.csv'}", {"target": "y", "test": str(tmp_path / "t.csv")})
+
+
+def test_internal_options_are_never_listed(tmp_path):
+    path = _messy(tmp_path)
+    r = invoke("run", "--dataset", f"csv:{path}", "--method", "local", "--data-opt", "bogus=1", "--out", tmp_path / "o")
+    assert r.exit_code == 2 and "sep" in r.output and "file_sha256" not in r.output

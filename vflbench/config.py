@@ -195,7 +195,7 @@ class ResolvedRun:
 
 
 # dataset options added after results were committed, with the value that leaves those runs' keys alone
-DATA_OPTIONS_ADDED = {"test_subset": 0}
+DATA_OPTIONS_ADDED = {"test_subset": 0, "sep": "", "coerce": False, "keep": ""}
 
 
 def _added_at_default(method: str, name: str, value: Any) -> bool:

@@ -124,7 +124,8 @@ def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[s
     options = dict(options or {})
     unknown = set(options) - set(spec.defaults)
     if unknown:
-        known = ", ".join(sorted(spec.defaults)) or "none"
+        internal = {k for k, h in spec.option_help.items() if str(h).startswith("set by vflbench")}
+        known = ", ".join(sorted(set(spec.defaults) - internal)) or "none"
         raise VFLBenchError(f"Dataset '{spec.info.name}' has no option {', '.join(sorted(unknown))}. Known options: {known}.")
     out = dict(spec.defaults)
     for k, v in options.items():

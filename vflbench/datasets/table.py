@@ -40,8 +40,9 @@ from .fetch import data_root, sha256_file
 
 DEFAULTS: dict[str, Any] = {
     "target": "", "drop": "", "test": "", "test_size": 0.2, "split_seed": 0, "scaler": "standard", "categorical": "", "positive": "",
-    "file_sha256": "",
+    "sep": "", "coerce": False, "keep": "", "file_sha256": "",
 }
+INTERNAL = {"file_sha256"}  # set by vflbench, never listed to users
 HELP = {
     "target": "the label column (required)",
     "drop": "columns to ignore, e.g. ID columns: drop=id,name",
@@ -51,9 +52,15 @@ HELP = {
     "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
     "categorical": "force these columns to be one-hot encoded (others: by dtype)",
     "positive": "the positive class for F1/AUPRC (default: the minority class of a binary target)",
+    "sep": "the field separator of a .csv file (default: detected from its first lines, and recorded)",
+    "coerce": "true: a mostly numeric column with stray text becomes numeric, the text missing (default: an error)",
+    "keep": "keep these columns although they look useless (constant, all missing or an ID: dropped by default)",
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
-MAX_CLASS_SHARE = 0.2  # more classes than this share of the rows: probably a regression target
+MAX_CLASS_SHARE = 0.2  # more classes than this share of the rows (and than MIN_REGRESSION_CLASSES): probably a regression target
+MIN_REGRESSION_CLASSES = 20
+NUMERIC_SHARE = 0.9  # a text column whose values are at least this share numbers is a numeric column with stray text
+SEPARATORS = ",;\t|"
 
 
 def _closest(name: str, choices) -> str:
@@ -75,15 +82,17 @@ def _cols(text: Any) -> list[str]:
 _CACHE: dict[tuple, pd.DataFrame] = {}
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix."""
+def read_table(path: Path, sep: str = "") -> pd.DataFrame:
+    """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix.
+    ``sep``: the field separator of a delimited file; empty: detected from the first lines (the
+    separator used is in ``df.attrs["sep"]``)."""
     path = Path(path)
     if not path.exists():
         raise VFLBenchError(f"No such file: {path}. Give the path of a .csv, .csv.gz, .tsv or .arff file (relative to the working directory).")
     if path.is_dir():
         raise VFLBenchError(f"{path} is a directory; give the path of a table file (.csv, .csv.gz, .tsv or .arff).")
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep)
     if key in _CACHE:
         return _CACHE[key]
     if st.st_size == 0:
@@ -101,11 +110,32 @@ def read_table(path: Path) -> pd.DataFrame:
     if not head.strip():
         raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
     base = name[:-3] if gz else name
-    df = read_arff_frame(path) if base.endswith(".arff") else _read_delimited(path, head, "\t" if base.endswith(".tsv") else ",")
+    if base.endswith(".arff"):
+        df = read_arff_frame(path)
+    else:
+        used = sep or ("\t" if base.endswith(".tsv") else sniff_separator(head))
+        df = _read_delimited(path, head, used)
+        df.attrs["sep"] = used
     if len(df) == 0:
         raise VFLBenchError(f"{path} has a header but no data rows.")
     _CACHE[key] = df
     return df
+
+
+def sniff_separator(head: bytes) -> str:
+    """The field separator of a delimited file from its first lines (``csv.Sniffer`` over , ; tab |);
+    a comma when the lines do not say."""
+    try:
+        text = head.decode("utf-8-sig", errors="replace")
+    except Exception:  # noqa: BLE001
+        return ","
+    lines = text.splitlines()[:20]
+    if len(lines) > 1 and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]  # the last line may be cut mid-way
+    try:
+        return csv.Sniffer().sniff("\n".join(lines), delimiters=SEPARATORS).delimiter
+    except csv.Error:
+        return ","
 
 
 def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
@@ -217,6 +247,10 @@ def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
         raise VFLBenchError(f"{tab.label}: say which column is the label with --data-opt target=COLUMN. Columns: {', '.join(cols)}.")
     if target not in df.columns:
         raise VFLBenchError(f"{tab.label}: no column '{target}'{_closest(target, cols)}. Columns: {', '.join(cols)}.")
+    if tab.test is not None and target not in tab.test.columns:
+        tcols = [str(c) for c in tab.test.columns]
+        raise VFLBenchError(f"{tab.label}: the test file has no column '{target}' (the target){_closest(target, tcols)}; it needs the training file's columns. "
+                            f"Its columns: {', '.join(tcols)}.")
     y = df[target] if tab.test is None else pd.concat([df[target], tab.test[target]], ignore_index=True)
     y_text = y.map(lambda v: np.nan if pd.isna(v) else _fmt(v))
     classes = _class_order(y)
@@ -224,7 +258,7 @@ def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
     if len(classes) < 2:
         raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} class{'es' if len(classes) != 1 else ''}"
                             f"{' (' + classes[0] + ')' if classes else ''}; classification needs at least two.")
-    if len(classes) > MAX_CLASS_SHARE * n_rows:
+    if len(classes) > max(MIN_REGRESSION_CLASSES, MAX_CLASS_SHARE * n_rows):
         raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} distinct values in {n_rows} rows (more than "
                             f"{MAX_CLASS_SHARE:.0%} of the rows): it looks like a regression target. vflbench benchmarks classification; "
                             "bin it into classes first, or pick another target.")
@@ -279,14 +313,25 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
 
+    import warnings
+
+    from ..errors import VFLBenchWarning
+
     tgt = resolve_target(tab, opts)
     feats = feature_columns(tab, opts)
     target = str(opts["target"]).strip()
-    kinds = column_kinds(tab.train[feats], _cols(opts.get("categorical")))
     n_train_rows = len(tab.train)
     full = tab.train if tab.test is None else pd.concat([tab.train, tab.test], ignore_index=True)
     y_all = tgt.y_text
     keep = y_all.notna().to_numpy()
+    if (~keep).any():
+        warnings.warn(f"{tab.label}: {int((~keep).sum())} row(s) have no value in the target '{target}' and are dropped "
+                      f"({int(keep.sum())} of {len(keep)} rows kept).", VFLBenchWarning, stacklevel=2)
+    full, coerced = _numeric_with_stray_text(tab.label, full, feats, _cols(opts.get("categorical")), bool(opts.get("coerce")))
+    feats, auto_dropped = _useless_columns(tab.label, full.loc[keep], feats, _cols(opts.get("keep")))
+    if not feats:
+        raise VFLBenchError(f"{tab.label}: every feature column was dropped as useless ({', '.join(auto_dropped)}); keep some with --data-opt keep=COL.")
+    kinds = column_kinds(full.iloc[:n_train_rows][feats], _cols(opts.get("categorical")))
     missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
     X_df = full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
@@ -350,6 +395,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         "rows": {"read": int(len(full)), "dropped_missing_target": int((~keep).sum()), "train": int(len(tr_idx)), "test": int(len(te_idx))},
         "columns": {c: {"kind": kinds[c], "encoded_width": widths[c]} for c in feats},
         "dropped_columns": _cols(opts.get("drop")),
+        "auto_dropped_columns": auto_dropped,
+        "coerced_columns": coerced,
+        "sep": tab.train.attrs.get("sep"),
         "missing_cells": {"total": int(sum(missing_cells.values())), "per_column": missing_cells,
                           "imputed": {"numeric": "median of the training split", "categorical": "most frequent value of the training split"}},
         "scaler": scaler, "encoded_width": int(Xtr.shape[1]),
@@ -359,6 +407,75 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     ds.preprocessing = prep
     ds.checksums = dict(tab.checksums)
     return ds
+
+
+def _numeric_with_stray_text(label: str, df: pd.DataFrame, feats: list[str], categorical: list[str], coerce: bool) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """A text column whose values are nearly all numbers is a numeric column with stray text (a typo,
+    'n/a', '?'): one-hot encoding it would make hundreds of levels. It is an error naming the column
+    and its first bad values, or, with coerce=true, numeric with those values missing (a warning)."""
+    import warnings
+
+    from ..errors import VFLBenchWarning
+
+    coerced: dict[str, list[str]] = {}
+    out = df
+    for c in feats:
+        s = df[c]
+        if c in categorical or pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+            continue
+        present = s.dropna()
+        if present.empty:
+            continue
+        nums = pd.to_numeric(present, errors="coerce")
+        bad = present[nums.isna()]
+        if bad.empty or len(bad) > (1 - NUMERIC_SHARE) * len(present):
+            continue
+        first = [str(v) for v in pd.unique(bad)[:3]]
+        if not coerce:
+            raise VFLBenchError(f"{label}: column '{c}' is numeric but for {len(bad)} value(s) such as {', '.join(repr(v) for v in first)}; "
+                                f"fix them in the file, give --data-opt coerce=true to read them as missing, or categorical={c} to encode the column as text.")
+        if out is df:
+            out = df.copy()
+        out[c] = pd.to_numeric(s, errors="coerce")
+        coerced[c] = first
+        warnings.warn(f"{label}: column '{c}' has {len(bad)} non-numeric value(s) such as {', '.join(repr(v) for v in first)}; "
+                      "read as missing (coerce=true).", VFLBenchWarning, stacklevel=3)
+    return out, coerced
+
+
+def _useless_columns(label: str, df: pd.DataFrame, feats: list[str], keep: list[str]) -> tuple[list[str], list[str]]:
+    """Drop (with a warning) feature columns that cannot help and can mislead: all missing, one
+    constant value, or an identifier (text or integers, different in every row). ``keep=`` keeps them."""
+    import warnings
+
+    from ..errors import VFLBenchWarning
+
+    for k in keep:
+        if k not in feats:
+            raise VFLBenchError(f"{label}: keep={k!r} is not a feature column{_closest(k, feats)}.")
+    dropped, reasons = [], []
+    n = len(df)
+    for c in feats:
+        if c in keep:
+            continue
+        s = df[c].dropna()
+        why = None
+        if s.empty:
+            why = "all missing"
+        elif s.nunique() == 1:
+            why = f"constant ({_fmt(s.iloc[0])!r})"
+        elif n >= 20 and s.nunique() == n and len(s) == n:
+            if not pd.api.types.is_numeric_dtype(s):
+                why = "an identifier (a different text in every row)"
+            elif bool((s == s.round()).all()) and float(s.max() - s.min()) == n - 1:
+                why = "an identifier (a row number: consecutive integers)"
+        if why:
+            dropped.append(c)
+            reasons.append(f"'{c}' ({why})")
+    if dropped:
+        warnings.warn(f"{label}: dropping {len(dropped)} column(s) that cannot inform the model: {', '.join(reasons)}; "
+                      f"keep them with --data-opt keep={','.join(dropped)}.", VFLBenchWarning, stacklevel=3)
+    return [c for c in feats if c not in dropped], dropped
 
 
 # ----------------------------------------------------------------------------- sources
@@ -372,12 +489,13 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
     scheme, _, ref = name.partition(":")
     if scheme == "csv":
         path = table_path(name)
-        train = read_table(path)
+        sep = str(opts.get("sep") or "")
+        train = read_table(path, sep)
         sums = {path.name: sha256_file(path)}
         test = None
         if str(opts.get("test") or "").strip():
             tpath = Path(str(opts["test"]).strip()).expanduser()
-            test = read_table(tpath)
+            test = read_table(tpath, sep)
             sums[f"test:{tpath.name}"] = sha256_file(tpath)
         return Table(name, train, test, sums, str(path))
     if scheme == "openml":
