@@ -307,13 +307,13 @@ def _as_object(s: pd.Series) -> pd.Series:
 
 def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     """Split, encode and scale a table (fitted on the training split only)."""
+    import warnings
+
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.model_selection import train_test_split
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
-
-    import warnings
 
     from ..errors import VFLBenchWarning
 
