@@ -462,3 +462,88 @@ def test_a_refused_sweep_in_the_lock_leaves_its_fresh_folder_empty(tmp_path, mon
 
 def test_plot_out_that_is_a_folder_is_refused(tmp_path):
     _fails(["plot", "bars", str(tmp_path), "--out", str(tmp_path) + "/"], "is a directory; give a file path")
+
+
+@pytest.mark.parametrize("change, args, needle", [
+    ({"quick": {"seeds": "abc"}}, ["--quick"], "quick: 'seeds' entries must be int"),
+    ({"quick": {"epochs": 0}}, ["--quick"], "quick: 'epochs' must be an integer >= 1"),
+    ({"layout": "bogus"}, [], "unknown layout 'bogus'"),
+    ({"reference": "nope.csv"}, [], "reference 'nope.csv' is neither a built-in reference"),
+    ({}, ["--device", "bogus"], "Unknown device 'bogus'"),
+])
+def test_sweep_checks_that_used_to_come_late(tmp_path, change, args, needle):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({**BASE_EXP, **change}))
+    _fails(["sweep", str(exp), "--out", str(tmp_path / "o"), *args], needle)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiny")
+    exp = tmp / "e.yaml"
+    exp.write_text(yaml.safe_dump({**BASE_EXP, "methods": ["local", "svfl"], "seeds": [0, 1], "eval_epochs": "1:2", "hp": {"epochs": 2}}))
+    r = runner.invoke(app, ["sweep", str(exp), "--out", str(tmp / "s"), "--pack", "1"])
+    assert r.exit_code == 0, r.output
+    return exp, tmp / "s"
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["table", "{s}", "--layout", "generic", "--epoch", "0%"], "a share of each run must be in (0%, 100%]"),
+    (["table", "{s}", "--layout", "generic", "--reference", "{foreign}"], "The reference CSV lacks column(s)"),
+    (["table", "{s}", "--layout", "generic", "--out", "/proc/x.md"], "/proc/x.md: "),
+    (["table", "{textval}", "--layout", "generic"], "the 'value' column holds text"),
+    (["plot", "budget", "{textval}", "--out", "{tmp}/f"], "the 'value' column holds text"),
+    (["plot", "curves", "{s}", "--metric", "bogus", "--out", "{tmp}/f"], "The curves plot does not take --metric"),
+    (["plot", "bars", "{s}", "--out", "{tmp}/"], "is a directory; give a file path"),
+])
+def test_table_and_plot_refuse_with_one_line(tiny_sweep, tmp_path, args, needle):
+    import pandas as pd
+
+    _, s = tiny_sweep
+    pd.DataFrame({"x": [1], "y": [2]}).to_csv(tmp_path / "foreign.csv", index=False)
+    df = pd.read_csv(s / "results.csv")
+    df["value"] = df["value"].astype(object)
+    df.loc[0, "value"] = "oops"
+    df.to_csv(tmp_path / "textval.csv", index=False)
+    subs = {"s": str(s), "foreign": str(tmp_path / "foreign.csv"), "textval": str(tmp_path / "textval.csv"), "tmp": str(tmp_path)}
+    _fails([a.format(**subs) for a in args], needle)
+
+
+def test_table_reads_verified_runs_and_names_what_it_drops(tiny_sweep, tmp_path):
+    import pandas as pd
+
+    _, s = tiny_sweep
+    s2 = _copy(s, tmp_path / "s2")
+    df = pd.read_csv(s2 / "results.csv")
+    df["value"] = 0.0  # an edited top-level CSV is not what the folder's table reads
+    df.to_csv(s2 / "results.csv", index=False)
+    damaged = sorted((s2 / "runs").iterdir())[0]
+    (damaged / "results.csv").write_text((damaged / "results.csv").read_text().replace(",ok", ",ok ", 1))
+    with pytest.warns(UserWarning, match=f"1 run\\(s\\) under .* are left out: {damaged.name}"):
+        r = runner.invoke(app, ["table", str(s2), "--layout", "generic"])
+    assert r.exit_code == 0, r.output
+    assert "(n=1 of 2)" in r.output  # its method's mean has one seed fewer than the others: marked
+    assert "0.0 ± 0.0" not in r.output
+    with pytest.warns(UserWarning, match="without checking it against the runs' checksums"):
+        runner.invoke(app, ["table", str(s2 / "results.csv"), "--layout", "generic"])
+
+
+def test_table_at_a_share_says_which_epoch(tiny_sweep):
+    _, s = tiny_sweep
+    r = runner.invoke(app, ["table", str(s), "--layout", "generic", "--epoch", "50%"])
+    assert r.exit_code == 0 and "[at 50% of each run: epoch 1]" in r.output, r.output
+
+
+def test_a_resume_with_another_pack_is_refused(tiny_sweep, tmp_path):
+    exp, s = tiny_sweep
+    s3 = _copy(s, tmp_path / "s3")
+    _fails(["sweep", str(exp), "--out", str(s3), "--pack", "4"], "were trained with --pack 1")
+    assert runner.invoke(app, ["sweep", str(exp), "--out", str(s3), "--pack", "1"]).exit_code == 0

@@ -33,8 +33,8 @@ def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Pyt
         except VFLBenchError as e:
             _error(str(e))
             raise typer.Exit(2) from None
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, emoji=False)  # no emoji codes: '1:100:5' must print as typed
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 _show_warning = warnings.showwarning
 
 
@@ -561,6 +561,12 @@ def sweep(
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     out = out_path(out)
+    if device not in ("auto", "cpu", "cuda"):
+        raise VFLBenchError(f"Unknown device '{device}'. Choices: auto, cpu, cuda.")
+    if device == "cuda" and executor == "local":
+        from .pipeline import pick_device
+
+        pick_device(device)  # no CUDA here: refused now, not once per run inside the workers
     if address is not None and executor != "ray":
         raise VFLBenchError("--address is the Ray cluster's address; it needs --executor ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
@@ -594,9 +600,11 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     )
 
     from .report import make_table
-    from .sweep import execute_plan, finalize, plan
+    from .sweep import check_same_pack, execute_plan, finalize, plan
 
     p = plan(exp, out)
+    p.pack = pack
+    check_same_pack(p)
     if quick:
         console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")
     for d, why in p.skipped.items():
@@ -703,6 +711,11 @@ def plot(
 
     if kind not in ("scalability", "curves", "bars", "budget", "frontier"):
         raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier.")
+    takes = {"scalability": {"metric", "test_missing"}, "budget": {"metric", "test_missing", "panel"}, "frontier": {"metric"}, "curves": set(), "bars": set()}[kind]
+    for flag, value in (("metric", metric), ("test_missing", test_missing), ("panel", panel)):
+        if value is not None and flag not in takes:
+            raise VFLBenchError(f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the "
+                                f"{', '.join(k for k, t in (('scalability', 'metric test_missing'), ('budget', 'metric test_missing panel'), ('frontier', 'metric')) if flag in t.split())} plot(s).")
     from .outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))

@@ -81,6 +81,20 @@ def check_name(name: str, path=None) -> None:
         _fail(path, f"'name' must be a plain name (letters, digits, '.', '_', '-'; no path separators or '..'), got {name!r}.")
 
 
+def _check_artefact(key: str, value: Any, path) -> None:
+    """``layout:`` and ``reference:`` are checked when the file is read, not after the sweep ran."""
+    from .report import LAYOUTS, REFERENCES
+
+    if not isinstance(value, str):
+        _fail(path, f"'{key}' must be a name, got {value!r}.")
+    if key == "layout" and value not in LAYOUTS:
+        _fail(path, f"unknown layout '{value}'. Choices: {', '.join(LAYOUTS)}.")
+    if key == "reference" and value not in REFERENCES:
+        ref = Path(value) if Path(value).is_absolute() or path is None else Path(path).parent / value
+        if not ref.exists() and not Path(value).exists():
+            _fail(path, f"reference '{value}' is neither a built-in reference ({', '.join(REFERENCES)}) nor an existing CSV file.")
+
+
 def _fail(path, msg: str) -> None:
     where = f"{path}: " if path else ""
     raise VFLBenchError(f"{where}{msg}")
@@ -241,6 +255,14 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
     bad = set(quick_spec) - QUICK_KEYS
     if bad:
         _fail(path, f"quick: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(QUICK_KEYS))}.")
+    if "seeds" in quick_spec:
+        _list(quick_spec, "seeds", int, f"{path}: quick" if path else "quick")
+    if "epochs" in quick_spec and (not isinstance(quick_spec["epochs"], int) or isinstance(quick_spec["epochs"], bool) or quick_spec["epochs"] < 1):
+        _fail(path, f"quick: 'epochs' must be an integer >= 1, got {quick_spec['epochs']!r}.")
+    _dict(quick_spec, "data_options", path)
+    for key in ("layout", "reference"):
+        if spec.get(key) is not None:
+            _check_artefact(key, spec[key], path)
     lr_by_k = _dict(spec, "lr_by_parties", path)
     method_opts = _dict(spec, "method_options", path)
     grid_spec = _dict(spec, "method_grid", path)

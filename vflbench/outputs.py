@@ -20,7 +20,10 @@ from .errors import VFLBenchError
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = shareable_mkstemp(path.parent, f".{path.name}.")
+    try:
+        fd, tmp = shareable_mkstemp(path.parent, f".{path.name}.")
+    except OSError as e:  # name the file the user asked for, not the temporary one beside it
+        raise type(e)(e.errno, e.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

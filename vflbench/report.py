@@ -86,20 +86,47 @@ def label(spec: str) -> str:
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
+    """A sweep's results, verified: from a folder with ``runs/``, each run's own CSV, read only when it
+    matches the sha256 its manifest recorded (runs that fail are named in a warning and left out;
+    a sweep's ``sweep.json`` says which runs belong to it). A CSV file given directly is read as it
+    is, and a warning says it was not checked against any run."""
+    import json
+    import warnings
+
+    from .errors import VFLBenchWarning
+    from .outputs import read_results_csv, run_finished
+
     p = Path(path)
     if p.is_dir():
-        if (p / "results.csv").exists():
-            p = p / "results.csv"
-        else:
-            from .outputs import read_results_csv, run_finished
-
-            frames = [read_results_csv(f) for f in sorted(p.glob("**/results.csv")) if run_finished(f.parent)[0]]
-            if not frames:
-                raise VFLBenchError(f"No results under {path}: expected results.csv or runs/*/results.csv.")
-            return pd.concat(frames, ignore_index=True)
+        runs = p / "runs" if (p / "runs").is_dir() else p
+        meta = {}
+        if (p / "sweep.json").exists():
+            try:
+                meta = json.loads((p / "sweep.json").read_text())
+            except (OSError, ValueError):
+                meta = {}
+        ids = meta.get("run_ids") or sorted(d.name for d in runs.iterdir() if (d / "manifest.json").exists() or (d / "results.csv").exists())
+        frames, dropped = [], []
+        for rid in ids:
+            ok, why = run_finished(runs / rid)
+            if ok:
+                frames.append(read_results_csv(runs / rid / "results.csv"))
+            else:
+                dropped.append(f"{rid} ({why or 'not finished'})")
+        if dropped:
+            warnings.warn(f"{len(dropped)} run(s) under {runs} are left out: " + "; ".join(dropped[:10]) + (" ..." if len(dropped) > 10 else ""),
+                          VFLBenchWarning, stacklevel=2)
+        if not frames:
+            if (p / "results.csv").exists() and not ids:
+                return load_results(p / "results.csv")
+            raise VFLBenchError(f"No results under {path}: expected runs/*/results.csv (finished runs) or a results.csv.")
+        df = pd.concat(frames, ignore_index=True)
+        if meta.get("quick"):
+            df["quick"] = True
+        return _numeric_values(df, p)
     if not p.exists():
         raise VFLBenchError(f"Results path {path} does not exist.")
-    from .outputs import csv_problem, read_results_csv
+    from .outputs import csv_problem
 
     problem = csv_problem(p)
     if problem:
@@ -111,6 +138,21 @@ def load_results(path: str | Path) -> pd.DataFrame:
     need = {"dataset", "method", "train_missing", "test_missing", "seed", "metric", "value"}
     if not need <= set(df.columns):
         raise VFLBenchError(f"{p} lacks columns {', '.join(sorted(need - set(df.columns)))}; is it a vflbench results CSV?")
+    if (p.parent / "runs").is_dir():
+        warnings.warn(f"read {p} as it is, without checking it against the runs' checksums; give the folder {p.parent} to read the verified runs.",
+                      VFLBenchWarning, stacklevel=2)
+    return _numeric_values(df, p)
+
+
+def _numeric_values(df: pd.DataFrame, where) -> pd.DataFrame:
+    """The ``value`` column must hold numbers (or be empty): text there means an edited or foreign file."""
+    vals = pd.to_numeric(df["value"], errors="coerce")
+    bad = vals.isna() & df["value"].notna()
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise VFLBenchError(f"{where}: the 'value' column holds text (row {i + 2}: {df['value'].iloc[i]!r}); "
+                            "the file was edited or is not a vflbench results CSV.")
+    df["value"] = vals
     return df
 
 
@@ -118,7 +160,11 @@ def load_reference(name: str) -> pd.DataFrame:
     if name not in REFERENCES:
         p = Path(name)
         if p.exists():
-            return pd.read_csv(p, dtype={"p_miss_train": str, "p_miss_test": str})
+            try:
+                ref = pd.read_csv(p, dtype={"p_miss_train": str, "p_miss_test": str})
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+                raise VFLBenchError(f"--reference {p} is not a readable CSV ({e}).") from None
+            return ref
         raise VFLBenchError(f"Unknown reference '{name}'. Built in: {', '.join(REFERENCES)}; or pass a CSV path.")
     text = resources.files("vflbench.reference").joinpath(REFERENCES[name]).read_text()
     df = pd.read_csv(StringIO(text), dtype={"p_miss_train": str, "p_miss_test": str, "b": str})
@@ -149,7 +195,14 @@ def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+REFERENCE_COLUMNS = {"dataset", "method", "p_miss_train", "p_miss_test", "mean", "std"}
+
+
 def attach_reference(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    missing = REFERENCE_COLUMNS - set(ref.columns)
+    if missing:
+        raise VFLBenchError(f"The reference CSV lacks column(s) {', '.join(sorted(missing))}; a reference for this layout has "
+                            f"{', '.join(sorted(REFERENCE_COLUMNS))} (see vflbench/reference/laser_table1.csv).")
     ref = ref.copy()
     ref["key"] = ref["dataset"] + "|" + ref["method"] + "|" + ref["p_miss_train"].map(_norm_p) + "|" + ref["p_miss_test"].map(_norm_p)
     lookup = ref.set_index("key")[["mean", "std"]]
@@ -221,10 +274,14 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
                 if cell.empty:
                     continue
                 best = cell["mean"].max()
+                most = cell["n_seeds"].max()
                 vals = []
                 for m in methods:
                     r = cell[cell["method"] == m]
-                    vals.append("–" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], best)), with_ref, fmt))
+                    txt = "–" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], best)), with_ref, fmt)
+                    if not r.empty and r.iloc[0]["n_seeds"] < most:  # a mean over fewer seeds than its neighbours says so
+                        txt += f" (n={int(r.iloc[0]['n_seeds'])} of {int(most)})"
+                    vals.append(txt)
                 rows.append([label(tr), label(te)] + vals)
         if fmt == "md":
             lines += [f"## {head}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -313,6 +370,8 @@ def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
             share = int(round(float(epoch.strip()[:-1])))
         except ValueError:
             raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
+        if not 0 < share <= 100:
+            raise VFLBenchError(f"--epoch {epoch}: a share of each run must be in (0%, 100%].")
         sel = df[_at_share(df, share)]
         if sel.empty:
             raise VFLBenchError(f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in _recorded_shares(df))}.")
@@ -336,6 +395,9 @@ def make_table(results, layout_name: str = "laser-table1", reference: str | None
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
     all_budgets = df
     df = at_budget(df, epoch)
+    if isinstance(epoch, str) and epoch.strip().endswith("%") and "epoch" in df.columns:  # say which epochs the share picked
+        used = sorted({int(e) for e in df["epoch"].dropna()})
+        title = (title or layout_name) + f" [at {epoch.strip()} of each run: epoch {', '.join(map(str, used))}]"
     excluded = []
     if "status" in df.columns:  # runs that diverged (or otherwise failed) are never averaged in
         bad = df["status"].fillna("ok") != "ok"
@@ -424,6 +486,10 @@ def _finite_mean(g: pd.DataFrame, col: str, rows: np.ndarray | None) -> float:
 
 
 def _pbm_ref(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    need = {"dataset", "parties", "b", "beta", "epochs_to_target", "comm_cost", "comm_unit"}
+    if need - set(ref.columns):
+        raise VFLBenchError(f"The reference CSV lacks column(s) {', '.join(sorted(need - set(ref.columns)))}; the pbm-table3 layout reads "
+                            "vflbench/reference/pbm_tables1_3.csv's columns.")
     ref = ref.copy()
     ref["dataset"] = ref["dataset"].str.extract(r"\((.*)\)")[0].fillna(ref["dataset"]).str.strip()  # "activity(uci-har)" -> uci-har
 

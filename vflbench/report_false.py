@@ -70,6 +70,12 @@ def best_of_variants(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_paper(ref: pd.DataFrame) -> pd.DataFrame:
+    need = {"dataset", "method", "train_mechanism", "test_mechanism", "mean", "std", "labeled_only_variant"}
+    if need - set(ref.columns):
+        from .errors import VFLBenchError
+
+        raise VFLBenchError(f"The reference CSV lacks column(s) {', '.join(sorted(need - set(ref.columns)))}; the false-tables layout reads "
+                            "vflbench/reference/false_tables12_17.csv's columns.")
     r = ref.rename(columns={"dataset": "Dataset", "method": "Method", "train_mechanism": "Train", "test_mechanism": "Test",
                             "mean": "paper_mean", "std": "paper_std", "labeled_only_variant": "paper_labeled_only"})
     r["paper_labeled_only"] = r["paper_labeled_only"].astype(str).str.lower() == "true"

@@ -35,6 +35,7 @@ class SweepPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # dataset -> reason
     run_ids: list[str] = field(default_factory=list)  # every run of the grid that can run
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (run id, why): re-run, never read
+    pack: int = 1  # --pack of this invocation (recorded: a resume must not mix packed and unpacked runs)
 
 
 def plan(exp: Experiment, out: Path) -> SweepPlan:
@@ -111,6 +112,22 @@ class FolderLock:
                         d.rmdir()
                     except OSError:
                         break
+
+
+def check_same_pack(p: SweepPlan) -> None:
+    """Runs trained in packs and alone round differently in the last digits; a resume with another
+    --pack would mix the two under one sweep. Refused, naming the --pack that did the finished runs."""
+    meta = Path(p.out) / "sweep.json"
+    if not p.done or not meta.exists():
+        return
+    try:
+        inv = json.loads(meta.read_text()).get("invocations") or []
+    except (OSError, ValueError):
+        return
+    used = {int(i["pack"]) for i in inv if i.get("runs_executed") and "pack" in i}
+    if used and any((u > 1) != (p.pack > 1) or (u > 1 and u != p.pack) for u in used):
+        raise VFLBenchError(f"{p.out}: its {len(p.done)} finished run(s) were trained with --pack {', '.join(map(str, sorted(used)))}; "
+                            f"resume with the same --pack (packed and unpacked runs round differently), or use another --out.")
 
 
 def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
@@ -339,7 +356,8 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
             ]
         except (OSError, ValueError):
             previous = []
-    this = {"wall_seconds_this_invocation": wall, "run_seconds_this_invocation": sum(r["seconds"] for r in records), "runs_executed": len(records)}
+    this = {"wall_seconds_this_invocation": wall, "run_seconds_this_invocation": sum(r["seconds"] for r in records), "runs_executed": len(records),
+            "pack": p.pack}
     meta = {
         "experiment": p.experiment.name,
         "file": str(p.experiment.path) if p.experiment.path else None,
