@@ -547,3 +547,34 @@ def test_a_resume_with_another_pack_is_refused(tiny_sweep, tmp_path):
     s3 = _copy(s, tmp_path / "s3")
     _fails(["sweep", str(exp), "--out", str(s3), "--pack", "4"], "were trained with --pack 1")
     assert runner.invoke(app, ["sweep", str(exp), "--out", str(s3), "--pack", "1"]).exit_code == 0
+
+
+def test_relative_paths_in_an_experiment_file_are_read_from_its_folder(tmp_path, monkeypatch):
+    import numpy as np
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"a": rng.normal(size=80), "b": rng.normal(size=80), "c": rng.normal(size=80), "y": rng.integers(0, 2, 80)}).to_csv(tmp_path / "data" / "t.csv", index=False)
+    (tmp_path / "data" / "parties.yaml").write_text("p1: [a]\np2: [b, c]\n")
+    spec = {"name": "rel", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "hp": {"epochs": 1}, "parties": [2],
+            "datasets": {"csv:../data/t.csv": {"data_options": {"target": "y"}, "partitioner": "columns", "partition_options": {"file": "../data/parties.yaml"}}}}
+    (tmp_path / "exp" / "e.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = runner.invoke(app, ["sweep", str(tmp_path / "exp" / "e.yaml"), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert set(df["dataset"]) == {"csv:../data/t.csv"} and len(df) > 0
+    spec["datasets"] = {"csv:../data/missing.csv": {"data_options": {"target": "y"}}}
+    (tmp_path / "exp" / "e.yaml").write_text(yaml.safe_dump(spec))
+    _fails(["sweep", str(tmp_path / "exp" / "e.yaml"), "--out", str(tmp_path / "out2")], "the table '../data/missing.csv' does not exist")
+
+
+def test_a_sweep_that_skips_every_dataset_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "empty"))
+    monkeypatch.delenv("VFLBENCH_DATA_MIRROR", raising=False)
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({**BASE_EXP, "datasets": {"uci-har": {}}}))
+    _fails(["sweep", str(exp), "--out", str(tmp_path / "o")], "every dataset was skipped")

@@ -611,6 +611,9 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         console.print(f"[yellow]skipping {d}[/]: {why}")
     for rid, why in p.damaged:
         console.print(f"[yellow]re-running {rid}[/]: {why}")
+    if p.skipped and not p.run_ids:
+        raise VFLBenchError(f"{exp.name}: every dataset was skipped ({', '.join(p.skipped)}), so nothing can run; fetch the data "
+                            "(`vflbench data fetch NAME`) or point VFLBENCH_DATA_MIRROR at an offline copy.")
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if pack > 1 and p.todo and executor == "local":
         from .sweep import packs

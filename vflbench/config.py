@@ -13,11 +13,12 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .errors import VFLBenchError
+from .paths import register as register_paths
+from .paths import user_path
 from .protocols import ResolvedProtocol, default_preset
 
 HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
@@ -49,6 +50,7 @@ class RunConfig:
     aligned: int = 0  # fully observed reserve inside the labeled set
     target: str | None = None  # e.g. "train_auprc=0.9": record the first epoch that reaches it
     eval_epochs: Any = None  # evaluate also after these epochs: [5, 10, 20], "5,10,20" or "1:100" (inclusive range)
+    path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
 
 
 @dataclass(frozen=True)
@@ -159,9 +161,12 @@ class ResolvedRun:
     target: str | None = None  # canonical "train_<metric>=<value>"
     eval_epochs: tuple[int, ...] | None = None  # extra evaluations (epochs counted across stages); the last epoch always
     vflbench_version: str = __version__
+    path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not d["path_bases"]:
+            d.pop("path_bases")
         for k in ("target", "eval_epochs"):  # absent keeps the keys of runs recorded before these existed
             if d[k] is None:
                 d.pop(k)
@@ -178,6 +183,7 @@ class ResolvedRun:
         """Stable hash of everything that determines the numbers (device and provenance excluded)."""
         d = self.to_dict()
         d.pop("option_sources")
+        d.pop("path_bases", None)  # the text of a path is keyed (with the file's sha256), not where this machine keeps it
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
         d["protocol"] = self.protocol.key_dict()
@@ -250,6 +256,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .datasets import DATASETS, resolve_options
     from .protocols import get_protocol
 
+    register_paths(cfg.path_bases)
     spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     from .catalog import check_method_name
@@ -290,7 +297,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         if not partition_options.get("file"):
             raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
         read_parties_file(partition_options["file"], int(cfg.parties))
-        partition_options["file_sha256"] = sha256_file(Path(str(partition_options["file"])).expanduser())
+        partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
     preset = cfg.preset or default_preset(proto.name)
     load_preset(preset)
     base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
@@ -331,6 +338,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
         target=parse_target(cfg.target, info.n_classes, cfg.dataset),
         eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
+        path_bases=dict(cfg.path_bases),
     )
 
 
@@ -438,5 +446,5 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
         eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], target=c.get("target"),
-        eval_epochs=c.get("eval_epochs"),
+        eval_epochs=c.get("eval_epochs"), path_bases=dict(c.get("path_bases") or {}),
     )

@@ -133,6 +133,40 @@ def _dict(spec, key, path, default=None):
     return v
 
 
+def relative_paths(ds: str, spec: dict, over: dict, path) -> dict[str, str]:
+    """Relative paths in the file (a ``csv:`` table, its ``test=`` file, a parties file, a preset
+    file) name files beside the experiment file, wherever the sweep starts (:mod:`vflbench.paths`).
+    A table or parties file that is not there is an error now, not a dataset skipped later."""
+    from .paths import anchor
+
+    if path is None:
+        return {}
+    folder = Path(path).resolve().parent
+    texts = []
+    if ds.startswith("csv:"):
+        texts.append(("table", ds.split(":", 1)[1]))
+    test = _dict(over, "data_options", path).get("test")
+    if test:
+        texts.append(("test file", str(test)))
+    popts = {**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)}
+    for v in [popts.get("file"), *[o.get("file") for o in popts.values() if isinstance(o, dict)]]:
+        if isinstance(v, str) and v:
+            texts.append(("parties file", v))
+    preset = spec.get("preset")
+    if isinstance(preset, str) and preset.endswith((".yaml", ".yml")):
+        texts.append(("preset", preset))
+    out = {}
+    for what, text in texts:
+        target = anchor(text, folder)
+        if target is None:
+            continue
+        if not Path(target).exists():
+            _fail(path, f"the {what} '{text}' does not exist: relative paths in an experiment file are read from its folder ({folder}), "
+                        f"so it names {target}.")
+        out[text] = target
+    return out
+
+
 def partition_variants(spec: dict, over: dict, path) -> list[tuple[str | None, dict[str, Any]]]:
     """The partitioner axis: ``partitioner`` is a name or a list of names; ``partition_options`` maps
     options to a value or a list of values (a list expands), and, with several partitioners, may hold
@@ -291,6 +325,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
     for ds in chosen:
         over = ds_spec[ds] or {}
         part_variants = partition_variants(spec, over, path)
+        bases = relative_paths(ds, spec, over, path)
         ds_methods = over.get("methods", methods)
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
@@ -319,7 +354,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             target=over.get("target", spec.get("target")),
                             eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
-                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"),
+                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
                         ))
     named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
     unused = sorted(named - stages_used)

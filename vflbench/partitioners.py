@@ -122,7 +122,9 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
     """``parties.yaml``: party name -> list of column names or glob patterns, in party order."""
     import yaml
 
-    p = Path(str(path)).expanduser()
+    from .paths import user_path
+
+    p = user_path(path)
     fix = "it maps each party name to a list of column names or glob patterns, e.g.\n  bank: [age, income, 'loan_*']\n  insurer: [claims, policy]"
     if not p.is_file():
         raise VFLBenchError(f"Parties file {p} does not exist; write one: {fix}")

@@ -51,6 +51,9 @@ class RunInputs:
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
+    from .paths import register
+
+    register(run.path_bases)  # a worker process reads the files the experiment file named
     t = time.perf_counter()
     dev = device if isinstance(device, torch.device) else pick_device(device)
     proto = run.protocol

@@ -231,6 +231,9 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
             h = h.sort_values("epsilon")
             ax.errorbar(h["epsilon"], h["metric_mean"], yerr=h["metric_std"], fmt=markers.get(series, "x"), markersize=4, capsize=2, label=series, alpha=0.85)
         ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on a short log range
         mode = ", ".join(sorted(set(g["accountant"].dropna().astype(str)) - {"none"}))
         ax.set(title=f"M = {k}", xlabel=f"certified ε (feature, per record; δ = 1e-5; {mode})", ylabel=f"test {metric.upper()} x 100")
         ax.grid(alpha=0.3, which="both")

@@ -40,12 +40,16 @@ class SweepPlan:
 
 def plan(exp: Experiment, out: Path) -> SweepPlan:
     from .datasets import DATASETS
+    from .paths import register
 
     p = SweepPlan(exp, Path(out))
     for cfg in exp.runs:
         if cfg.dataset in p.skipped:
             continue
+        register(cfg.path_bases)
         spec = DATASETS.get(cfg.dataset)
+        if cfg.dataset.startswith("csv:") and not spec.available():  # a user's file is there or the file is wrong: not a skip
+            raise VFLBenchError(f"{exp.path or exp.name}: the table {cfg.dataset} does not exist (paths in an experiment file are read from its folder).")
         if not spec.available():
             p.skipped[cfg.dataset] = (
                 f"not available locally or in the mirror (run `vflbench data fetch {cfg.dataset}` online"

@@ -481,8 +481,16 @@ def _useless_columns(label: str, df: pd.DataFrame, feats: list[str], keep: list[
 # ----------------------------------------------------------------------------- sources
 
 
+def _user_path(text) -> Path:
+    from ..paths import user_path
+
+    return user_path(text)
+
+
 def table_path(name: str) -> Path:
-    return Path(name.split(":", 1)[1]).expanduser()
+    from ..paths import user_path
+
+    return user_path(name.split(":", 1)[1])
 
 
 def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table:
@@ -494,7 +502,7 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
         sums = {path.name: sha256_file(path)}
         test = None
         if str(opts.get("test") or "").strip():
-            tpath = Path(str(opts["test"]).strip()).expanduser()
+            tpath = _user_path(opts["test"])
             test = read_table(tpath, sep)
             sums[f"test:{tpath.name}"] = sha256_file(tpath)
         return Table(name, train, test, sums, str(path))
@@ -545,7 +553,7 @@ def file_checksum(name: str, opts: dict[str, Any]) -> str:
         read_table(path)  # raises the clear message
     parts = [sha256_file(path)]
     if str(opts.get("test") or "").strip():
-        tpath = Path(str(opts["test"]).strip()).expanduser()
+        tpath = _user_path(opts["test"])
         if not tpath.exists():
             read_table(tpath)
         parts.append(sha256_file(tpath))
@@ -564,7 +572,7 @@ def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -
 
     files = [table_path(name)] if name.startswith("csv:") else []
     if str(opts.get("test") or "").strip():
-        files.append(Path(str(opts["test"]).strip()).expanduser())
+        files.append(_user_path(opts["test"]))
     stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]  # an edited file is rebuilt
     key = json.dumps([name, opts, stamp], sort_keys=True, default=str)
     if key not in _BUILT:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,7 +13,9 @@ from ..errors import VFLBenchError
 
 @lru_cache
 def load_preset(name: str) -> dict[str, Any]:
-    p = Path(name)
+    from ..paths import user_path
+
+    p = user_path(name)
     if p.suffix in (".yaml", ".yml") and p.exists():
         text = p.read_text()
     else:
