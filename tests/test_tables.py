@@ -355,3 +355,12 @@ def test_internal_options_are_never_listed(tmp_path):
     path = _messy(tmp_path)
     r = invoke("run", "--dataset", f"csv:{path}", "--method", "local", "--data-opt", "bogus=1", "--out", tmp_path / "o")
     assert r.exit_code == 2 and "sep" in r.output and "file_sha256" not in r.output
+
+
+def test_help_lists_the_table_options_the_loader_takes():
+    from vflbench.cli import TABLE_OPTIONS
+    from vflbench.datasets.table import HELP, INTERNAL
+
+    assert TABLE_OPTIONS.split(", ") == [k for k in HELP if k not in INTERNAL]
+    r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+    assert "sep, coerce, keep" in " ".join(r.output.split()) and "file_sha256" not in r.output

@@ -92,7 +92,9 @@ def friendly(fn):
 # options shared by `masks` and `run` (the same flags mean the same thing in both)
 PARTIES_OPT = typer.Option(4, help="number of parties K")
 PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)")
-DATA_OPT = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable)")
+TABLE_OPTIONS = "target, drop, test, test_size, split_seed, scaler, categorical, positive, sep, coerce, keep"  # a test keeps it equal to the loader's
+DATA_OPT = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable). Your own tables (csv:PATH, openml:ID) take: "
+                        + TABLE_OPTIONS + "; a registered dataset's options: `vflbench datasets --format json`")
 PART_OPT = typer.Option(None, "--part-opt", help="partitioner option key=value, e.g. alpha=0.5 (repeatable)")
 
 
