@@ -578,3 +578,9 @@ def test_a_sweep_that_skips_every_dataset_fails(tmp_path, monkeypatch):
     exp = tmp_path / "e.yaml"
     exp.write_text(yaml.safe_dump({**BASE_EXP, "datasets": {"uci-har": {}}}))
     _fails(["sweep", str(exp), "--out", str(tmp_path / "o")], "every dataset was skipped")
+
+
+def test_a_key_given_twice_in_yaml_is_refused(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: a\nmethods: [local]\nmethods: [svfl]\ndatasets: {synthetic: {}}\n")
+    _fails(["sweep", str(exp), "--out", str(tmp_path / "o")], "the key 'methods' appears twice in one mapping (lines 2 and 3)")

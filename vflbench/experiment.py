@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from . import yamlio
 from .config import RunConfig
 from .errors import VFLBenchError
 
@@ -224,7 +225,7 @@ def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seed
         hint = f" Available in experiments/: {', '.join(candidates)}." if candidates else ""
         raise VFLBenchError(f"Experiment file {p} does not exist.{hint}")
     try:
-        spec = yaml.safe_load(p.read_text())
+        spec = yamlio.load(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

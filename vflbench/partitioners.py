@@ -122,6 +122,7 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
     """``parties.yaml``: party name -> list of column names or glob patterns, in party order."""
     import yaml
 
+    from . import yamlio
     from .paths import user_path
 
     p = user_path(path)
@@ -129,7 +130,7 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
     if not p.is_file():
         raise VFLBenchError(f"Parties file {p} does not exist; write one: {fix}")
     try:
-        spec = yaml.safe_load(p.read_text())
+        spec = yamlio.load(p.read_text())
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlio
 from ..errors import VFLBenchError
 
 
@@ -25,7 +26,7 @@ def load_preset(name: str) -> dict[str, Any]:
             built_in = sorted(f.name[:-5] for f in resources.files(__package__).iterdir() if f.name.endswith(".yaml"))
             raise VFLBenchError(f"Unknown preset '{name}'. Built in: {', '.join(built_in)}; or pass a path to a YAML file.") from None
     try:
-        return yaml.safe_load(text)
+        return yamlio.load(text)
     except yaml.YAMLError as e:
         raise VFLBenchError(f"Preset '{name}' is not valid YAML: {e}") from None
 
