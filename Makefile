@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)  ## create .venv and install vflbench with its dev and ray extras (idempotent)
 
-test: $(STAMP)  ## the test suite (no GPU needed)
-	$(BIN)/python -m pytest -q
+TEST_WORKERS ?= auto
+test: $(STAMP)  ## the test suite (no GPU needed), on every core (pytest-xdist; TEST_WORKERS=0: in one process)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
