@@ -158,8 +158,10 @@ def one(b: int, beta: float, seed: int, variant: str, max_epochs: int) -> dict:
 
 def summarise(df: pd.DataFrame) -> str:
     lines = ["# PBM-VFL Table 3 speed gap: controlled runs", "",
-             "Epochs to a train AUPRC of 0.9 (Phishing, M = 5), mean over seeds (inf: not within the cap); "
-             "ratio = ours / paper. Made by `python scripts/pbm_speed_gap.py`.", ""]
+             "Epochs to a train AUPRC of 0.9 (Phishing, M = 5), mean over seeds (per seed in brackets; inf: not within the cap). "
+             "The last columns are ours / paper: the geometric mean over the settings with paper epochs >= 30 (noisy) and over those "
+             "with paper epochs <= 15 (clean). vflbench as run: about 0.4 noisy and 1.2 clean; a change that explains the paper "
+             "brings both to 1. Made by `python scripts/pbm_speed_gap.py`.", ""]
     cols = []
     base = df[df["variant"] == "baseline"]
     for v in RUN_VARIANTS:
@@ -168,11 +170,11 @@ def summarise(df: pd.DataFrame) -> str:
     for m in MEASURED[1:]:
         cols.append((m, base, m))
     cols.append(("count_from_0", base.assign(auprc=base["auprc"] - 1), "auprc"))
-    settings = sorted({(int(r.b), float(r.beta)) for r in df.itertuples()})
-    lines += ["| variant | " + " | ".join(f"({b}, {beta:g}) paper {PAPER[(b, beta)]:g}" for b, beta in settings) + " | mean ratio |",
-              "|---|" + "---|" * (len(settings) + 1)]
+    settings = sorted({(int(r.b), float(r.beta)) for r in df.itertuples()}, key=lambda s: -PAPER[s])
+    lines += ["| variant | " + " | ".join(f"({b}, {beta:g}) paper {PAPER[(b, beta)]:g}" for b, beta in settings) + " | ours / paper, noisy | clean |",
+              "|---|" + "---|" * (len(settings) + 2)]
     for name, d, col in cols:
-        cells, ratios = [], []
+        cells, noisy, clean = [], [], []
         for b, beta in settings:
             v = d[(d["b"] == b) & (d["beta"] == beta)][col].to_numpy(float)
             if not len(v):
@@ -180,8 +182,13 @@ def summarise(df: pd.DataFrame) -> str:
                 continue
             m = float(np.mean(v))
             cells.append(f"{m:.1f} ({','.join('inf' if not np.isfinite(x) else str(int(x)) for x in v)})")
-            ratios.append(m / PAPER[(b, beta)])
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {np.mean(ratios):.2f} |" if ratios else f"| {name} | " + " | ".join(cells) + " | – |")
+            ratio = m / PAPER[(b, beta)]
+            (noisy if PAPER[(b, beta)] >= 30 else clean if PAPER[(b, beta)] <= 15 else []).append(ratio)
+
+        def gm(r):
+            return "–" if not r else ("inf" if not all(np.isfinite(r)) else f"{float(np.exp(np.mean(np.log(r)))):.2f}")
+
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {gm(noisy)} | {gm(clean)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -168,6 +168,8 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
                     axes[i][j].set_axis_off()
     for ax, p in cells:
         g = df[(df["_panel"] == p) | (df["_panel"] == "all")]  # lines without the panel key (e.g. NPQ) appear in every panel
+        if g["_line"].nunique() > 10:  # the default cycle repeats its 10 colours: two lines would share one
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for line in dict.fromkeys(sorted(g["_line"])):
             h = g[g["_line"] == line].groupby("epoch")["value"]
             ep = np.array(sorted(h.groups))
