@@ -76,6 +76,8 @@ def test_hp_values_are_not_erased_by_unset_flags(tmp_path):
     m = json.loads(next(tmp_path.rglob("manifest.json")).read_text())
     assert m["config"]["hp"]["epochs"] == 1 and m["config"]["hp"]["lr"] == 0.002
     assert len(m["history"]["loss"]) == 1
+    src = m["config"]["hp_sources"]["train"]  # where every value came from
+    assert src["epochs"] == "--hp" and src["lr"] == "--hp" and src["optimizer"] == "preset"
 
 
 def test_divergence_stops_the_run_with_status_3(tmp_path):

@@ -444,6 +444,7 @@ def run(
     every, per_stage = parse_hp(hp_opt)
     flags = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
     hp = merge_hp_flags(every, {k: v for k, v in flags.items() if v is not None})
+    hp_sources = {**{k: "--hp" for k in every}, **{k: "flag" for k, v in flags.items() if v is not None}}
     model = {"arch": arch, "cut": cut}
     if hidden is not None:
         model["hidden"] = parse_int_list(hidden, "--hidden")
@@ -453,7 +454,7 @@ def run(
         protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
-        hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, model={k: v for k, v in model.items() if v is not None},
+        hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
         preset=preset, device=device, labeled=labeled, aligned=aligned, target=target, eval_epochs=eval_epochs,
     )
     resolved = resolve(cfg)  # every check before the heavy imports below

@@ -51,6 +51,7 @@ class RunConfig:
     target: str | None = None  # e.g. "train_auprc=0.9": record the first epoch that reaches it
     eval_epochs: Any = None  # evaluate also after these epochs: [5, 10, 20], "5,10,20" or "1:100" (inclusive range)
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
+    hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
 
 
 @dataclass(frozen=True)
@@ -162,11 +163,14 @@ class ResolvedRun:
     eval_epochs: tuple[int, ...] | None = None  # extra evaluations (epochs counted across stages); the last epoch always
     vflbench_version: str = __version__
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
+    hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         if not d["path_bases"]:
             d.pop("path_bases")
+        if not d["hp_sources"]:
+            d.pop("hp_sources")
         for k in ("target", "eval_epochs"):  # absent keeps the keys of runs recorded before these existed
             if d[k] is None:
                 d.pop(k)
@@ -184,6 +188,7 @@ class ResolvedRun:
         d = self.to_dict()
         d.pop("option_sources")
         d.pop("path_bases", None)  # the text of a path is keyed (with the file's sha256), not where this machine keeps it
+        d.pop("hp_sources", None)  # provenance, like option_sources
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
         d["protocol"] = self.protocol.key_dict()
@@ -307,7 +312,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
     if unknown_stages:
         raise VFLBenchError(f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: {', '.join(s.name for s in stages)}.")
-    stage_hp = {}
+    stage_hp, hp_sources = {}, {}
     for st in stages:
         block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
         user = {**overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
@@ -318,6 +323,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
                 raise VFLBenchError(f"--momentum applies to SGD only; Adam has no momentum setting{where}. Drop --momentum or use --optimizer sgd.")
             merged["momentum"] = 0.0  # the preset's SGD momentum does not carry over to Adam
         stage_hp[st.name] = HParams.from_dict(merged, where)
+        stage_user = {k for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}
+        hp_sources[st.name] = {k: (f"{cfg.hp_sources.get(k, 'user')} (stage)" if k in stage_user else cfg.hp_sources.get(k, "user")) if k in user
+                               else ("preset (stage block)" if k in block else "preset") for k in HP_FIELDS}
     hp = stage_hp[stages[0].name]
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
@@ -338,7 +346,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
         target=parse_target(cfg.target, info.n_classes, cfg.dataset),
         eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
-        path_bases=dict(cfg.path_bases),
+        path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
     )
 
 

@@ -351,7 +351,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options=part_opts,
-                            method_options=mopts, hp=hp, stage_hp=stage_hp,
+                            method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             target=over.get("target", spec.get("target")),
                             eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
