@@ -586,3 +586,16 @@ def test_a_key_given_twice_in_yaml_is_refused(tmp_path):
     exp = tmp_path / "e.yaml"
     exp.write_text("name: a\nmethods: [local]\nmethods: [svfl]\ndatasets: {synthetic: {}}\n")
     _fails(["sweep", str(exp), "--out", str(tmp_path / "o")], "the key 'methods' appears twice in one mapping (lines 2 and 3)")
+
+
+def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_warning(tmp_path, monkeypatch):
+    """Experiment files written before the rule (e.g. `preset: experiments/x.yaml`) keep their run keys."""
+    from vflbench.experiment import load_experiment
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "p.yaml").write_text("default:\n  default: {optimizer: adam, lr: 0.001, batch_size: 32, epochs: 1}\n")
+    (tmp_path / "experiments" / "e.yaml").write_text(yaml.safe_dump({**BASE_EXP, "preset": "experiments/p.yaml"}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="is read relative to the working directory"):
+        exp = load_experiment("experiments/e.yaml")
+    assert exp.runs[0].preset == "experiments/p.yaml"

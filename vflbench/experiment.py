@@ -37,6 +37,7 @@ Schema (unknown keys are errors)::
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,17 @@ def relative_paths(ds: str, spec: dict, over: dict, path) -> dict[str, str]:
         if target is None:
             continue
         if not Path(target).exists():
+            legacy = Path(text).expanduser()
+            if legacy.exists():  # written before paths were read from the file's folder: still read, with a warning
+                import warnings
+
+                from .errors import VFLBenchWarning
+
+                warnings.warn(f"{path}: the {what} '{text}' is read relative to the working directory; relative paths in an experiment "
+                              f"file are read from its folder ({folder}), so write it as '{os.path.relpath(legacy.resolve(), folder)}' "
+                              "(the runs' keys then change).", VFLBenchWarning, stacklevel=3)
+                out[text] = str(legacy.resolve())
+                continue
             _fail(path, f"the {what} '{text}' does not exist: relative paths in an experiment file are read from its folder ({folder}), "
                         f"so it names {target}.")
         out[text] = target
