@@ -20,7 +20,13 @@ import math
 import numpy as np
 import torch
 
-from ..accountant import AccountantSpec, NoisySumAccountant, epsilon, ldp_sigma, match_ldp_sigma
+from ..accountant import (
+    AccountantSpec,
+    NoisySumAccountant,
+    ldp_sigma,
+    match_ldp_sigma,
+    worst_epsilon,
+)
 from ..channel import PHASES
 from ..errors import VFLBenchError
 from ..mechanisms import LDPChannel, PBMChannel, paper_comm_bits
@@ -216,7 +222,7 @@ class PBMVFL(Method):
                         "privacy_releases": acc.epochs()})
             if self.mech == "pbm":  # Thm 6.1's closed form with c0, for comparison only: not an upper bound
                 hist = acc.releases.cpu().numpy()[:, 1:]
-                out["epsilon_feature_paper_formula"] = max(epsilon(self._pbm_spec("paper"), row, d, "feature_record") for row in np.unique(hist, axis=0))
+                out["epsilon_feature_paper_formula"] = worst_epsilon(self._pbm_spec("paper"), np.unique(hist, axis=0), d, "feature_record")
                 out["c0"] = o["c0"]
         else:
             out.update({"accountant": "none" if self.mech == "npq" else o["accountant"], "delta": d,
