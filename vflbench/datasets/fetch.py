@@ -189,7 +189,11 @@ def load_verified_cache(path: Path, source_sha256: str, what: str) -> tuple[Any,
         elif meta.get("sha256") != actual:
             why = "its bytes do not match the checksum written with it (edited or damaged)"
         else:
-            arr = np.load(path, allow_pickle=False)
+            if path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as z:
+                    arr = {k: z[k] for k in z.files}
+            else:
+                arr = np.load(path, allow_pickle=False)
             return arr, {**info, "sha256": actual, "status": "verified"}
     except FileNotFoundError:
         why = "it has no checksum file"
@@ -202,13 +206,17 @@ def load_verified_cache(path: Path, source_sha256: str, what: str) -> tuple[Any,
 
 
 def write_verified_cache(path: Path, arr: Any, source_sha256: str) -> dict[str, str]:
-    """Write ``arr`` as a cache with its sidecar of checksums (see :func:`load_verified_cache`)."""
+    """Write ``arr`` (an array, or a dict of arrays for ``.npz``) as a cache with its sidecar of
+    checksums (see :func:`load_verified_cache`)."""
     import io
 
     import numpy as np
 
     buf = io.BytesIO()
-    np.save(buf, arr)
+    if path.suffix == ".npz":
+        np.savez(buf, **arr)
+    else:
+        np.save(buf, arr)
     data = buf.getvalue()
     own = hashlib.sha256(data).hexdigest()
     write_cache(path, lambda f: f.write(data))

@@ -137,14 +137,12 @@ def _index_digest(index: dict) -> str:
 
 def _decode(index: dict, size: int, cache: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """split -> (views uint8 [n, 12, size, size], labels [n]); cached per file index and size."""
-    digest = _index_digest(index)
-    if cache.exists():
-        try:
-            with np.load(cache) as z:
-                if str(z["digest"]) == digest:
-                    return {s: (z[f"{s}_x"], z[f"{s}_y"]) for s in ("train", "test")}
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache is rebuilt
+    from .fetch import load_verified_cache, write_verified_cache
+
+    digest = _index_digest(index)  # the source: every render's path and size
+    z, _info = load_verified_cache(cache, digest, NAME)
+    if z is not None and all(f"{s}_{a}" in z for s in ("train", "test") for a in ("x", "y")):
+        return {s: (z[f"{s}_x"], z[f"{s}_y"]) for s in ("train", "test")}
     from PIL import Image, UnidentifiedImageError
 
     out = {}
@@ -159,9 +157,7 @@ def _decode(index: dict, size: int, cache: Path) -> dict[str, tuple[np.ndarray, 
                 except (OSError, UnidentifiedImageError) as e:
                     raise VFLBenchError(f"{NAME}: {f} is not a readable image ({e}); re-extract the renders.") from None
         out[split] = (x, np.asarray([lab for lab, _, _ in items], np.int64))
-    from .fetch import write_cache
-
-    write_cache(cache, lambda f: np.savez(f, digest=np.asarray(digest), **{f"{s}_x": out[s][0] for s in out}, **{f"{s}_y": out[s][1] for s in out}))
+    write_verified_cache(cache, {**{f"{s}_x": out[s][0] for s in out}, **{f"{s}_y": out[s][1] for s in out}}, digest)
     return out
 
 
