@@ -287,8 +287,8 @@ def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch,
 
     monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake)
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
-    ds = load_dataset("openml:31")  # the target defaults to OpenML's declared target
-    assert calls == {"data_id": 31, "data_home": str(tmp_path / "data" / "openml")}
+    ds = load_dataset("openml:61")  # the target defaults to OpenML's declared target (61: iris)
+    assert calls == {"data_id": 61, "data_home": str(tmp_path / "data" / "openml")}
     assert ds.preprocessing["target"] == "class" and ds.preprocessing["positive_class"] == "p" and ds.x_train.shape[1] == 4
     r = invoke("inspect", "openml:404")
     assert r.exit_code == 2 and "needs an internet connection the first time" in " ".join(r.output.split())
