@@ -12,6 +12,7 @@ the epoch at which each run first reaches the target, stopping the run there:
   server_mean  the head reads the sum / M    (the server input's scale)
   init_glorot  Glorot-uniform weights, zero biases (Keras' default) in every layer
   init_small   PyTorch's default init x 0.5 (smaller first embeddings)
+  init_0.75    PyTorch's default init x 0.75
 
 and, measured inside every run (they only read what the run computes, so one run gives all):
 
@@ -50,7 +51,7 @@ from vflbench.training import Callback, fit, predict  # noqa: E402
 
 PAPER = {(8, 0.1): np.inf, (8, 0.15): 86, (8, 0.2): 41, (8, 0.25): 23, (16, 0.1): 98, (16, 0.15): 34, (16, 0.2): 15, (16, 0.25): 8,
          (32, 0.1): 35, (32, 0.15): 12, (32, 0.2): 5, (32, 0.25): 3, (64, 0.1): 15, (64, 0.15): 4, (64, 0.2): 3, (64, 0.25): 2}
-RUN_VARIANTS = ("baseline", "lr_half", "batch_200", "server_mean", "init_glorot", "init_small")
+RUN_VARIANTS = ("baseline", "lr_half", "batch_200", "server_mean", "init_glorot", "init_small", "init_0.75")
 MEASURED = ("auprc", "monitor_exact", "auprc_trapz", "auprc_class0", "running")
 TARGET = 0.9
 
@@ -117,6 +118,8 @@ def reinit(method, how: str, gen: torch.Generator) -> None:
             t = store[name]
             if how == "init_small":
                 t.mul_(0.5)
+            elif how == "init_0.75":
+                t.mul_(0.75)
             elif how == "init_glorot":
                 if name.rsplit(".", 1)[-1].startswith("b"):
                     t.zero_()
@@ -138,7 +141,7 @@ def one(b: int, beta: float, seed: int, variant: str, max_epochs: int) -> dict:
     torch.set_num_threads(1)
     inputs = prepare(run, "cpu")
     method = build(run, inputs)
-    if variant in ("init_small", "init_glorot"):
+    if variant in ("init_small", "init_glorot", "init_0.75"):
         reinit(method, variant, torch.Generator().manual_seed(1000 + seed))
     if variant == "server_mean":
         fused, k = method.fused, method.k
