@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import VFLBenchError
+from ..paths import user_path
 from .base import Dataset, DatasetInfo
 from .fetch import data_root, sha256_file
 
@@ -125,10 +126,7 @@ def read_table(path: Path, sep: str = "") -> pd.DataFrame:
 def sniff_separator(head: bytes) -> str:
     """The field separator of a delimited file from its first lines (``csv.Sniffer`` over , ; tab |);
     a comma when the lines do not say."""
-    try:
-        text = head.decode("utf-8-sig", errors="replace")
-    except Exception:  # noqa: BLE001
-        return ","
+    text = head.decode("utf-8-sig", errors="replace")
     lines = text.splitlines()[:20]
     if len(lines) > 1 and not text.endswith(("\n", "\r")):
         lines = lines[:-1]  # the last line may be cut mid-way
@@ -481,15 +479,7 @@ def _useless_columns(label: str, df: pd.DataFrame, feats: list[str], keep: list[
 # ----------------------------------------------------------------------------- sources
 
 
-def _user_path(text) -> Path:
-    from ..paths import user_path
-
-    return user_path(text)
-
-
 def table_path(name: str) -> Path:
-    from ..paths import user_path
-
     return user_path(name.split(":", 1)[1])
 
 
@@ -502,7 +492,7 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
         sums = {path.name: sha256_file(path)}
         test = None
         if str(opts.get("test") or "").strip():
-            tpath = _user_path(opts["test"])
+            tpath = user_path(opts["test"])
             test = read_table(tpath, sep)
             sums[f"test:{tpath.name}"] = sha256_file(tpath)
         return Table(name, train, test, sums, str(path))
@@ -553,7 +543,7 @@ def file_checksum(name: str, opts: dict[str, Any]) -> str:
         read_table(path)  # raises the clear message
     parts = [sha256_file(path)]
     if str(opts.get("test") or "").strip():
-        tpath = _user_path(opts["test"])
+        tpath = user_path(opts["test"])
         if not tpath.exists():
             read_table(tpath)
         parts.append(sha256_file(tpath))
@@ -572,7 +562,7 @@ def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -
 
     files = [table_path(name)] if name.startswith("csv:") else []
     if str(opts.get("test") or "").strip():
-        files.append(_user_path(opts["test"]))
+        files.append(user_path(opts["test"]))
     stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]  # an edited file is rebuilt
     key = json.dumps([name, opts, stamp], sort_keys=True, default=str)
     if key not in _BUILT:
