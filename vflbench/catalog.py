@@ -17,8 +17,8 @@ from pathlib import Path
 
 from .errors import VFLBenchError, did_you_mean
 
-METHOD_MODULES = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "false_vfl")
-"""Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FALSE-VFL."""
+METHOD_MODULES = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "fedhssl", "false_vfl")
+"""Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL."""
 
 
 @cache

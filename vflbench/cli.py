@@ -534,6 +534,7 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
 def sweep(
     file: Path = typer.Argument(..., help="experiment YAML (see experiments/)"),
     datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
+    methods: str | None = typer.Option(None, help="comma-separated subset of the file's methods"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
     workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
     threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
@@ -577,7 +578,8 @@ def sweep(
     if sd is not None and len(set(sd)) != len(sd):
         raise VFLBenchError(f"--seeds lists a seed more than once ('{seeds}'); each seed must be unique.")
     tr = [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()] if train_missing else None
-    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr)
+    ms = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
     from .outputs import check_output_dir
 

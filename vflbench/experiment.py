@@ -230,7 +230,7 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
 
 
 def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False,
-                    train_missing: list[str] | None = None) -> Experiment:
+                    train_missing: list[str] | None = None, methods_subset: list[str] | None = None) -> Experiment:
     p = Path(path)
     if not p.exists():
         candidates = sorted(x.name for x in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
@@ -242,10 +242,11 @@ def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seed
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise VFLBenchError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}. Fix the file's syntax.") from None
-    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing)
+    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing, methods_subset=methods_subset)
 
 
-def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False, train_missing=None) -> Experiment:
+def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False, train_missing=None,
+                     methods_subset=None) -> Experiment:
     from .datasets import DATASETS
     from .methods import METHODS
     from .missingness import parse_mechanism
@@ -324,6 +325,11 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         if missing:
             _fail(path, f"--datasets {', '.join(missing)} not in this experiment (it has {', '.join(ds_spec)}).")
         chosen = [d for d in chosen if d in datasets]
+    if methods_subset:
+        named = set(methods) | {m for o in ds_spec.values() for m in (o or {}).get("methods", [])}
+        missing = [m for m in methods_subset if m not in named]
+        if missing:
+            _fail(path, f"--methods {', '.join(missing)} not in this experiment (it has {', '.join(sorted(named))}).")
     run_seeds = list(seeds) if seeds else file_seeds
     hp_all = _dict(spec, "hp", path)
     if quick:
@@ -339,7 +345,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         over = ds_spec[ds] or {}
         part_variants = partition_variants(spec, over, path)
         bases = relative_paths(ds, spec, over, path)
-        ds_methods = over.get("methods", methods)
+        ds_methods = [m for m in over.get("methods", methods) if not methods_subset or m in methods_subset]
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
         for k in ds_parties:

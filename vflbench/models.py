@@ -89,6 +89,14 @@ class ParamStore(nn.Module):
     def n_params(self) -> int:
         return self._total
 
+    @torch.no_grad()
+    def average_members(self, name: str) -> None:
+        """Replace every member's row of tensor ``name`` (leading member axis) by the rows' mean:
+        FedAvg with equal weights, in place (optimiser state is left as it is)."""
+        off, shape = self._specs[name]
+        t = self.flat.data[off : off + math.prod(shape)].view(shape)
+        t.copy_(t.mean(0, keepdim=True).expand_as(t))
+
 
 def linear_bound(fan_in: int | torch.Tensor) -> torch.Tensor | float:
     if isinstance(fan_in, torch.Tensor):

@@ -43,6 +43,16 @@ class MaskedOptimizer:
         self.ever = torch.zeros(*lead, n_members, dtype=torch.bool)  # members that have had a gradient
         self.one_group = bool((self.groups == self.groups[0]).all()) if n_members else True
         self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
+        # The flat store's elements outside the trainable members never change: step only the span
+        # that holds them (e.g. a fine-tuning stage leaves the pretraining heads' millions alone).
+        self.spans: list[slice | None] = [None] * len(self.entries)
+        if self.trainable is not None and pack is None:
+            for i, (_, mem) in enumerate(self.entries):
+                if isinstance(mem, torch.Tensor):
+                    where = self.trainable[mem].nonzero().view(-1)
+                    lo, hi = (int(where[0]), int(where[-1]) + 1) if len(where) else (0, 0)
+                    if hi - lo < len(mem):
+                        self.spans[i] = slice(lo, hi)
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
 
     def to(self, device) -> None:
@@ -83,11 +93,16 @@ class MaskedOptimizer:
         all_active = self.pack is None and bool(active.all())  # a pack always takes the masked path
         self.steps += active.float()
         b1, b2 = self.betas
-        for (p, mem), st in zip(self.entries, self.state, strict=True):
-            if p.grad is None:
+        for (param, mem), st, span in zip(self.entries, self.state, self.spans, strict=True):
+            if param.grad is None:
                 if not (self.stale and isinstance(mem, int) and bool(active[mem])):
                     continue
-                p.grad = torch.zeros_like(p)  # a zeroed (not dropped) gradient, as PyTorch < 2.0
+                param.grad = torch.zeros_like(param)  # a zeroed (not dropped) gradient, as PyTorch < 2.0
+            p, grad = param, param.grad
+            if span is not None:
+                if span.stop == span.start:
+                    continue
+                p, grad, mem = param.detach()[span], grad[span], mem[span]
             if isinstance(mem, int):  # a whole tensor owned by one member
                 if not bool(active[mem]):
                     continue
@@ -102,7 +117,7 @@ class MaskedOptimizer:
                     t.add_(1.0)
                 else:
                     t.add_(a)
-            g = p.grad if not self.wd else torch.add(p.grad, p, alpha=self.wd)
+            g = grad if not self.wd else torch.add(grad, p, alpha=self.wd)
             if self.name == "sgd":
                 if self.momentum:
                     buf = st.get("buf")

@@ -56,6 +56,8 @@ def why_not_packable(method: Method) -> str | None:
         return "module (image) extractors are trained one run at a time"
     if len(method.stages) != 1:
         return "runs with more than one training stage (e.g. pretraining) are trained one at a time"
+    if cls.end_epoch is not Method.end_epoch:
+        return f"{cls.display} acts at the end of every epoch (end_epoch), which a pack does not call"
     if type(method.channel) is not Channel:
         return "a mechanism at the party-to-server boundary is applied one run at a time"
     return None

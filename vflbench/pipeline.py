@@ -6,6 +6,7 @@ benchmark script calls the same steps."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -179,6 +180,80 @@ class BudgetEvaluator(Callback):
             g.set_state(st)
 
 
+class SSLProbe(Callback):
+    """What self-supervised pretraining learned, for runs with a stage that hides labels and a
+    method that exposes its representations (:meth:`Method.probe_representations`): a linear probe
+    (standardised features, multinomial logistic regression) fitted on the labeled training samples'
+    frozen representations and scored on the test set, every block observed, before the first
+    unlabeled stage and after the last one; and SimSiam's collapse diagnostic, the std of the
+    L2-normalised projector output (about 1/sqrt(d) when spread, 0 when collapsed), on up to 2,048
+    training samples under the training mask. Columns ``ssl_probe_acc_init``,
+    ``ssl_probe_acc_pretrained`` (%), ``ssl_collapse_std_init``, ``ssl_collapse_std_pretrained``, ``ssl_collapse_ref``."""
+
+    MAX_FIT = 5000
+
+    def __init__(self, run: ResolvedRun, inputs: RunInputs, method: Method):
+        self.run, self.inputs, self.method = run, inputs, method
+        self.out: dict[str, Any] = {}
+        self.state = "before"
+
+    @staticmethod
+    def wanted(method: Method) -> bool:
+        has_ssl = getattr(method, "ssl", None) is not None or getattr(method, "ssl_cross", None) is not None
+        return has_ssl and any(not st.labels for st in method.stages)
+
+    def _reps(self, data: BlockData, idx: torch.Tensor) -> np.ndarray | None:
+        m = self.method
+        parts = []
+        for start in range(0, len(idx), self.run.eval_batch_size):
+            j = idx[start : start + self.run.eval_batch_size]
+            obs = torch.ones(len(j), m.k, dtype=torch.bool, device=j.device)
+            r = m.probe_representations(data.batch(j), obs)
+            if r is None:
+                return None
+            parts.append(r.permute(1, 0, 2).reshape(len(j), -1).float().cpu().numpy())
+        return np.concatenate(parts)
+
+    @torch.no_grad()
+    def _measure(self, suffix: str) -> None:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.preprocessing import StandardScaler
+
+        m, inp = self.method, self.inputs
+        was = m.store.training
+        m.train(False)
+        m.store.begin()
+        tr = inp.train
+        dev = tr.obs.device
+        pool = (tr.labeled.nonzero().view(-1) if tr.labeled is not None else torch.arange(tr.blocks.n, device=dev))[: self.MAX_FIT]
+        x_tr = self._reps(tr.blocks, pool)
+        if x_tr is not None:
+            x_te = self._reps(inp.test, torch.arange(inp.test.n, device=dev))
+            scaler = StandardScaler().fit(x_tr)
+            clf = LogisticRegression(max_iter=2000).fit(scaler.transform(x_tr), tr.y[pool].cpu().numpy())
+            self.out[f"ssl_probe_acc{suffix}"] = float(100.0 * (clf.predict(scaler.transform(x_te)) == np.asarray(inp.y_test)).mean())
+        sub = torch.arange(min(2048, tr.blocks.n), device=dev)
+        std = m.collapse_std(tr.blocks.batch(sub), tr.obs[sub])
+        if std is not None:
+            self.out[f"ssl_collapse_std{suffix}"] = std
+            self.out["ssl_collapse_ref"] = 1.0 / math.sqrt(512)
+        m.train(was)
+
+    def on_stage_start(self, loop) -> None:
+        if self.state == "before" and not loop.stage.labels:
+            self._measure("_init")
+            self.state = "pretraining"
+        elif self.state == "pretraining" and loop.stage.labels:
+            self._measure("_pretrained")
+            self.state = "done"
+
+    def extras(self) -> dict[str, Any]:
+        if self.state == "pretraining":  # no labeled stage followed
+            self._measure("_pretrained")
+            self.state = "done"
+        return dict(self.out)
+
+
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
     t = time.perf_counter()
     hist = fit(method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks)
@@ -299,6 +374,8 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
     if run.eval_epochs:
         callbacks.append(BudgetEvaluator(run, inputs, method))
+    if SSLProbe.wanted(method):
+        callbacks.append(SSLProbe(run, inputs, method))
     hist = train(run, inputs, method, callbacks)
     evals = evaluate(run, inputs, method)
     return record(run, inputs, method, hist, evals, callbacks)
@@ -363,11 +440,11 @@ def pack_key(r: ResolvedRun) -> str:
 
 def masks_are_per_member(r: ResolvedRun) -> bool:
     """Whether runs differing in training missingness can share a pack: no stage of the method picks
-    its training samples by their masks (``samples="aligned"`` does; members would take different
+    its training samples by their masks (``samples="aligned"`` or ``"complete"`` does; members would take different
     numbers of steps)."""
     from .methods import METHODS
 
-    return all(st.samples != "aligned" for st in METHODS.get(r.method).stages_for(r.method_options))
+    return all(st.samples not in ("aligned", "complete") for st in METHODS.get(r.method).stages_for(r.method_options))
 
 
 def mask_summary(obs: np.ndarray) -> dict[str, Any]:

@@ -126,6 +126,8 @@ class TrainSet:
         if stage.samples == "all":
             return None
         keep = lab if lab is not None else None
+        if stage.samples == "complete":  # every fully observed sample, labeled or not
+            return self.obs.all(1).nonzero().view(-1)
         if stage.samples == "aligned":
             full = self.obs.all(1)
             keep = full if keep is None else keep & full
@@ -137,7 +139,7 @@ def stage_labels(data: TrainSet, stage: Stage) -> torch.Tensor | None:
     trains on all samples of a semi-supervised run."""
     if not stage.labels:
         return None
-    if stage.samples == "all" and data.labeled is not None:
+    if stage.samples in ("all", "complete") and data.labeled is not None:
         return torch.where(data.labeled, data.y, torch.full_like(data.y, -1))
     return data.y
 
@@ -208,67 +210,104 @@ def epoch_order(pool: torch.Tensor | None, n: int, weights: torch.Tensor | None,
     return order if pool is None else pool[order]
 
 
-def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: TrainPolicy, seeds: Callable[[str], int], callbacks=()) -> History:
-    """Train ``method`` through its stages. ``stage_hp[stage.name]`` holds each stage's settings."""
-    hist = History()
-    device = data.obs.device
-    for s, stage in enumerate(method.stages):
-        suffix = "" if s == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
-        hp = stage_hp[stage.name]
-        opt = make_optimizer(method, stage, hp, policy)
-        loop = Loop(method, stage, hp, opt, hist, epochs=hp.epochs)
-        batching = _gen(device, seeds("batching" + suffix))
-        aug = _gen(device, seeds("augment" + suffix)) if policy.augment else None
-        pool = data.pool(stage)
-        y_all = stage_labels(data, stage)
-        weights = balanced_weights(data, stage, pool, policy)
+def stage_groups(stages) -> list[list[int]]:
+    """Stage indices in the order they train: a stage alone, or consecutive stages sharing a ``group``
+    name, which alternate epoch by epoch (epoch 1 of each, then epoch 2 of each, ...)."""
+    out: list[list[int]] = []
+    for i, st in enumerate(stages):
+        if out and st.group is not None and stages[out[-1][-1]].group == st.group:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+class _StageRun:
+    """One stage's optimiser, sample pool, random streams and epoch loop."""
+
+    def __init__(self, method: Method, data: TrainSet, stage: Stage, index: int, hp: StageHP, policy: TrainPolicy, seeds, hist: History):
+        device = data.obs.device
+        suffix = "" if index == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
+        self.method, self.data, self.stage, self.hp, self.policy, self.hist = method, data, stage, hp, policy, hist
+        self.opt = make_optimizer(method, stage, hp, policy)
+        self.loop = Loop(method, stage, hp, self.opt, hist, epochs=hp.epochs)
+        self.batching = _gen(device, seeds("batching" + suffix))
+        self.aug = _gen(device, seeds("augment" + suffix)) if policy.augment else None
+        self.pool = data.pool(stage)
+        self.y_all = stage_labels(data, stage)
+        self.weights = balanced_weights(data, stage, self.pool, policy)
+
+    def run_epoch(self, epoch: int, callbacks) -> None:
+        method, data, hp, policy, opt, loop, hist, stage = self.method, self.data, self.hp, self.policy, self.opt, self.loop, self.hist, self.stage
+        device = data.obs.device
         method.train(True)
         method.channel.mode = "train"
-        for cb in callbacks:
-            cb.on_stage_start(loop)
-        for epoch in range(hp.epochs):
-            t0 = time.perf_counter()
-            loop.epoch = epoch
-            if hp.schedule == "cosine":
-                opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
-            order = epoch_order(pool, data.blocks.n, weights, policy.shuffle, batching, device)
-            method.begin_epoch(Epoch(stage, epoch, data.obs, order, hp.batch_size, policy.per_batch_masks))
-            total, count = 0.0, 0
-            for j, start in enumerate(range(0, len(order), hp.batch_size)):
-                idx = order[start : start + hp.batch_size]
-                ob = data.obs[idx]
-                if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
-                    ob = ob[:1].expand(len(idx), -1)
-                batch = Batch(data.blocks.batch(idx, aug), ob, None if y_all is None else y_all[idx], idx, j)
-                method.draw(batch, stage)
-                method.store.begin()  # fresh views of the flat parameters for this forward
-                loss, active = method.loss(batch, stage)
-                if loss is None or not bool(active.any()):
-                    method.channel.discard()
-                    hist.skipped_batches += 1
-                    continue
-                value = float(loss.detach())
-                if not math.isfinite(value):  # stop before a NaN reaches the parameters
-                    raise TrainingDiverged(epoch + 1, value, stage.name if len(method.stages) > 1 else None)
-                opt.zero_grad()
-                loss.backward()
-                for cb in callbacks:
-                    cb.before_step(loop, batch, loss)
-                opt.step(active)
-                method.channel.commit("train", backward=True)
-                for cb in callbacks:
-                    cb.after_step(loop, batch, value)
-                total += value
-                count += 1
-            loop.epoch_loss = total / max(count, 1)
-            hist.loss.append(loop.epoch_loss)
-            hist.lr.append(opt.lr)
-            hist.stage.append(stage.name)
-            hist.seconds.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        loop.epoch = epoch
+        if hp.schedule == "cosine":
+            opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
+        order = epoch_order(self.pool, data.blocks.n, self.weights, policy.shuffle, self.batching, device)
+        ep = Epoch(stage, epoch, data.obs, order, hp.batch_size, policy.per_batch_masks)
+        method.begin_epoch(ep)
+        total, count = 0.0, 0
+        for j, start in enumerate(range(0, len(order), hp.batch_size)):
+            idx = order[start : start + hp.batch_size]
+            ob = data.obs[idx]
+            if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
+                ob = ob[:1].expand(len(idx), -1)
+            batch = Batch(data.blocks.batch(idx, self.aug), ob, None if self.y_all is None else self.y_all[idx], idx, j)
+            method.draw(batch, stage)
+            method.store.begin()  # fresh views of the flat parameters for this forward
+            loss, active = method.loss(batch, stage)
+            if loss is None or not bool(active.any()):
+                method.channel.discard()
+                hist.skipped_batches += 1
+                continue
+            value = float(loss.detach())
+            if not math.isfinite(value):  # stop before a NaN reaches the parameters
+                raise TrainingDiverged(epoch + 1, value, stage.name if len(method.stages) > 1 else None)
+            opt.zero_grad()
+            loss.backward()
             for cb in callbacks:
-                cb.on_epoch_end(loop)
+                cb.before_step(loop, batch, loss)
+            opt.step(active)
+            method.channel.commit("train", backward=True)
+            for cb in callbacks:
+                cb.after_step(loop, batch, value)
+            total += value
+            count += 1
+        method.end_epoch(ep)
+        loop.epoch_loss = total / max(count, 1)
+        hist.loss.append(loop.epoch_loss)
+        hist.lr.append(opt.lr)
+        hist.stage.append(stage.name)
+        hist.seconds.append(time.perf_counter() - t0)
         for cb in callbacks:
-            cb.on_stage_end(loop)
+            cb.on_epoch_end(loop)
+
+
+def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: TrainPolicy, seeds: Callable[[str], int], callbacks=()) -> History:
+    """Train ``method`` through its stages. ``stage_hp[stage.name]`` holds each stage's settings.
+    Stages that share a ``group`` alternate epoch by epoch (they must have equal epochs)."""
+    hist = History()
+    stages = method.stages
+    for group in stage_groups(stages):
+        runs = [_StageRun(method, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hist) for i in group]
+        epochs = {r.hp.epochs for r in runs}
+        if len(epochs) != 1:
+            from .errors import VFLBenchError
+
+            raise VFLBenchError(f"Stages {', '.join(r.stage.name for r in runs)} alternate epoch by epoch and need equal epochs; "
+                                f"got {', '.join(f'{r.stage.name}={r.hp.epochs}' for r in runs)}.")
+        for r in runs:
+            for cb in callbacks:
+                cb.on_stage_start(r.loop)
+        for epoch in range(epochs.pop()):
+            for r in runs:
+                r.run_epoch(epoch, callbacks)
+        for r in runs:
+            for cb in callbacks:
+                cb.on_stage_end(r.loop)
     method.train(False)
     return hist
 

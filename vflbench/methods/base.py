@@ -96,20 +96,23 @@ class Option:
         return d
 
 
-SAMPLE_SETS = ("labeled", "aligned", "all")
+SAMPLE_SETS = ("labeled", "aligned", "complete", "all")
 
 
 @dataclass(frozen=True)
 class Stage:
     """A training stage. ``samples``: ``labeled`` (the labeled training samples; all of them when the
     run has no ``--labeled``), ``aligned`` (only labeled samples that observe every block), or
-    ``all`` (labeled and unlabeled). ``labels=False`` hides the labels (``batch.y`` is None).
-    ``hp`` names the preset block of this stage's hyper-parameters (None: the run's)."""
+    ``complete`` (every sample, labeled or not, that observes every block), or ``all`` (labeled and
+    unlabeled). ``labels=False`` hides the labels (``batch.y`` is None). ``hp`` names the preset
+    block of this stage's hyper-parameters (None: the run's). Consecutive stages with the same
+    ``group`` alternate epoch by epoch instead of running one after the other."""
 
     name: str = "train"
     samples: str = "labeled"
     labels: bool = True
     hp: str | None = None
+    group: str | None = None
 
     def __post_init__(self):
         if self.samples not in SAMPLE_SETS:
@@ -256,6 +259,9 @@ class Method:
     def begin_epoch(self, epoch: Epoch) -> None:
         """Called before each epoch, so a method can draw an epoch's randomness in one call."""
 
+    def end_epoch(self, epoch: Epoch) -> None:
+        """Called after each epoch's last step (e.g. to aggregate parameters across parties)."""
+
     def draw(self, batch: Batch, stage: Stage) -> None:
         """Called before :meth:`loss` on every training batch: draw the batch's randomness here (and
         keep it on ``self``), not in the loss, so that the loss is a pure function of the batch, the
@@ -264,6 +270,20 @@ class Method:
     def extras(self) -> dict[str, Any]:
         """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""
         return {}
+
+    def probe_representations(self, blocks, obs: torch.Tensor) -> torch.Tensor | None:
+        """The per-party representations ``[K, B, D]`` a linear probe reads after self-supervised
+        pretraining (zeros where ``obs`` ``[B, K]`` is False); None when the method has none. The
+        default reads the party extractors ``self.ext`` of the SimSiam-pretrained baselines."""
+        ext = getattr(self, "ext", None)
+        if ext is None or getattr(self, "ssl", None) is None:
+            return None
+        return ext(blocks, need=obs.T) * obs.T[:, :, None].float()
+
+    def collapse_std(self, blocks, obs: torch.Tensor) -> float | None:
+        """SimSiam's collapse diagnostic on these samples (see :meth:`SimSiam.collapse_std`); None without one."""
+        ssl = getattr(self, "ssl", None)
+        return None if ssl is None else ssl.collapse_std(self.ext(blocks, need=obs.T), obs.T)
 
     def use_variant(self, variant: str) -> None:
         """Predict the ``variant`` way (one of ``eval_variants``) until told otherwise."""

@@ -96,8 +96,8 @@ def resized_crop(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class SimSiam:
     """Per-party projector and predictor banks (``[K, in, out]`` weights, one member per party)."""
 
-    def __init__(self, method: Method, ext: Extractors):
-        self.method, self.ext = method, ext
+    def __init__(self, method: Method, ext: Extractors | None, prefix: str = "ssl"):
+        self.method, self.ext, self.prefix = method, ext, prefix
         k, cut = method.k, method.ctx.model.cut
         self.k = k
         self.member_ids = method.new_members(k)
@@ -107,15 +107,31 @@ class SimSiam:
         sizes = [("proj0", cut, PROJ), ("proj1", PROJ, PROJ), ("proj2", PROJ, PROJ), ("pred0", PROJ, PRED_HIDDEN), ("pred1", PRED_HIDDEN, PROJ)]
         for name, fan_in, fan_out in sizes:
             bound = linear_bound(fan_in)
-            method.store.add(f"ssl.{name}.w", (k, fan_in, fan_out), mem, bound)
-            method.store.add(f"ssl.{name}.b", (k, 1, fan_out), mem, bound)
+            method.store.add(f"{prefix}.{name}.w", (k, fan_in, fan_out), mem, bound)
+            method.store.add(f"{prefix}.{name}.b", (k, 1, fan_out), mem, bound)
         self.image = method.ctx.model.arch != "mlp"
         widths = torch.as_tensor(method.ctx.widths)
         self.col_mask = (torch.arange(int(widths.max()))[None, :] < widths[:, None]).float()[:, None, :].to(method.device)  # [K, 1, w]
 
     def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
         s = self.method.store
-        return torch.baddbmm(s[f"ssl.{name}.b"], x, s[f"ssl.{name}.w"])
+        return torch.baddbmm(s[f"{self.prefix}.{name}.b"], x, s[f"{self.prefix}.{name}.w"])
+
+    @property
+    def param_names(self) -> list[str]:
+        return [f"{self.prefix}.{n}.{wb}" for n in ("proj0", "proj1", "proj2", "pred0", "pred1") for wb in ("w", "b")]
+
+    @torch.no_grad()
+    def collapse_std(self, e: torch.Tensor, m: torch.Tensor) -> float:
+        """The representation-collapse diagnostic of SimSiam (Chen & He 2021, Sec. 4.1): the std over
+        samples of the L2-normalised projector output, averaged over its dimensions and the parties.
+        A collapsed representation gives 0; a spread one about 1/sqrt(d) (d = 512 here)."""
+        z = F.normalize(self.heads(e, m)[0], dim=-1)  # [K, N, d]
+        w = m.float()[..., None]
+        n = w.sum(1, keepdim=True).clamp_min(2.0)
+        mean = (z * w).sum(1, keepdim=True) / n
+        var = ((z - mean) ** 2 * w).sum(1, keepdim=True) / (n - 1)
+        return float(var.sqrt().mean())
 
     def heads(self, e: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Projections z and predictions p of representations ``e`` ``[K, N, D]`` (rows ``m`` count)."""
