@@ -28,7 +28,7 @@ class Protocol:
     svfl_samples: str = "labeled"  # Standard VFL trains on the complete samples of "labeled" batches | only "aligned" batches
     svfl_fusion: str = "mean"  # Standard VFL fuses by "mean" | "sum" | "concat" (zeros for a missing party)
     svfl_incomplete: str = "random"  # an incomplete test sample gets a "random" class | "zero"-imputed embeddings
-    laser_heads: str = "per_party"  # LASER-VFL with one head per party | "one" fusion model (single active party)
+    laser_heads: str = "per_party"  # LASER-VFL with one head per party | "one" fusion model (single active party) | "active" (trained on subsets with block 0)
     plug_p_drop: float = 0.0  # PlugVFL's training dropout of observed passive parties
     plug_active_missing: str = "skip"  # PlugVFL with the active party's block missing: "skip" (LASER code) | "impute" zeros
 
@@ -128,7 +128,7 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
         "train_granularity": ("batch", "sample"), "test_granularity": ("batch", "sample"),
         "plug_denominator": ("exclude", "random"), "laser_subsets": ("batch", "sample"), "all_missing": ("keep", "resample"),
         "svfl_samples": ("labeled", "aligned"), "svfl_fusion": ("mean", "sum", "concat"), "svfl_incomplete": ("random", "zero"),
-        "laser_heads": ("per_party", "one"), "plug_active_missing": ("skip", "impute"),
+        "laser_heads": ("per_party", "one", "active"), "plug_active_missing": ("skip", "impute"),
     }
     for k, allowed in choices.items():
         if base[k] not in allowed:

@@ -123,36 +123,67 @@ class LaserVFL(Method):
         Option("laser_subsets", str, "sample", "draw one subset per (head, size) per sample, or once per batch "
                "(the authors' code)", choices=("batch", "sample"), protocol="laser_subsets"),
         fusion_option(),
-        Option("heads", str, "per_party", "one fusion head per party (the paper), or one fusion model (the single-active-party "
-               "variant the FALSE-VFL paper runs)", choices=("per_party", "one"), protocol="laser_heads", added=True),
+        Option("heads", str, "per_party", "one fusion head per party (the paper), one fusion model trained on every subset "
+               "(the single-active-party variant the FALSE-VFL paper runs), or 'active': one fusion model trained only on "
+               "subsets that hold the active party's block 0 (head 0 of the authors' code)",
+               choices=("per_party", "one", "active"), protocol="laser_heads", added=True),
         PRETRAIN_OPTION,
+        # Readings of the FALSE-VFL paper's LASER-VFL baseline (results/false/README.md, controlled runs)
+        Option("samples", str, "labeled", "train on every labeled sample, or only on the fully aligned labeled ones",
+               choices=("labeled", "aligned"), added=True),
+        Option("missing", str, "subset", "fuse a subset by the mean of its blocks' representations (LASER-VFL), or "
+               "zero-impute the missing blocks (the mean over all K parties with zeros)", choices=("subset", "zero"), added=True),
+        Option("freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains",
+               added=True),
     )
 
     @classmethod
     def stages_for(cls, options):
-        return with_pretraining(options, cls.stages)
+        return with_pretraining(options, (Stage(samples=options.get("samples", "labeled")),))
+
+    @classmethod
+    def validate_options(cls, options):
+        if options.get("freeze") and options.get("pretrain", "none") != "simsiam":
+            return "freeze=true keeps pretrained extractors frozen; it needs pretrain=simsiam"
+        return None
+
+    def trainable(self, stage: Stage) -> torch.Tensor:
+        t = torch.ones(self.n_members, dtype=torch.bool)
+        if self.options["freeze"] and stage.name != PRETRAIN.name:
+            t[self.ext.member_ids] = False
+        return t
 
     def build(self) -> None:
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.one = self.options["heads"] == "one"
-        self.n_heads = 1 if self.one else self.k
+        self.active_head = self.options["heads"] == "active"
+        self.n_heads = 1 if self.one or self.active_head else self.k
         self.head, _ = self.heads("head", self.n_heads, self.ctx.model.cut)
         if self.k > 12:
             from ..errors import VFLBenchError
 
             raise VFLBenchError(f"LASER-VFL with K={self.k}: the subset tables grow as 3^K; use K <= 12.")
-        self.tables = tuple(t.to(self.device) for t in (subset_table_any(self.k) if self.one else subset_table(self.k)))
+        tables = subset_table_any(self.k) if self.one else subset_table(self.k)
+        if self.active_head:  # head 0 only: the subsets that contain block 0
+            tables = (tables[0][:, :1].contiguous(), tables[1][:, :1].contiguous())
+        self.tables = tuple(t.to(self.device) for t in tables)
         masks = torch.arange(2**self.k)
         member = bitmask_members(masks, self.k).float()
         # bitmask -> fusion weights (1/|S| on the members of S): agg = frac[chosen]
         self.mean = self.fusion_is_mean()
-        self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
+        self.zero_impute = self.options["missing"] == "zero"
+        if self.zero_impute:  # a subset's mean over all K parties, zeros for the others
+            self.frac = (member / self.k if self.mean else member).to(self.device)
+        else:
+            self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
         n_obs = member.sum(1).long()
         if self.one:  # observed pattern -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
             w = torch.tensor([[math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, self.k + 1)] for o in range(self.k + 1)])
             self.wpat = w[n_obs][:, None, :].to(self.device)
         else:  # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
             self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
+            if self.active_head:
+                self.wpat = self.wpat[:, :1].contiguous()
         self.bits = torch.arange(self.k, device=self.device)
         self._epoch = None  # the current epoch's task draws (set by begin_epoch)
         self.ssl = simsiam_for(self, self.ext)
@@ -202,7 +233,8 @@ class LaserVFL(Method):
         obs, y = batch.obs, batch.y
         seen = obs.any(0)
         rows = obs.any(1)
-        active = torch.cat([seen, rows.any()[None] if self.one else seen])
+        head_active = rows.any()[None] if self.one else obs[:, :1].any(0) if self.active_head else seen
+        active = torch.cat([seen, head_active])
         if self.ssl is not None:
             active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
         agg, wts = self._tasks(batch)  # [B or 1, head, size, block]: 1/s on the drawn subset
@@ -226,12 +258,13 @@ class LaserVFL(Method):
     def exact_logits(self, blocks, obs) -> torch.Tensor:
         emb = self.send(self.ext(blocks, need=obs.T), obs.T)  # [K, B, D]
         o = obs.float()
-        fused = torch.einsum("bk,kbd->bd", o / o.sum(1, keepdim=True).clamp_min(1) if self.mean else o, emb)
+        w = (o / self.k if self.zero_impute else o / o.sum(1, keepdim=True).clamp_min(1)) if self.mean else o
+        fused = torch.einsum("bk,kbd->bd", w, emb)
         return self.head(fused[None].expand(self.n_heads, -1, -1))  # every head on mean(emb of O): [head, B, C]
 
     @torch.no_grad()
     def predict(self, batch: Batch):
         obs = batch.obs
         lg = self.exact_logits(batch.blocks, obs)
-        valid = obs.any(1)[None].clone() if self.one else obs.T.clone()
+        valid = obs.any(1)[None].clone() if self.one or self.active_head else obs.T.clone()
         return BatchPrediction(lg.argmax(-1), valid, self.score(lg), obs.any(1))
