@@ -255,6 +255,13 @@ def resolve_method_options(mcls, user: dict[str, Any], protocol: ResolvedProtoco
     return values, sources
 
 
+def protocol_stage_hp(proto, method: str, stage) -> dict[str, Any]:
+    """Hyper-parameters a protocol option sets for one stage (below the user's, above the preset's)."""
+    if method == "laser" and stage.labels and getattr(proto, "laser_epochs", 0):
+        return {"epochs": int(proto.laser_epochs)}
+    return {}
+
+
 def resolve(cfg: RunConfig) -> ResolvedRun:
     """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
     any work."""
@@ -316,7 +323,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     for st in stages:
         block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
         user = {**overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
-        merged = {**base, **block, **user}
+        protocol_hp = protocol_stage_hp(proto, cfg.method, st)
+        merged = {**base, **block, **protocol_hp, **user}
         where = f" (stage {st.name})" if len(stages) > 1 else ""
         if str(merged.get("optimizer")) == "adam" and merged.get("momentum") not in (None, 0, 0.0, "0", "0.0"):
             if "momentum" in user:  # a momentum the user asked for would be silently ignored by Adam
@@ -325,6 +333,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         stage_hp[st.name] = HParams.from_dict(merged, where)
         stage_user = {k for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}
         hp_sources[st.name] = {k: (f"{cfg.hp_sources.get(k, 'user')} (stage)" if k in stage_user else cfg.hp_sources.get(k, "user")) if k in user
+                               else f"protocol:{proto.name}" if k in protocol_hp
                                else ("preset (stage block)" if k in block else "preset") for k in HP_FIELDS}
     hp = stage_hp[stages[0].name]
     model = model_spec(preset, cfg.dataset, info.kind)

@@ -254,6 +254,7 @@ class Masks:
     granularity: str
     info: dict[str, Any]
     labeled: np.ndarray | None = None  # indices of labeled samples (FALSE-VFL setting), None = all
+    reserve: np.ndarray | None = None  # indices of the fully aligned reserve inside the labeled samples
 
 
 def generate_masks(

@@ -49,6 +49,9 @@ class RunInputs:
     train_masks: Masks
     test_masks: dict[str, Masks]
     timings: dict[str, float] = field(default_factory=dict)
+    val: BlockData | None = None  # protocol option val_split: labeled training samples held out of training
+    y_val: np.ndarray | None = None
+    val_masks: dict[str, Masks] = field(default_factory=dict)
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
@@ -76,15 +79,44 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
             raise VFLBenchError(f"The test setting '{s}' observes no block of any test sample, so nothing can be evaluated; lower its missing probability or drop it from --test-missing.")
     if not train_masks.observed.any():
         raise VFLBenchError(f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; lower the missing probability.")
+    keep = np.arange(len(data.y_train))
+    val = y_val = None
+    val_masks: dict[str, Masks] = {}
+    if proto.val_split > 0:
+        keep, val_idx = validation_split(run, train_masks, prep.streams.numpy("validation"))
+        val, y_val = BlockData(data.x_train[val_idx], prep.partition, dev), data.y_train[val_idx]
+        for s in run.test_missing:  # the test settings' mechanisms on the validation samples, each from its own stream
+            full = draw_masks(prep, s, split="train", stream=f"val_masks/{s}", granularity=proto.test_granularity, batch_size=bs,
+                              all_missing=proto.all_missing)
+            full.observed = full.observed[val_idx]
+            val_masks[s] = full
+        train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
     labeled = None
     if train_masks.labeled is not None:
-        labeled = torch.zeros(len(data.y_train), dtype=torch.bool, device=dev)
-        labeled[torch.as_tensor(train_masks.labeled, device=dev)] = True
-    train = TrainSet(BlockData(data.x_train, prep.partition, dev), torch.as_tensor(data.y_train, device=dev),
-                     torch.as_tensor(train_masks.observed, device=dev), labeled)
+        lab = np.zeros(len(data.y_train), dtype=bool)
+        lab[train_masks.labeled] = True
+        labeled = torch.as_tensor(lab[keep], device=dev)
+    x_train = data.x_train if len(keep) == len(data.y_train) else data.x_train[keep]
+    train = TrainSet(BlockData(x_train, prep.partition, dev), torch.as_tensor(data.y_train[keep], device=dev),
+                     torch.as_tensor(train_masks.observed[keep], device=dev), labeled)
     test = BlockData(data.x_test, prep.partition, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
-    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings)
+    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks)
+
+
+def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows kept, validation rows): ``val_split`` of the labeled samples outside the aligned
+    reserve, drawn uniformly from the ``validation`` stream, leave the training set entirely (neither
+    labeled nor unlabeled data for any stage)."""
+    if masks.labeled is None:
+        raise VFLBenchError("Protocol option val_split holds out labeled samples of a semi-supervised run; give --labeled (and --aligned).")
+    n = len(masks.observed)
+    rest = np.setdiff1d(np.asarray(masks.labeled), masks.reserve if masks.reserve is not None else [])
+    n_val = int(round(run.protocol.val_split * len(rest)))
+    if n_val < 1:
+        raise VFLBenchError(f"val_split={run.protocol.val_split} of {len(rest)} labeled samples outside the reserve holds out none; raise it.")
+    val = np.sort(rng.choice(rest, size=n_val, replace=False))
+    return np.setdiff1d(np.arange(n), val), val
 
 
 def build(run: ResolvedRun, inputs: RunInputs) -> Method:
@@ -298,6 +330,10 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = 
             other = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
             met.update({f"{k}@{variant}": other[k] for k in METRICS if k in other})
             method.use_variant(default)
+        if inputs.val is not None:  # the same setting's mechanism on the held-out validation samples
+            vobs = torch.as_tensor(inputs.val_masks[s].observed, device=inputs.device)
+            vmet = score(method, inputs, inputs.val, vobs, inputs.y_val, run.eval_batch_size, tta)
+            met.update({f"val_{k}": vmet[k] for k in (*METRICS, "n_counted", "n_test") if k in vmet})
         out.append(Evaluation(s, met, {**m.info, **mask_summary(m.observed)}))
     if timed:
         inputs.timings["eval_s"] = time.perf_counter() - t
@@ -311,7 +347,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     extras = {**method.channel.extras(), **method.extras()}
     for cb in callbacks:
         extras.update(cb.extras())
-    metrics = [*METRICS, *(f"{n}@{v}" for v in type(method).eval_variants for n in METRICS)]
+    metrics = [*METRICS, *(f"{n}@{v}" for v in type(method).eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
     total = sum(h.epochs for h in run.stage_hp.values())
     budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
     rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)
@@ -451,6 +487,17 @@ def mask_summary(obs: np.ndarray) -> dict[str, Any]:
     return {"observed_rate_per_block": obs.mean(0).round(4).tolist(), "fully_observed_fraction": float(obs.all(1).mean()), "all_missing_count": int((~obs.any(1)).sum())}
 
 
+def protocol_overrides(r: ResolvedRun) -> str:
+    """``key=value;...`` of the protocol options this run sets apart from its named protocol's."""
+    from .protocols import PROTOCOLS
+
+    named = PROTOCOLS.get(r.protocol.name)
+    if named is None:
+        return ""
+    base = named.resolve(r.dataset).as_dict()
+    return ";".join(f"{k}={v}" for k, v in r.protocol.as_dict().items() if k != "name" and base.get(k) != v)
+
+
 def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[str, Any], extras: dict[str, Any], epoch: int | None = None) -> dict[str, Any]:
     return {
         "run_id": r.run_id,
@@ -470,11 +517,12 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         **({"stage_epochs": ";".join(f"{k}:{h.epochs}" for k, h in r.stage_hp.items())} if len(r.stage_hp) > 1 else {}),
         **({"options": ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")}
            if any(src == "user" for src in r.option_sources.values()) else {}),  # the method options a user set (variants of a method)
+        **({"protocol_options": po} if (po := protocol_overrides(r)) else {}),  # protocol options set apart from the named protocol's
         **({"epoch": epoch} if r.eval_epochs else {}),  # runs evaluated at several budgets: the epoch of each row
         "metric": metric,
         "value": value,
-        "n_counted": met["n_counted"],
-        "n_test": met["n_test"],
+        "n_counted": met["val_n_counted" if metric.startswith("val_") else "n_counted"],  # validation rows: the held-out samples
+        "n_test": met["val_n_test" if metric.startswith("val_") else "n_test"],
         "status": "ok",
         **extras,
     }

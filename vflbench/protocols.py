@@ -31,6 +31,8 @@ class Protocol:
     laser_heads: str = "per_party"  # LASER-VFL with one head per party | "one" fusion model (single active party) | "active" (trained on subsets with block 0)
     plug_p_drop: float = 0.0  # PlugVFL's training dropout of observed passive parties
     plug_active_missing: str = "skip"  # PlugVFL with the active party's block missing: "skip" (LASER code) | "impute" zeros
+    val_split: float = 0.0  # semi-supervised runs: share of the labeled samples outside the aligned reserve held out as a validation set
+    laser_epochs: int = 0  # LASER-VFL's supervised epochs (0: the preset's); results/false/README.md's reading of the FALSE-VFL paper's LASER-VFL
 
     def resolve(self, dataset: str) -> ResolvedProtocol:
         """The protocol for one dataset: every "auto" decided, every field typed."""
@@ -64,6 +66,8 @@ class ResolvedProtocol:
     laser_heads: str = "per_party"
     plug_p_drop: float = 0.0
     plug_active_missing: str = "skip"
+    val_split: float = 0.0
+    laser_epochs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +89,7 @@ def _auto(v: str, default: bool) -> bool:
 
 
 ADDED_FIELDS = {"svfl_samples": "labeled", "svfl_fusion": "mean", "svfl_incomplete": "random", "laser_heads": "per_party",
-                "plug_p_drop": 0.0, "plug_active_missing": "skip"}
+                "plug_p_drop": 0.0, "plug_active_missing": "skip", "val_split": 0.0, "laser_epochs": 0}
 
 PROTOCOLS = {
     "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True),
@@ -118,6 +122,11 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
             if v.lower() not in ("true", "false", "1", "0", "on", "off"):
                 raise VFLBenchError(f"Protocol option {k} expects true/false, got {v!r}.")
             v = v.lower() in ("true", "1", "on")
+        elif isinstance(base[k], int) and not isinstance(base[k], bool):
+            try:
+                v = int(str(v))
+            except (TypeError, ValueError):
+                raise VFLBenchError(f"Protocol option {k} expects a whole number, got {v!r}.") from None
         elif isinstance(base[k], float):
             try:
                 v = float(v)
@@ -133,6 +142,11 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
     for k, allowed in choices.items():
         if base[k] not in allowed:
             raise VFLBenchError(f"Protocol option {k}={base[k]!r}; choices: {', '.join(allowed)}.")
+    if base["laser_epochs"] < 0:
+        raise VFLBenchError(f"Protocol option laser_epochs={base['laser_epochs']} must be >= 0 (0: the preset's epochs).")
+    if not 0.0 <= base["val_split"] < 1.0:
+        raise VFLBenchError(f"Protocol option val_split={base['val_split']} must be in [0, 1): the share of the labeled samples "
+                            "outside the aligned reserve held out for validation.")
     if not 0.0 <= base["plug_p_drop"] < 1.0:
         raise VFLBenchError(f"Protocol option plug_p_drop={base['plug_p_drop']} must be in [0, 1).")
     return Protocol(**base)

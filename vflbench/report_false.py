@@ -13,9 +13,17 @@ Rules, as in the paper's captions:
 * with a reference, each cell shows the paper's number beside ours, and a cell "agrees" when
   |ours - paper| <= max(2 x paper std, 2 points).
 
-The paper's gaps (Table 2) take the best of four baselines, FedHSSL included; vflbench runs three,
-so the gaps are given both ways for the paper (published: four baselines; comparable: the same three
-as ours)."""
+The paper's gaps (Table 2) take the best of four baselines, FedHSSL included; where our results lack
+some baselines, the paper's gap is also given over the same baselines as ours.
+
+Rows of a baseline run with options beyond ``pretrain`` (e.g. a reading of the paper's LASER-VFL,
+``heads=active``) or with non-default protocol options (``protocol_options``, e.g.
+``laser_epochs=100``) are printed under that baseline, labelled with those options, beside the
+paper's row; they never enter the best-of-baselines gaps or the bold marks.
+
+With validation rows (protocol option ``val_split``: ``val_accuracy`` per test regime), a section
+compares the variant chosen on the test set (the paper's rule) with the one chosen on the
+validation samples."""
 
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ import pandas as pd
 from .errors import VFLBenchError
 
 DATASETS = {"isolet": "Isolet", "hapt": "HAPT", "fashion-mnist": "FashionMNIST", "modelnet10": "ModelNet10"}
-METHODS = {"svfl": "Vanilla VFL", "laser": "LASER-VFL", "plug": "PlugVFL", "false1": "FALSE-VFL-I", "false2": "FALSE-VFL-II"}
+METHODS = {"svfl": "Vanilla VFL", "laser": "LASER-VFL", "plug": "PlugVFL", "fedhssl": "FedHSSL", "false1": "FALSE-VFL-I", "false2": "FALSE-VFL-II"}
 PAPER_ROWS = ["Vanilla VFL", "LASER-VFL", "PlugVFL", "FedHSSL", "FALSE-VFL-I", "FALSE-VFL-II"]
 FALSE_ROWS = ("FALSE-VFL-I", "FALSE-VFL-II")
 TRAIN = {"mcar:0.2": "MCAR 2", "mcar:0.5": "MCAR 5", "mar1": "MAR 1", "mar2": "MAR 2", "mnar:0.7": "MNAR 7", "mnar:0.9": "MNAR 9"}
@@ -34,23 +42,37 @@ TABLE_OF = {"MCAR 2": 12, "MCAR 5": 13, "MAR 1": 14, "MAR 2": 15, "MNAR 7": 16, 
 TEST_COLS = list(TEST.values())
 
 
+def _options(options) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in str(options).split(";") if "=" in kv) if isinstance(options, str) else {}
+
+
 def _pretrain(options) -> str:
-    opts = dict(kv.split("=", 1) for kv in str(options).split(";") if "=" in kv) if isinstance(options, str) else {}
-    return opts.get("pretrain", "none")
+    return _options(options).get("pretrain", "none")
 
 
-def paper_cells(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (dataset, method row, train, test, variant): mean, sample std and seed count of accuracy."""
-    d = df[(df["metric"] == "accuracy") & df["method"].isin(METHODS) & df["dataset"].isin(DATASETS)].copy()
+def _reading(options, protocol_options) -> str:
+    """The options that make a row another reading of its method: user options other than pretrain,
+    then non-default protocol options ("" for the paper's own row)."""
+    extra = [f"{k}={v}" for k, v in sorted(_options(options).items()) if k != "pretrain"]
+    extra += [kv for kv in str(protocol_options).split(";") if "=" in kv] if isinstance(protocol_options, str) else []
+    return ", ".join(extra)
+
+
+def paper_cells(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Per (dataset, method row, train, test, variant): mean, sample std and seed count of ``metric``."""
+    d = df[(df["metric"] == metric) & df["method"].isin(METHODS) & df["dataset"].isin(DATASETS)].copy()
     d = d[d["train_missing"].isin(TRAIN) & d["test_missing"].isin(TEST)]
     if d.empty:
         raise VFLBenchError("No FALSE-VFL table cells in these results: expected accuracy rows of svfl/laser/plug/false1/false2 on "
                             f"{', '.join(DATASETS)} under training regimes {', '.join(TRAIN)}.")
     d["Dataset"] = d["dataset"].map(DATASETS)
-    d["Method"] = d["method"].map(METHODS)
+    opts = d["options"] if "options" in d.columns else pd.Series("", index=d.index)
+    popts = d["protocol_options"] if "protocol_options" in d.columns else pd.Series("", index=d.index)
+    reading = [_reading(o, p) for o, p in zip(opts, popts, strict=True)]
+    d["Method"] = [METHODS[m] + (f" ({r})" if r else "") for m, r in zip(d["method"], reading, strict=True)]
     d["Train"] = d["train_missing"].map(TRAIN)
     d["Test"] = d["test_missing"].map(TEST)
-    d["variant"] = (d["options"] if "options" in d.columns else pd.Series("", index=d.index)).map(_pretrain)
+    d["variant"] = opts.map(_pretrain)
     g = d.groupby(["Dataset", "Method", "Train", "Test", "variant"], sort=False)["value"]
     out = g.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
     return out
@@ -65,8 +87,13 @@ def best_of_variants(cells: pd.DataFrame) -> pd.DataFrame:
         variants = set(g["variant"])
         rows.append({**dict(zip(["Dataset", "Method", "Train", "Test"], key, strict=True)), "mean": best["mean"], "std": best["std"],
                      "n": int(best["n"]), "labeled_only": bool(best["variant"] == "none" and "simsiam" in variants and key[1] not in FALSE_ROWS),
-                     "variants": ",".join(sorted(variants))})
+                     "variants": ",".join(sorted(variants)), "reading": key[1] not in PAPER_ROWS, "variant": best["variant"]})
     return pd.DataFrame(rows)
+
+
+def base_row(method: str) -> str:
+    """The paper row a reading belongs to: "LASER-VFL (missing=zero)" -> "LASER-VFL"."""
+    return method.split(" (", 1)[0]
 
 
 def load_paper(ref: pd.DataFrame) -> pd.DataFrame:
@@ -119,7 +146,8 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
     best = best_of_variants(paper_cells(df))
     with_ref = ref is not None
     if with_ref:
-        best = best.merge(load_paper(ref), on=["Dataset", "Method", "Train", "Test"], how="left")
+        best = best.assign(Row=best["Method"].map(base_row)).merge(
+            load_paper(ref).rename(columns={"Method": "Row"}), on=["Dataset", "Row", "Train", "Test"], how="left").drop(columns="Row")
     lines = [f"# {title or 'FALSE-VFL Tables 12-17'}", ""]
     lines += ["Mean accuracy (%) and sample std over seeds (in parentheses; \"1 seed\" where only one ran). Baselines: the better of "
               "SimSiam-pretrained and labeled-only, with * where labeled-only won. Bold: best in its column within a dataset."
@@ -133,15 +161,20 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
         rows = []
         for ds in [d for d in DATASETS.values() if d in set(best["Dataset"])]:
             block = best[(best["Train"] == train) & (best["Dataset"] == ds)]
-            top = block.groupby("Test")["mean"].max()
-            for method in [m for m in PAPER_ROWS if m in set(block["Method"])]:
+            top = block[~block["reading"]].groupby("Test")["mean"].max()
+            readings = sorted(m for m in set(block["Method"]) if m not in PAPER_ROWS)
+            order = [x for m in PAPER_ROWS for x in ([m] if m in set(block["Method"]) else []) + [r for r in readings if base_row(r) == m]]
+            for method in order:
                 cells = []
                 for t in test_cols:
                     r = block[(block["Method"] == method) & (block["Test"] == t)]
-                    cells.append("" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], top[t])), with_ref, table_n))
+                    cells.append("" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], top[t])) and not r.iloc[0]["reading"],
+                                                          with_ref, table_n))
                 rows.append([ds, method, *cells])
         lines += _md(["Dataset", "Method", *test_cols], rows) + [""]
-    lines += table2(best, ref) + table18(best, ref)
+    readings = best[best["reading"]]
+    best = best[~best["reading"]]
+    lines += table2(best, ref, readings) + table18(best, ref) + validation_choice(df)
     if with_ref:
         m = best.dropna(subset=["paper_mean"])
         ok = [agrees(a, b, s) for a, b, s in zip(m["mean"], m["paper_mean"], m["paper_std"], strict=True)]
@@ -171,17 +204,30 @@ def _gap_rows(ours: pd.DataFrame, paper4: pd.DataFrame | None, paper3: pd.DataFr
     return rows
 
 
-def table2(best: pd.DataFrame, ref: pd.DataFrame | None) -> list[str]:
+def table2(best: pd.DataFrame, ref: pd.DataFrame | None, readings: pd.DataFrame | None = None) -> list[str]:
     ours = gaps(best)
     if ours.empty:
         return []
     paper4 = paper3 = None
+    have = sorted(set(best["Method"]) - set(FALSE_ROWS))
     if ref is not None:
         p = load_paper(ref).rename(columns={"paper_mean": "mean"})
         paper4 = gaps(p)
-        paper3 = gaps(p, baselines=["Vanilla VFL", "LASER-VFL", "PlugVFL"])
-    header = ["", "cells", "ours", "paper (same 3 baselines)", "paper (published, 4 baselines)", "same sign"]
+        paper3 = gaps(p, baselines=have)
+    header = ["", "cells", "ours", f"paper (same {len(have)} baselines)", "paper (published, 4 baselines)", "same sign"]
     lines = ["## Table 2: gap of the best FALSE-VFL to the best baseline (points, averaged over the cells we ran)", ""]
+    if readings is not None and len(readings):
+        rows = []
+        for name in sorted(set(readings["Method"])):
+            r = readings[readings["Method"] == name]
+            keys = set(zip(r["Dataset"], r["Train"], r["Test"], strict=True))
+            sub = best[[k in keys for k in zip(best["Dataset"], best["Train"], best["Test"], strict=True)]]
+            swapped = pd.concat([sub[sub["Method"] != base_row(name)], r.assign(Method=base_row(name))], ignore_index=True)
+            g0, g1 = gaps(sub), gaps(swapped)
+            p3 = _mean_gap_on(paper3, keys)
+            rows.append([name, str(len(g1)), f"{g0['gap'].mean():+.1f}", f"{g1['gap'].mean():+.1f}", p3])
+        lines += ["With a reading of a baseline in place of our row (same cells only):", ""]
+        lines += _md(["reading", "cells", "gap, ours", "gap with the reading", f"paper (same {len(have)} baselines)"], rows) + [""]
     lines += ["### (b) per training regime", ""] + _md(["training regime", *header[1:]], _gap_rows(ours, paper4, paper3, "Train", list(TRAIN.values()))) + [""]
     lines += ["### (a) per dataset", ""] + _md(["dataset", *header[1:]], _gap_rows(ours, paper4, paper3, "Dataset", list(DATASETS.values()))) + [""]
     lines += ["### (c) per test regime", ""] + _md(["test regime", *header[1:]], _gap_rows(ours, paper4, paper3, "Test", TEST_COLS)) + [""]
@@ -212,3 +258,29 @@ def table18(best: pd.DataFrame, ref: pd.DataFrame | None) -> list[str]:
             "which it appears to compute from one fixed variant)." if pr is not None else "")
     return ["## Table 18: 100 x accuracy trained under MCAR 5 / trained under MCAR 2", "",
             "Ratios of the better-variant means above." + note, ""] + _md(["Dataset", "Method", *test_cols], rows) + [""]
+
+
+def validation_choice(df: pd.DataFrame) -> list[str]:
+    """The variant (SimSiam-pretrained or labeled-only) chosen per cell on the test set, as the paper
+    does, against the one chosen on validation samples held out of training (``val_split``)."""
+    if "val_accuracy" not in set(df["metric"]):
+        return []
+    test = paper_cells(df)
+    val = paper_cells(df, "val_accuracy")
+    keys = ["Dataset", "Method", "Train", "Test"]
+    m = test.merge(val[[*keys, "variant", "mean"]].rename(columns={"mean": "val_mean"}), on=[*keys, "variant"])
+    rows, agree, total = [], 0, 0
+    for key, g in m.groupby(keys, sort=False):
+        if len(g) < 2 or base_row(key[1]) in FALSE_ROWS:
+            continue
+        by_test, by_val = g.loc[g["mean"].idxmax()], g.loc[g["val_mean"].idxmax()]
+        total += 1
+        agree += by_test["variant"] == by_val["variant"]
+        rows.append([*key, by_test["variant"], f"{by_test['mean']:.1f}", by_val["variant"], f"{by_val['mean']:.1f}",
+                     f"{by_val['mean'] - by_test['mean']:+.1f}", str(int(by_val["n"]))])
+    if not rows:
+        return []
+    return ["## Variant chosen on validation samples instead of the test set", "",
+            f"Protocol option val_split holds labeled samples out of training; per cell, the variant with the better mean validation "
+            f"accuracy is reported at its test accuracy. Same choice in {agree} of {total} cells.", ""] + _md(
+        ["Dataset", "Method", "Train", "Test", "chosen on test", "test acc.", "chosen on validation", "its test acc.", "difference", "seeds"], rows) + [""]

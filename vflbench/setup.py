@@ -85,4 +85,5 @@ def draw_masks(
         m.observed = apply_aligned_reserve(m.observed, res)
         m.info.update({"labeled": int(labeled), "aligned_reserve": int(aligned)})
         m.labeled = lab
+        m.reserve = res
     return m

@@ -347,11 +347,7 @@ def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
 
 
 def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.DataFrame:
-    df = collect(p.out, p.run_ids)
-    if p.experiment.quick and len(df):
-        df["quick"] = True
-    atomic_write_text(p.out / "results.csv", df.to_csv(index=False))
-    previous = []
+    previous, earlier_ids = [], []
     old_path = p.out / "sweep.json"
     if old_path.exists():  # keep the record of earlier invocations (e.g. the one that did the work)
         try:
@@ -359,8 +355,16 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
             previous = old.get("invocations") or [
                 {k: old[k] for k in ("wall_seconds_this_invocation", "run_seconds_this_invocation") if k in old}
             ]
+            if old.get("experiment") == p.experiment.name and bool(old.get("quick")) == bool(p.experiment.quick):
+                # a subset invocation (--seeds, --methods, --train-missing ...) adds to the folder's runs
+                earlier_ids = [r for r in old.get("run_ids") or [] if isinstance(r, str)]
         except (OSError, ValueError):
             previous = []
+    run_ids = list(dict.fromkeys([*earlier_ids, *p.run_ids]))
+    df = collect(p.out, run_ids)
+    if p.experiment.quick and len(df):
+        df["quick"] = True
+    atomic_write_text(p.out / "results.csv", df.to_csv(index=False))
     this = {"wall_seconds_this_invocation": wall, "run_seconds_this_invocation": sum(r["seconds"] for r in records), "runs_executed": len(records),
             "pack": p.pack}
     meta = {
@@ -368,15 +372,15 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
         "file": str(p.experiment.path) if p.experiment.path else None,
         "spec": p.experiment.spec,
         "quick": p.experiment.quick,
-        "runs_total": len(p.run_ids),
-        "runs_finished": int(sum(run_finished(p.out / "runs" / r)[0] for r in p.run_ids)),
+        "runs_total": len(run_ids),
+        "runs_finished": int(sum(run_finished(p.out / "runs" / r)[0] for r in run_ids)),
         "runs_failed": [r for r in records if not r["ok"]],
         "runs_diverged": [r for r in records if r.get("diverged")],
         "skipped_datasets": p.skipped,
         **this,
         "invocations": previous + [this],
         "versions": versions(),
-        "run_ids": p.run_ids,
+        "run_ids": run_ids,  # this invocation's grid and every run earlier invocations of the same experiment recorded
     }
     atomic_write_text(p.out / "sweep.json", json.dumps(meta, indent=2, default=str))
     return df
