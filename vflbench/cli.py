@@ -678,8 +678,11 @@ def rows_of(paths: list[Path]):
     keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
     df = df.drop_duplicates(keys)
     same = [c for c in ("dataset", "method", "options", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
-                        "seed", "metric", "epoch") if c in df.columns]
-    twice = df[df.duplicated(same, keep=False)]
+                        "seed", "metric") if c in df.columns]
+    final = df
+    if "epoch" in df.columns:  # a run's final rows (runs evaluated at several budgets have one row set per budget)
+        final = df[df["epoch"].isna() | (df["epoch"] == df.groupby("run_id")["epoch"].transform("max"))]
+    twice = final[final.duplicated(same, keep=False)]
     if len(twice):
         import warnings
 
