@@ -182,6 +182,12 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
                   f"{int(np.sum(ok))} of {len(ok)} cells within max(2 x paper std, 2 points) of the paper."]
         per = m.assign(ok=ok).groupby(["Dataset", "Method"], sort=False)["ok"].agg(["sum", "count"])
         lines += [f"- {ds}, {meth}: {int(r['sum'])}/{int(r['count'])}" for (ds, meth), r in per.iterrows()] + [""]
+        rd = readings.dropna(subset=["paper_mean"])
+        if len(rd):
+            rok = [agrees(a, b, s) for a, b, s in zip(rd["mean"], rd["paper_mean"], rd["paper_std"], strict=True)]
+            per = rd.assign(ok=rok).groupby(["Dataset", "Method"], sort=False)["ok"].agg(["sum", "count"])
+            lines += ["Readings, against the paper's row of their baseline (not counted above):", ""]
+            lines += [f"- {ds}, {meth}: {int(r['sum'])}/{int(r['count'])}" for (ds, meth), r in per.iterrows()] + [""]
     return "\n".join(lines) + "\n", best
 
 
