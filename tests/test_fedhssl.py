@@ -206,3 +206,26 @@ def test_sweep_methods_subset(tmp_path):
     assert "10 runs" in r.output and "laser" not in r.output
     r = runner.invoke(app, ["sweep", "experiments/false_tables.yaml", "--methods", "fedhsl", "--dry-run", "--out", str(tmp_path / "o")])
     assert r.exit_code != 0 and "--methods fedhsl not in this experiment" in r.output
+
+
+def test_input_zero_imputation_is_an_evaluation_variant_of_the_zero_imputing_baselines():
+    from vflbench.methods.base import zero_missing_inputs
+
+    x = torch.randn(3, 5, 4)
+    use = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 0, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    z = zero_missing_inputs(x, use)
+    assert (z[1, ::2] == 0).all() and torch.equal(z[0], x[0]) and torch.equal(z[1, 1], x[1, 1])
+    for m in (make("fedhssl", pretrain="none"), METHODS.get("svfl")(MethodContext(
+            k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"), streams=Streams(0),
+            options={"incomplete": "zero", "fusion": "concat"}))):
+        assert m.eval_variants == ("impute_input",)
+        m.train(False)
+        m.store.begin()
+        m.use_variant("impute_input")
+        a = m.logits(x, use)
+        assert torch.allclose(a, m.logits(z, torch.ones_like(use)))  # the missing block is encoded from zeros
+        m.use_variant(None)
+        assert not torch.allclose(a, m.logits(x, use))  # by default its representation is zero instead
+    plain = METHODS.get("svfl")(MethodContext(k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
+                                              streams=Streams(0)))
+    assert plain.eval_variants == ()  # random guesses for incomplete samples: nothing to impute

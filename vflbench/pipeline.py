@@ -325,7 +325,7 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = 
         obs = torch.as_tensor(m.observed, device=inputs.device)
         met = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
         default = run.method_options.get("eval")
-        for variant in (v for v in type(method).eval_variants if v != default):  # e.g. PBM-VFL with exact sums
+        for variant in (v for v in method.eval_variants if v != default):  # e.g. PBM-VFL with exact sums
             method.use_variant(variant)
             other = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
             met.update({f"{k}@{variant}": other[k] for k in METRICS if k in other})
@@ -347,7 +347,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     extras = {**method.channel.extras(), **method.extras()}
     for cb in callbacks:
         extras.update(cb.extras())
-    metrics = [*METRICS, *(f"{n}@{v}" for v in type(method).eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
+    metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
     total = sum(h.epochs for h in run.stage_hp.values())
     budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
     rows = [row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)

@@ -195,7 +195,7 @@ class Method:
     stages: ClassVar[tuple[Stage, ...]] = (Stage(),)
     local_only: ClassVar[bool] = False  # True: no representation ever leaves a party (e.g. Local)
     needs_labeled: ClassVar[bool] = False  # True: semi-supervised only; a run must give --labeled
-    eval_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, logged as metric@variant (see use_variant)
+    eval_variants: tuple[str, ...] = ()  # other ways to predict, logged as metric@variant (see use_variant); a run's options may set it in build
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
     packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
@@ -375,6 +375,14 @@ def masked_mean_ce(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) 
     ce = F.cross_entropy(logits.reshape(p * b, c), y.repeat(p), reduction="none").view(p, b)
     w = weight.float()
     return (ce * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+
+def zero_missing_inputs(blocks, use: torch.Tensor):
+    """Blocks with the features of unused parties set to zero: ``use`` ``[K, B]``; tabular ``[K, B, w]``
+    or a list of K image tiles ``[B, C, h, w]``."""
+    if isinstance(blocks, torch.Tensor):
+        return blocks * use[:, :, None].to(blocks.dtype)
+    return [t * use[k].view(-1, *([1] * (t.ndim - 1))).to(t.dtype) for k, t in enumerate(blocks)]
 
 
 def fusion_option(help_extra: str = "") -> Option:

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..errors import VFLBenchError
 from ..models import MLPBank
-from .base import METHODS, Batch, BatchPrediction, Epoch, Method, Option, Stage, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Epoch, Method, Option, Stage, masked_mean_ce, zero_missing_inputs
 from .simsiam import ASSUMPTIONS as SIMSIAM_ASSUMPTIONS
 from .simsiam import SimSiam, negative_cosine
 
@@ -131,6 +131,8 @@ class FedHSSL(Method):
             self.ssl_local = SimSiam(self, None, prefix="ssl_local")
             self.assumptions = (*type(self).assumptions, *SIMSIAM_ASSUMPTIONS)
         self.cross_ids = list(self.cross.member_ids)
+        self.impute_input = False
+        self.eval_variants = ("impute_input",)  # also score zero-imputation of the features (metric@impute_input)
         mem = torch.zeros(self.n_members, dtype=torch.bool)
         self._sets = {}
         for name, ids in (("cross", self.cross_ids + (self.ssl_cross.member_ids if self.ssl_cross else [])),
@@ -166,7 +168,14 @@ class FedHSSL(Method):
         h = 0.5 * (self.cross(blocks, need=use) + self.local(blocks, need=use))
         return self.send(h, use) * use[:, :, None].float()
 
+    def use_variant(self, variant: str | None) -> None:
+        """``impute_input``: a missing block's (standardised) features are set to zero and encoded like
+        an observed block, instead of its representation being zero at the server."""
+        self.impute_input = variant == "impute_input"
+
     def logits(self, blocks, use: torch.Tensor) -> torch.Tensor:
+        if self.impute_input:
+            blocks, use = zero_missing_inputs(blocks, use), torch.ones_like(use)
         r = self.representations(blocks, use)  # [K, B, D]
         return self.head(r.permute(1, 0, 2).reshape(r.shape[1], -1)[None])[0]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
+from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce, zero_missing_inputs
 from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 
@@ -41,10 +41,21 @@ class StandardVFL(Method):
         self.fusion = self.options["fusion"]
         self.head, _ = self.heads("head", 1, self.ctx.model.cut * (self.k if self.fusion == "concat" else 1))
         self.ssl = simsiam_for(self, self.ext)
+        self.impute_input = False
+        if self.options["incomplete"] == "zero":  # also score zero-imputation of the features (logged as metric@impute_input)
+            self.eval_variants = ("impute_input",)
+
+    def use_variant(self, variant: str | None) -> None:
+        """``impute_input``: a missing block's (standardised) features are set to zero and encoded like
+        an observed block, instead of its embedding being zero at the fusion layer."""
+        self.impute_input = variant == "impute_input"
 
     def logits(self, blocks, use: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, C]`` from the parties ``use`` ``[B, K]`` (the others' embeddings are zeros)."""
         need = use.T
+        if self.impute_input:
+            blocks = zero_missing_inputs(blocks, need)
+            need = torch.ones_like(need)
         emb = self.send(self.ext(blocks, need=need), need) * need[:, :, None].float()  # only the used blocks are read and sent
         if self.fusion == "concat":
             z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)
