@@ -221,11 +221,12 @@ def test_input_zero_imputation_is_an_evaluation_variant_of_the_zero_imputing_bas
         assert m.eval_variants == ("impute_input",)
         m.train(False)
         m.store.begin()
+        u = use if m.name == "fedhssl" else use.T  # FedHSSL's logits take [K, B], Vanilla VFL's [B, K]
         m.use_variant("impute_input")
-        a = m.logits(x, use)
-        assert torch.allclose(a, m.logits(z, torch.ones_like(use)))  # the missing block is encoded from zeros
+        a = m.logits(x, u)
+        assert torch.allclose(a, m.logits(z, torch.ones_like(u)))  # the missing block is encoded from zeros
         m.use_variant(None)
-        assert not torch.allclose(a, m.logits(x, use))  # by default its representation is zero instead
+        assert not torch.allclose(a, m.logits(x, u))  # by default its representation is zero instead
     plain = METHODS.get("svfl")(MethodContext(k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
                                               streams=Streams(0)))
     assert plain.eval_variants == ()  # random guesses for incomplete samples: nothing to impute
