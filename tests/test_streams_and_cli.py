@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from vflbench.cli import app
 from vflbench.rng import Streams
-from vflbench.setup import draw_masks, prepare
+from vflbench.preparation import draw_masks, prepare
 
 from .conftest import needs_mirror
 

@@ -180,7 +180,7 @@ def masks(
 ):
     """Draw masks exactly as a run would and print their realised statistics."""
     from .missingness import mask_stats, parse_mechanism
-    from .setup import draw_masks, prepare
+    from .preparation import draw_masks, prepare
 
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")

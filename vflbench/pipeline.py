@@ -22,8 +22,8 @@ from .metrics import compute_metrics
 from .missingness import Masks, p_key
 from .models import ModelSpec
 from .outputs import versions
-from .setup import Prepared, draw_masks
-from .setup import prepare as prepare_data
+from .preparation import Prepared, draw_masks
+from .preparation import prepare as prepare_data
 from .training import BlockData, Callback, History, StageHP, TrainPolicy, TrainSet, fit, predict
 
 
