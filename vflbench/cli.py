@@ -665,36 +665,6 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         raise VFLBenchError(f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them.")
 
 
-def rows_of(paths: list[Path]):
-    """One results path as it is (read by the report), or several read and stacked; a run found in
-    two of them is kept once."""
-    if len(paths) == 1:
-        return paths[0]
-    import pandas as pd
-
-    from .report import load_results
-
-    df = pd.concat([load_results(p) for p in paths], ignore_index=True)
-    keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
-    df = df.drop_duplicates(keys)
-    same = [c for c in ("dataset", "method", "options", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
-                        "seed", "metric") if c in df.columns]
-    final = df
-    if "epoch" in df.columns:  # a run's final rows (runs evaluated at several budgets have one row set per budget)
-        final = df[df["epoch"].isna() | (df["epoch"] == df.groupby("run_id")["epoch"].transform("max"))]
-    twice = final[final.duplicated(same, keep=False)]
-    if len(twice):
-        import warnings
-
-        from .errors import VFLBenchWarning
-
-        one = twice.iloc[0]
-        warnings.warn(f"{twice['run_id'].nunique()} runs of these folders repeat a (method, options, seed) another folder holds under a "
-                      f"different run id (e.g. {one['method']} seed {one['seed']}, {one['run_id']}); both are averaged in. Give each "
-                      "setting's runs once.", VFLBenchWarning, stacklevel=2)
-    return df
-
-
 @app.command()
 @friendly
 def table(
@@ -709,7 +679,7 @@ def table(
     """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
     out = out_path(out)
     from .outputs import atomic_write_text
-    from .report import budget_ranking, make_table
+    from .report import budget_ranking, load_many, make_table
 
     if out:
         from .outputs import check_output_file
@@ -720,9 +690,9 @@ def table(
             raise VFLBenchError("--by-budget lists every recorded budget; drop --epoch and --reference.")
         if fmt not in ("md", "csv"):
             raise VFLBenchError("--by-budget writes md or csv (--format).")
-        text = budget_ranking(rows_of(results), layout, fmt)
+        text = budget_ranking(load_many(results), layout, fmt)
     else:
-        text, _ = make_table(rows_of(results), layout, reference, fmt, epoch=epoch)
+        text, _ = make_table(load_many(results), layout, reference, fmt, epoch=epoch)
     if out:
         atomic_write_text(out, text)
         console.print(f"-> {out}")

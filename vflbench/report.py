@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import VFLBenchError
+from .errors import VFLBenchError, VFLBenchWarning
 
 
 def method_order(names) -> list[str]:
@@ -93,7 +93,6 @@ def load_results(path: str | Path) -> pd.DataFrame:
     import json
     import warnings
 
-    from .errors import VFLBenchWarning
     from .outputs import read_results_csv, run_finished
 
     p = Path(path)
@@ -385,6 +384,30 @@ def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
         have = sorted({int(e) for e in df["epoch"].dropna()})
         raise VFLBenchError(f"No rows at epoch {epoch}; recorded budgets: {', '.join(map(str, have))}.")
     return sel
+
+
+def load_many(paths: list[str | Path]):
+    """One results path as it is (read by the report), or several read and stacked; a run found in
+    two of them is kept once."""
+    if len(paths) == 1:
+        return paths[0]
+    df = pd.concat([load_results(p) for p in paths], ignore_index=True)
+    keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
+    df = df.drop_duplicates(keys)
+    same = [c for c in ("dataset", "method", "options", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
+                        "seed", "metric") if c in df.columns]
+    final = df
+    if "epoch" in df.columns:  # a run's final rows (runs evaluated at several budgets have one row set per budget)
+        final = df[df["epoch"].isna() | (df["epoch"] == df.groupby("run_id")["epoch"].transform("max"))]
+    twice = final[final.duplicated(same, keep=False)]
+    if len(twice):
+        import warnings
+
+        one = twice.iloc[0]
+        warnings.warn(f"{twice['run_id'].nunique()} runs of these folders repeat a (method, options, seed) another folder holds under a "
+                      f"different run id (e.g. {one['method']} seed {one['seed']}, {one['run_id']}); both are averaged in. Give each "
+                      "setting's runs once.", VFLBenchWarning, stacklevel=2)
+    return df
 
 
 def make_table(results, layout_name: str = "laser-table1", reference: str | None = None, fmt: str = "md", title: str | None = None,
