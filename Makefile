@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,9 @@ reproduce-false: $(STAMP)  ## FALSE-VFL Tables 12-17 (GPU job: DEVICE=cuda); DAT
 
 reproduce-false-fmnist: $(STAMP)  ## the CPU-sized FashionMNIST stand-in for FALSE-VFL (16 runs, seed 0)
 	$(BIN)/vflbench sweep experiments/false_fmnist_standin.yaml --workers $(WORKERS) --out results/false/fmnist
+
+false-controlled: $(STAMP)  ## the controlled runs behind results/false/README.md (LASER-VFL readings, SimSiam, budget, validation; CPU, resumable)
+	$(BIN)/python scripts/false_laser_controlled.py --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

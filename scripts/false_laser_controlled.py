@@ -1,7 +1,7 @@
 """Controlled runs behind results/false/README.md: which reading of the FALSE-VFL paper's LASER-VFL
 baseline reproduces its Table 12 row (Isolet, trained under MCAR 0.2), and did SimSiam learn anything?
 
-    python scripts/false_laser_controlled.py          # run what is missing (resumable), then tabulate
+    python scripts/false_laser_controlled.py          # run what is missing (resumable), then tabulate (make false-controlled)
     python scripts/false_laser_controlled.py --table  # tabulate the committed runs only
 
 Runs the three experiment files of experiments/false_controlled/ into results/false/controlled/<file>/
@@ -24,6 +24,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("laser_labeled", "laser_simsiam", "laser_simsiam_literal")
+OTHER = ("laser_paper_reading", "budget", "validation")  # run too (their tables: results/false/README.md)
 OUT = ROOT / "results" / "false" / "controlled"
 TESTS = ["none", "mcar:0.2", "mcar:0.5", "mar1", "mar2", "mnar:0.7", "mnar:0.9"]
 LABELS = ["MCAR 0", "MCAR 2", "MCAR 5", "MAR 1", "MAR 2", "MNAR 7", "MNAR 9"]
@@ -115,7 +116,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     if not a.table:
-        for f in FILES:
+        for f in (*FILES, *OTHER):
             subprocess.run([sys.executable, "-m", "vflbench", "sweep", str(ROOT / "experiments" / "false_controlled" / f"{f}.yaml"),
                             "--out", str(OUT / f), "--workers", str(a.workers), "--threads", "1"], check=True, cwd=ROOT)
     df = load()
