@@ -291,8 +291,19 @@ class Method:
 
     def trainable(self, stage: Stage) -> torch.Tensor:
         """Members the optimiser of ``stage`` may update (all by default; e.g. a second stage that
-        trains only a classifier returns its members)."""
-        return torch.ones(self.n_members, dtype=torch.bool)
+        trains only a classifier returns its members). With SimSiam pretraining (``self.ssl``), its
+        stage trains the extractors and the SimSiam heads only, and the heads never train after it
+        (the optimiser then skips their parameters: the same numbers, fewer operations)."""
+        t = torch.ones(self.n_members, dtype=torch.bool)
+        ssl = getattr(self, "ssl", None)
+        if ssl is not None and getattr(ssl, "ext", None) is not None:
+            if stage.name == "pretrain":
+                t[:] = False
+                t[ssl.ext.member_ids] = True
+                t[ssl.member_ids] = True
+            else:
+                t[ssl.member_ids] = False
+        return t
 
     # -- the party-to-server boundary
     def send(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:

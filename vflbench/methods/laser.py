@@ -148,7 +148,7 @@ class LaserVFL(Method):
         return None
 
     def trainable(self, stage: Stage) -> torch.Tensor:
-        t = torch.ones(self.n_members, dtype=torch.bool)
+        t = super().trainable(stage)
         if self.options["freeze"] and stage.name != PRETRAIN.name:
             t[self.ext.member_ids] = False
         return t
