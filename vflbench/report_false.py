@@ -168,7 +168,7 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
                 cells = []
                 for t in test_cols:
                     r = block[(block["Method"] == method) & (block["Test"] == t)]
-                    cells.append("" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], top[t])) and not r.iloc[0]["reading"],
+                    cells.append("" if r.empty else _cell(r.iloc[0], t in top.index and bool(np.isclose(r.iloc[0]["mean"], top[t])) and not r.iloc[0]["reading"],
                                                           with_ref, table_n))
                 rows.append([ds, method, *cells])
         lines += _md(["Dataset", "Method", *test_cols], rows) + [""]
