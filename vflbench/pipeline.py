@@ -231,8 +231,9 @@ class SSLProbe(Callback):
 
     @staticmethod
     def wanted(method: Method) -> bool:
-        has_ssl = getattr(method, "ssl", None) is not None or getattr(method, "ssl_cross", None) is not None
-        return has_ssl and any(not st.labels for st in method.stages)
+        """Any run with a stage that hides labels; a method without representations to probe or a
+        collapse diagnostic answers None to both and adds no column."""
+        return any(not st.labels for st in method.stages)
 
     def _reps(self, data: BlockData, idx: torch.Tensor) -> np.ndarray | None:
         m = self.method
