@@ -11,6 +11,7 @@ that a method written outside the package can be registered and passes.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +312,56 @@ def test_semi_supervised_methods_refuse_a_run_without_labeled(name):
 
     with pytest.raises(VFLBenchError, match="--labeled"):
         resolve(RunConfig(dataset="synthetic", method=name))
+
+
+# ---------------------------------------------------------------- mechanisms at the party-to-server boundary
+MECHANISMS = ("npq", "pbm:b=16,beta=0.2,bound=tanh", "ldp:sigma=0.5")
+BOUNDARY_CASES = [(case, mech) for case in ALL if cls_of(case).boundary_refusal is None for mech in MECHANISMS]
+
+
+def _train_with(name: str, mechanism: str | None, seed: int = 0, epochs: int = 2):
+    from vflbench.mechanisms import attach, parse_mechanism
+
+    k, n = 3, 96
+    m = make(name, k=k, seed=seed)
+    if mechanism is not None:
+        attach(m, parse_mechanism(mechanism))
+    x = blocks(k, n, False, seed=7)
+    y = (x[:, :, 0].sum(0) > 0).long()
+    data = TrainSet(BlockData.stacked(x), y, mixed_obs(k, n, seed=8))
+    hp = {s.name: StageHP("adam", 1e-2, 0.0, 0.0, 32, epochs) for s in m.stages}
+    hist = fit(m, data, hp, TrainPolicy(False, True, False, False), Streams(seed).seed_for)
+    return m, hist, predict(m, data.blocks, data.obs, 64), data
+
+
+@pytest.mark.parametrize("name,mechanism", BOUNDARY_CASES)
+def test_a_mechanism_wraps_the_boundary_of_every_method_that_claims_support(name, mechanism):
+    """Every method with no ``boundary_refusal`` trains under every mechanism: finite losses, the same
+    numbers for the same seed, an accountant that charged each training sample at most once per epoch
+    with the kind of release the method makes; ``npq`` changes nothing at all."""
+    m, hist, preds, data = _train_with(name, mechanism)
+    assert all(np.isfinite(hist.loss))
+    again, hist2, preds2, _ = _train_with(name, mechanism)
+    assert hist.loss == hist2.loss and torch.equal(m.store.flat, again.store.flat)
+    if mechanism == "npq":
+        plain, hist0, preds0, _ = _train_with(name, None)
+        assert hist.loss == hist0.loss and torch.equal(m.store.flat, plain.store.flat)
+        return
+    acc = m.boundary.accountant
+    assert acc is not None and acc.spec.release == ("sum" if cls_of(name).sums_at_server else "each")
+    per_sample = acc.releases[:, 1:].sum(1)
+    assert int(per_sample.max()) <= 2 and int(per_sample.sum()) > 0  # 2 epochs, each sample in one batch per epoch
+    eps = acc.get_epsilon(1e-5, "feature_record")
+    assert 0 < eps < math.inf
+    ex = m.boundary.extras()
+    assert ex["privacy_upper_bound"] and ex["epsilon_feature_record_no_local_training"] == eps
+
+
+@pytest.mark.parametrize("name", [c for c in ALL if cls_of(c).boundary_refusal is not None])
+def test_a_method_that_cannot_carry_a_mechanism_refuses_it_before_any_work(name):
+    from vflbench.errors import VFLBenchError
+
+    cls = cls_of(name)
+    semi = {"labeled": 50} if cls.needs_labeled else {}
+    with pytest.raises(VFLBenchError, match="does not take a mechanism"):
+        resolve(RunConfig(dataset="synthetic", method=CASES[name][0], settings={"mechanism": "pbm:beta=0.1"}, **semi))

@@ -195,6 +195,7 @@ class AccountantSpec:
     c0: float = 8.0
     mode: str = "pld"
     conversion: str = "mironov"
+    release: str = "sum"  # "sum": the server sees only the sum over the parties; "each": every party's values (a mechanism at any method's boundary)
 
     @property
     def upper_bound(self) -> bool:
@@ -210,6 +211,8 @@ class AccountantSpec:
             raise VFLBenchError(f"Conversion must be one of {', '.join(CONVERSIONS)}, got {self.conversion!r}.")
         if self.c0 <= 0 or not math.isfinite(self.c0):
             raise VFLBenchError(f"c0 must be a finite number > 0, got {self.c0}.")
+        if self.release not in ("sum", "each"):
+            raise VFLBenchError(f"Release must be sum or each, got {self.release!r}.")
         if self.mechanism == "ldp" and not self.sigma > 0:
             raise VFLBenchError(f"The LDP accountant needs a noise std sigma > 0, got {self.sigma}.")
 
@@ -254,13 +257,26 @@ def per_release_rdp(spec: AccountantSpec, k: int, unit: str, orders: np.ndarray)
     return s.dim * (exact_sample_rdp(s.b, s.beta, k, orders) if sample else exact_feature_rdp(s.b, s.beta, k, orders))
 
 
+def as_released(spec: AccountantSpec, rows: np.ndarray, unit: str) -> np.ndarray:
+    """Release histories as the unit sees them. Values released one party at a time (``release="each"``)
+    are hidden by no other party's noise: for the feature and column units every release is a
+    one-party release. The sample unit is unchanged: k parties' independent counts Bin(b, p) carry the
+    same likelihood ratio as their sum Bin(kb, p) (the sum is sufficient), and Gaussians compose alike."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if spec.release != "each" or unit == "sample_record":
+        return rows
+    out = np.zeros_like(rows)
+    out[..., 0] = rows.sum(-1)
+    return out
+
+
 def epsilon(spec: AccountantSpec, counts, delta: float, unit: str) -> float:
     """(epsilon, delta) of ``counts[k-1]`` releases over k parties (k = 1..M) for ``unit``.
 
     For the record units ``counts`` is one sample's release history; for ``column_block`` it is the
     total over every sample (a party's whole block changes, so all its releases compose)."""
     s = spec
-    counts = np.asarray(counts, dtype=np.int64)
+    counts = as_released(s, np.asarray(counts, dtype=np.int64), unit)
     ks = [k for k in range(1, s.parties + 1) if counts[k - 1]]
     if not ks:
         return 0.0
@@ -375,7 +391,7 @@ def worst_epsilon(spec: AccountantSpec, rows, delta: float, unit: str) -> float:
     mode's value for every row; the ``CANDIDATES`` worst get the mode's own computation, and any
     other row is bounded by the largest screen value left. Gaussian (LDP) epsilons grow with one
     number per row, so their worst row is found directly."""
-    rows = np.asarray(rows, dtype=np.int64).reshape(-1, spec.parties)
+    rows = as_released(spec, np.asarray(rows, dtype=np.int64).reshape(-1, spec.parties), unit)
     rows = rows[rows.any(1)]
     if len(rows) == 0:
         return 0.0

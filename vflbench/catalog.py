@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import VFLBenchError, did_you_mean
 
-METHOD_MODULES = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "fedhssl", "false_vfl")
+METHOD_MODULES = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "sumvfl", "pbm", "fedhssl", "false_vfl")
 """Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL."""
 
 

@@ -38,6 +38,7 @@ class Channel:
         self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
         self.calls = 0
         self.mode = "train"  # set by the trainer and the evaluator: which phase the next crossings belong to
+        self.batch_idx: torch.Tensor | None = None  # the sample indices of the batch in flight (set by the trainer; accountants read it)
 
     # -- the boundary
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
@@ -48,11 +49,12 @@ class Channel:
         self.count(reps, sent, party_of)
         return self.transform(reps, sent, party_of)
 
-    def count(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
-        """Book the traffic of one crossing without transforming it (what :meth:`up` counts)."""
+    def count(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None, up_bytes: float | None = None) -> None:
+        """Book the traffic of one crossing without transforming it (what :meth:`up` counts);
+        ``up_bytes`` overrides the bytes per value sent up."""
         self.calls += 1
         per_value = reps.shape[-1] if reps.ndim == 3 else 1
-        up_b = float(self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
+        up_b = float(up_bytes if up_bytes is not None else self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
         down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
         self._step.append((sent, party_of, per_value * up_b, per_value * down_b))
 

@@ -89,6 +89,19 @@ def friendly(fn):
     return wrapper
 
 
+def with_settings(fn):
+    """Add one option per declared run setting (:mod:`vflbench.settings`) to a command that takes
+    them as ``**settings``: the schema is the only place a setting's flag is written."""
+    import inspect as _inspect
+
+    from .settings import cli_parameters
+
+    sig = _inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
+    fn.__signature__ = sig.replace(parameters=[*params, *cli_parameters()])
+    return fn
+
+
 # options shared by `masks` and `run` (the same flags mean the same thing in both)
 PARTIES_OPT = typer.Option(4, help="number of parties K")
 PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)")
@@ -399,6 +412,7 @@ def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[st
 
 @app.command()
 @friendly
+@with_settings
 def run(
     dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
     method: str = typer.Option(..., help="method name (see `vflbench methods`)"),
@@ -432,6 +446,7 @@ def run(
     out: str = typer.Option("results/runs", help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
     threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
+    **settings,
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
     out = out_path(out)
@@ -456,6 +471,7 @@ def run(
         method_options=parse_kv(method_opt, "--method-opt"),
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
         preset=preset, device=device, labeled=labeled, aligned=aligned, target=target, eval_epochs=eval_epochs,
+        settings={k: v for k, v in settings.items() if v is not None},
     )
     resolved = resolve(cfg)  # every check before the heavy imports below
     from .outputs import check_output_dir, write_outputs

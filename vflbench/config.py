@@ -52,6 +52,7 @@ class RunConfig:
     eval_epochs: Any = None  # evaluate also after these epochs: [5, 10, 20], "5,10,20" or "1:100" (inclusive range)
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
+    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value)
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,15 @@ class ResolvedRun:
     vflbench_version: str = __version__
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
+    settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
 
     def to_dict(self) -> dict[str, Any]:
+        from .settings import to_json
+
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["settings"] = to_json(self.settings)  # only the values apart from their defaults
+        if not d["settings"]:
+            d.pop("settings")
         if not d["path_bases"]:
             d.pop("path_bases")
         if not d["hp_sources"]:
@@ -189,6 +196,11 @@ class ResolvedRun:
         d.pop("option_sources")
         d.pop("path_bases", None)  # the text of a path is keyed (with the file's sha256), not where this machine keeps it
         d.pop("hp_sources", None)  # provenance, like option_sources
+        from .settings import key_dict
+
+        d.pop("settings", None)
+        if keyed := key_dict(self.settings):  # declared settings: keyed only apart from their defaults, so no earlier key moves
+            d["settings"] = keyed
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
         d["protocol"] = self.protocol.key_dict()
@@ -279,6 +291,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
 
     mcls = METHODS.get(cfg.method)
+    from .settings import resolve_settings
+
+    settings = resolve_settings(cfg.settings, mcls)
     data_options = dict(cfg.data_options)
     if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
         data_options["split_seed"] = int(cfg.seed)
@@ -355,7 +370,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
         target=parse_target(cfg.target, info.n_classes, cfg.dataset),
         eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
-        path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
+        path_bases=dict(cfg.path_bases), hp_sources=hp_sources, settings=settings,
     )
 
 
@@ -463,5 +478,5 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
         eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], target=c.get("target"),
-        eval_epochs=c.get("eval_epochs"), path_bases=dict(c.get("path_bases") or {}),
+        eval_epochs=c.get("eval_epochs"), path_bases=dict(c.get("path_bases") or {}), settings=dict(c.get("settings") or {}),
     )

@@ -47,14 +47,15 @@ import yaml
 from . import yamlio
 from .config import RunConfig
 from .errors import VFLBenchError
+from .settings import SETTINGS, experiment_values
 
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "labeled", "aligned", "plugins", "method_grid", "target", "eval_epochs",
+    "stage_hp", "labeled", "aligned", "plugins", "method_grid", "target", "eval_epochs", *SETTINGS,
 }
 DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                "labeled", "aligned", "target", "eval_epochs"}
+                "labeled", "aligned", "target", "eval_epochs", *SETTINGS}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -348,6 +349,12 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         ds_methods = [m for m in over.get("methods", methods) if not methods_subset or m in methods_subset]
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
+        ds_settings = experiment_values(spec, over)
+        for name, value in ds_settings.items():  # parsed now: a bad value is named with the file, before any run
+            try:
+                SETTINGS[name].parse(value)
+            except VFLBenchError as e:
+                _fail(path, f"{name}: {e}")
         for k in ds_parties:
             for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
                 for (part, part_opts), tr in itertools.product(part_variants, train):
@@ -374,6 +381,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             target=over.get("target", spec.get("target")),
                             eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
+                            settings=ds_settings,
                         ))
     named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
     unused = sorted(named - stages_used)

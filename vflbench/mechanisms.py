@@ -1,57 +1,100 @@
-"""Release mechanisms for sums of party embeddings, as party-to-server channels.
+"""Privacy mechanisms at the party-to-server boundary, for any method.
 
-A method that fuses by summing calls :meth:`vflbench.channel.Channel.aggregate` where the parties'
-embeddings cross to the server; the channel installed on it decides what the server learns:
+Every representation a party sends crosses :meth:`vflbench.channel.Channel.up` (a method calls
+``self.send``), and a method that fuses by summing asks for the server's view of the sum with
+:meth:`~vflbench.channel.Channel.aggregate`. A mechanism is a channel installed there, plus an
+accountant owned by the run (the pattern of Flower's DP wrappers, which act around any strategy):
 
-* :class:`~vflbench.channel.Channel` (NPQ: no privacy, no quantisation): the exact float sum.
-* :class:`LDPChannel`: each party adds ``N(0, sigma^2)`` to its own embedding; the server sums.
-* :class:`PBMChannel`: each party quantises with the Poisson Binomial Mechanism, the counts are
-  summed (optionally through :class:`~vflbench.secagg.PairwiseMasking`), and the server unbiases
-  the sum: ``C/(beta b) * (sum - b |O| / 2)`` over the ``|O|`` parties that took part.
+* ``none`` / ``npq``: the exact float32 values (no privacy, no quantisation).
+* ``pbm``: the Poisson Binomial Mechanism. Each value ``h`` (bounded to ``[-C, C]``) becomes
+  ``Binomial(b, 1/2 + beta*h/C)`` counts. Released *per party* (``up``: the server reads every
+  party's representation, as LASER-VFL, PlugVFL or Standard VFL need) the server unbiases each count,
+  ``C/(beta b) (q - b/2)``; released as a *sum* (``aggregate``: PBM-VFL's server), the counts are
+  summed, optionally under pairwise-masking secure aggregation (:mod:`vflbench.secagg`), and the
+  server unbiases the sum over the ``|O|`` parties that took part, ``C/(beta b) (sum - b |O| / 2)``.
+* ``ldp`` (alias ``gaussian``): each party adds ``N(0, sigma^2)`` to its bounded representation.
 
-Gradients pass straight through: the server's gradient at the released sum flows to every party's
-exact embedding (PBM-VFL Algorithm 2, lines 11-18). Every release of a training sample's sum feeds
-the :class:`~vflbench.accountant.NoisySumAccountant` when one is attached: the training steps and
-the passes that monitor a training target (the server sees those noisy sums too). Evaluation
-releases concern test samples and are not counted.
+Gradients pass straight through: the server's gradient at the released value flows to the exact
+representation (PBM-VFL Algorithm 2, lines 11-18). Every release of a training sample feeds the
+run's :class:`~vflbench.accountant.NoisySumAccountant` (training steps, and the passes that monitor a
+training target); evaluation releases concern test samples and are not counted. Per-party releases
+are accounted as such (``AccountantSpec.release="each"``: no other party's noise hides a value).
+
+``--mechanism pbm:b=32,beta=0.1 --secagg masked`` is parsed once into a :class:`MechanismSpec`;
+:func:`attach` installs it on a built method and returns the run's :class:`Boundary` (channel,
+accountant, CSV columns, manifest section). ``--method pbm`` is the summing method (``sum``) with
+this mechanism attached from its own options.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from .accountant import NoisySumAccountant
-from .channel import Channel
+from .accountant import UNIT_COLUMNS, AccountantSpec, NoisySumAccountant
+from .channel import PHASES, Channel
+from .errors import VFLBenchError
+from .mechanism_spec import (
+    MECHANISM_PARAMS,
+    MechanismSpec,
+    check_support,
+    parse_mechanism,
+    parse_secagg,
+)
 from .secagg import PairwiseMasking, modulus_bits
 
 F_BITS = 32  # bits per float on the wire (the paper's F)
-CHARGED_PHASES = ("train", "monitor")  # releases of training samples' sums: both cost privacy
+CHARGED_PHASES = ("train", "monitor")  # releases of training samples: both cost privacy
+
+
+# ----------------------------------------------------------------------------- channels
+def bounded(reps: torch.Tensor, C: float, how: str) -> torch.Tensor:
+    """``reps`` in ``[-C, C]``: clamped (the gradient then passes straight through to ``reps``) or C*tanh."""
+    if how == "tanh":
+        return C * torch.tanh(reps / C)
+    return reps + (reps.detach().clamp(-C, C) - reps.detach())
 
 
 class AccountedChannel(Channel):
-    """A channel whose training releases are reported to an accountant (set ``accountant``).
-    ``gens`` maps a phase (train, eval, monitor) to its own generator, so that evaluating, or
-    monitoring a training target, never changes the noise that training draws."""
+    """A channel whose training releases are charged to an accountant. ``gens`` maps a phase (train,
+    eval, monitor) to its own generator, so that evaluating, or monitoring a training target, never
+    changes the noise that training draws. The accountant is made at the first charged release
+    (it learns the values per release and whether they were summed or sent one by one)."""
 
-    accountant: NoisySumAccountant | None = None
-
-    def __init__(self, n_parties: int, gens: dict[str, torch.Generator]):
+    def __init__(self, n_parties: int, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None):
         super().__init__(n_parties)
         self.gens = gens
+        self.spec = spec
+        self.accountant: NoisySumAccountant | None = None
+        self.n_samples: int | None = None  # the training set's size (set by the Boundary before training)
+        self.release: str | None = None  # "sum" or "each", fixed by the first release
+        self.dim: int | None = None
         self._releases: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
     def gen(self) -> torch.Generator:
         return self.gens[self.mode]
 
-    def note_release(self, idx: torch.Tensor | None, sent: torch.Tensor) -> None:
+    def note_release(self, idx: torch.Tensor | None, sent: torch.Tensor, dim: int, kind: str) -> None:
+        if self.release is None:
+            self.release, self.dim = kind, int(dim)
+        elif self.release != kind:
+            raise VFLBenchError("A method both summed and sent single representations through one private mechanism; "
+                                "the accountant charges one kind of release per run.")
         if idx is not None:
             self._releases.append((idx, sent.sum(0)))
 
+    def accountant_spec(self) -> AccountantSpec:
+        raise NotImplementedError
+
     def commit(self, phase: str, backward: bool) -> None:
-        if phase in CHARGED_PHASES and self.accountant is not None:
+        if phase in CHARGED_PHASES and self._releases:
+            if self.accountant is None:
+                if self.n_samples is None:
+                    raise VFLBenchError("internal: a private channel released training samples before the run set its size")
+                self.accountant = NoisySumAccountant(self.accountant_spec(), self.n_samples, self._releases[0][0].device)
             for idx, n in self._releases:
                 self.accountant.step(idx, n)
         self._releases = []
@@ -63,43 +106,79 @@ class AccountedChannel(Channel):
 
 
 class LDPChannel(AccountedChannel):
-    """Local DP baseline: Gaussian noise of std ``sigma`` on every coordinate a party sends."""
+    """Local DP: Gaussian noise of std ``sigma`` on every coordinate a party sends."""
 
-    def __init__(self, n_parties: int, sigma: float, gens: dict[str, torch.Generator]):
-        super().__init__(n_parties, gens)
+    def __init__(self, n_parties: int, sigma: float, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None):
+        super().__init__(n_parties, gens, spec)
         self.sigma = float(sigma)
+        self.C = spec["C"] if spec is not None else 1.0
+        self.bound = spec["bound"] if spec is not None else "clip"
+
+    def accountant_spec(self) -> AccountantSpec:
+        s = self.spec
+        return AccountantSpec("ldp", self.k, self.dim, C=s["C"], sigma=self.sigma, c0=s["c0"], mode=s["accountant"], conversion=s["conversion"],
+                              release=self.release)
+
+    def _noisy(self, reps: torch.Tensor) -> torch.Tensor:
+        return reps + torch.randn(reps.shape, generator=self.gen, device=reps.device, dtype=reps.dtype) * self.sigma
 
     def transform(self, reps, sent, party_of):
-        noise = torch.randn(reps.shape, generator=self.gen, device=reps.device, dtype=reps.dtype) * self.sigma
-        return reps + noise
+        if party_of is not None:
+            raise VFLBenchError("A private mechanism charges one release per party and sample; this method sends several representations per party.")
+        self.note_release(self.batch_idx, sent, reps.shape[-1], "each")
+        return self._noisy(bounded(reps, self.C, self.bound))
 
     def aggregate(self, reps, sent, idx=None):
-        self.note_release(idx, sent)
-        return super().aggregate(reps, sent, idx)
+        self.note_release(idx, sent, reps.shape[-1], "sum")
+        self.count(reps, sent)
+        return (self._noisy(reps) * sent[..., None].to(reps.dtype)).sum(0)
 
 
 class PBMChannel(AccountedChannel):
-    """Poisson Binomial Mechanism with (optionally masked) secure summation."""
+    """Poisson Binomial Mechanism: per-party releases (:meth:`up`) or a (securely) summed release (:meth:`aggregate`)."""
 
     bytes_down_per_value = F_BITS / 8
 
-    def __init__(self, n_parties: int, b: int, beta: float, C: float, gens: dict[str, torch.Generator], secagg: PairwiseMasking | None = None):
-        super().__init__(n_parties, gens)
+    def __init__(self, n_parties: int, b: int, beta: float, C: float, gens: dict[str, torch.Generator], secagg: PairwiseMasking | None = None,
+                 spec: MechanismSpec | None = None):
+        super().__init__(n_parties, gens, spec)
         self.b, self.beta, self.C = int(b), float(beta), float(C)
+        self.bound = spec["bound"] if spec is not None else "clip"
         self.secagg = secagg
         self.bits = modulus_bits(n_parties, b)
-        self.bytes_up_per_value = self.bits / 8  # one masked integer in Z_R per value
+        self.bytes_up_per_value = self.bits / 8  # one masked integer in Z_R per value (summed releases)
         self.released = 0
         self.last_upload: torch.Tensor | None = None  # what the server saw last (masked mode), for tests
+
+    def accountant_spec(self) -> AccountantSpec:
+        s = self.spec
+        return AccountantSpec("pbm", self.k, self.dim, b=self.b, beta=self.beta, C=self.C, c0=s["c0"], mode=s["accountant"],
+                              conversion=s["conversion"], release=self.release)
 
     def quantise(self, reps: torch.Tensor) -> torch.Tensor:
         """Binomial(b, 1/2 + beta*h/C) counts per coordinate (h clamped to [-C, C])."""
         p = 0.5 + (self.beta / self.C) * reps.detach().clamp(-self.C, self.C)
         return torch.binomial(torch.full_like(p, float(self.b)), p, generator=self.gen)
 
+    def up(self, reps, sent, party_of=None):
+        # one count in {0..b} per value: ceil(log2(b+1)) bits up
+        self.count(reps, sent, party_of, up_bytes=math.ceil(math.log2(self.b + 1)) / 8)
+        return self.transform(reps, sent, party_of)
+
+    def transform(self, reps, sent, party_of):
+        if party_of is not None:
+            raise VFLBenchError("A private mechanism charges one release per party and sample; this method sends several representations per party.")
+        if self.secagg is not None:
+            raise VFLBenchError("secagg=masked hides every single party's upload, but this method reads each party's representation; "
+                                "use --secagg plain, or a method that fuses by summing (sum, pbm).")
+        self.note_release(self.batch_idx, sent, reps.shape[-1], "each")
+        h = bounded(reps, self.C, self.bound)
+        est = self.C / (self.beta * self.b) * (self.quantise(h) - self.b / 2)
+        return est + (h - h.detach())  # forward: the estimate; gradient: to the exact (bounded) value
+
     def aggregate(self, reps, sent, idx=None):
         self.count(reps, sent)
-        self.note_release(idx, sent)
+        self.note_release(idx, sent, reps.shape[-1], "sum")
         w = sent[..., None].to(reps.dtype)
         q = self.quantise(reps) * w  # a party that holds no block sends nothing
         if self.secagg is not None:
@@ -117,8 +196,83 @@ class PBMChannel(AccountedChannel):
         return est + (exact - exact.detach())
 
 
+# ----------------------------------------------------------------------------- the run's boundary
+def phase_generators(streams, device) -> dict[str, torch.Generator]:
+    """One noise stream per phase (``mechanism``, ``mechanism/eval``, ``mechanism/monitor``):
+    evaluation never shifts training's draws."""
+    gens = {}
+    for phase in PHASES:
+        gens[phase] = torch.Generator(device=device)
+        gens[phase].manual_seed(streams.seed_for("mechanism" if phase == "train" else f"mechanism/{phase}"))
+    return gens
+
+
+class Boundary:
+    """The mechanism a run installed at its party-to-server boundary, and the run's accountant.
+    :meth:`extras` gives the privacy columns of the CSV rows, :meth:`manifest` the manifest section."""
+
+    def __init__(self, spec: MechanismSpec, secagg: str, channel: Channel, sigma: float | None = None):
+        self.spec, self.secagg, self.channel, self.sigma = spec, secagg, channel, sigma
+
+    @property
+    def accountant(self) -> NoisySumAccountant | None:
+        return getattr(self.channel, "accountant", None)
+
+    def start(self, n_samples: int) -> None:
+        """Before training: the training set's size (the accountant's sample axis)."""
+        if isinstance(self.channel, AccountedChannel) and self.channel.n_samples is None:
+            self.channel.n_samples = int(n_samples)
+
+    def extras(self) -> dict[str, Any]:
+        s = self.spec
+        delta = s["delta"] if s.private else 1e-5
+        acc = self.accountant
+        if acc is not None:
+            return {"accountant": s["accountant"], "privacy_upper_bound": acc.spec.upper_bound, "delta": delta,
+                    "epsilon_column_block": acc.get_epsilon(delta, "column_block"),
+                    "epsilon_feature_record_no_local_training": acc.get_epsilon(delta, "feature_record"),
+                    "epsilon_sample_record_no_local_training": acc.get_epsilon(delta, "sample_record"),
+                    "privacy_releases": acc.epochs()}
+        return {"accountant": s["accountant"] if s.private else "none", "delta": delta,
+                **{f"epsilon_{u}": float("inf") for u in ("column_block", "feature_record_no_local_training", "sample_record_no_local_training")}}
+
+    def manifest(self) -> dict[str, Any] | None:
+        acc = self.accountant
+        if acc is None:
+            return None
+        return {"mechanism": str(self.spec), "secagg": self.secagg, "release": acc.spec.release, "spec": dict(acc.spec.__dict__),
+                "upper_bound": acc.spec.upper_bound, "units": UNIT_COLUMNS, "samples": acc.n, "max_releases_per_sample": acc.epochs(),
+                "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
+
+
+def make_channel(spec: MechanismSpec, k: int, streams, device, secagg: str = "plain", sigma: float | None = None) -> Channel:
+    """The channel that carries ``spec`` for ``k`` parties (``sigma`` overrides the LDP noise)."""
+    if spec.name in ("none", "npq"):
+        return Channel(k)
+    gens = phase_generators(streams, device)
+    if spec.name == "pbm":
+        sec = PairwiseMasking(k, spec["b"], streams.seed_for("secagg"), device) if secagg == "masked" else None
+        return PBMChannel(k, spec["b"], spec["beta"], spec["C"], gens, sec, spec)
+    if secagg == "masked":
+        raise VFLBenchError("--secagg masked carries integer counts (pbm); ldp sends noisy floats. Use --secagg plain.")
+    return LDPChannel(k, spec["sigma"] if sigma is None else sigma, gens, spec)
+
+
+def attach(method, spec: MechanismSpec, secagg: str = "plain", sigma: float | None = None) -> Boundary:
+    """Install ``spec`` at ``method``'s party-to-server boundary (after it was built, or from its own
+    ``build``); returns the run's :class:`Boundary`, also kept as ``method.boundary``."""
+    method.channel = make_channel(spec, method.k, method.ctx.streams, method.device, secagg, sigma)
+    method.boundary = Boundary(spec, secagg, method.channel, sigma if sigma is not None else (spec["sigma"] if spec.name == "ldp" else None))
+    method.on_attach(method.boundary)
+    return method.boundary
+
+
 def paper_comm_bits(epochs: float, n_train: int, batch: int, parties: int, dim: int, b: int | None, mechanism: str) -> float:
     """The communication cost as PBM-VFL's Tables 1-3 compute it (natural log, F = 32):
     ``E * ceil(N/B) * B * M * P * (ln(b M) + F)`` for PBM, ``... * 2F`` for NPQ and LDP."""
     per_value = math.log(b * parties) + F_BITS if mechanism == "pbm" else 2 * F_BITS
     return float(epochs) * math.ceil(n_train / batch) * batch * parties * dim * per_value
+
+
+__all__ = ["MECHANISM_PARAMS", "MechanismSpec", "parse_mechanism", "parse_secagg", "attach", "check_support", "Boundary", "PBMChannel", "LDPChannel", "AccountedChannel",
+           "make_channel", "phase_generators", "paper_comm_bits"]

@@ -154,7 +154,7 @@ def versions() -> dict[str, str]:
 # identity columns that hold text: read them as text, or pandas turns a protocol named "false" into
 # the boolean False (and "none" into NaN) when it merges run CSVs
 TEXT_COLUMNS = ("run_id", "run_key", "dataset", "method", "method_display", "partitioner", "protocol", "train_missing", "test_missing",
-                "options", "protocol_options", "metric", "status", "stage_epochs")
+                "options", "protocol_options", "settings", "mechanism", "secagg", "metric", "status", "stage_epochs")
 
 
 def read_results_csv(path, **kw):

@@ -23,6 +23,7 @@ from .missingness import Masks, p_key
 from .models import ModelSpec
 from .outputs import versions
 from .preparation import Prepared, draw_masks
+from .settings import columns as settings_columns
 from .preparation import prepare as prepare_data
 from .training import BlockData, Callback, History, StageHP, TrainPolicy, TrainSet, fit, predict
 
@@ -135,8 +136,23 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
     if ctx.model.arch != "mlp" and x.ndim != 4:
         raise VFLBenchError(f"Extractor '{ctx.model.arch}' needs image data; use --arch mlp for tabular data.")
     method = METHODS.get(run.method)(ctx)
+    mech = run.settings.get("mechanism")
+    if mech is not None and mech.name != "none":  # --mechanism: privacy at the party-to-server boundary, whatever the method
+        from .mechanisms import attach
+
+        attach(method, mech, run.settings.get("secagg", "plain")).owner = "run"
     inputs.timings["build_s"] = time.perf_counter() - t
     return method
+
+
+def cost_extras(method: Method) -> dict[str, Any]:
+    """The run's cost columns: traffic, the method's own extras and, for a mechanism the run attached
+    (``--mechanism``), its privacy columns."""
+    out = {**method.channel.extras(), **method.extras()}
+    b = method.boundary
+    if b is not None and getattr(b, "owner", None) == "run":
+        out.update({"mechanism": str(b.spec), "secagg": b.secagg, **b.extras()})
+    return out
 
 
 def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
@@ -176,14 +192,14 @@ class TargetMonitor(Callback):
         self.curve.append(v)
         if self.reached is None and v >= self.value:
             self.reached = len(self.curve)
-            cost = {**loop.method.channel.extras(), **loop.method.extras()}
+            cost = cost_extras(loop.method)
             self.at_target = {f"{k}_at_target": x for k, x in cost.items() if k.startswith(self.COST_PREFIXES)}
 
     def extras(self) -> dict[str, Any]:
         out: dict[str, Any] = {"target": f"train_{self.metric}>={self.value:g}",
                                "epochs_to_target": float(self.reached) if self.reached is not None else float("inf")}
         if self.reached is None:  # never reached: the cost to reach it is unbounded
-            cost = {**self.method.channel.extras(), **self.method.extras()}
+            cost = cost_extras(self.method)
             out.update({f"{k}_at_target": float("inf") for k in cost if k.startswith(self.COST_PREFIXES)})
         out.update(self.at_target)
         return out
@@ -345,7 +361,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
            callbacks: list[Callback] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The run's tidy CSV rows (one per test setting and metric, with the run's extras as columns)
     and its manifest."""
-    extras = {**method.channel.extras(), **method.extras()}
+    extras = cost_extras(method)
     for cb in callbacks:
         extras.update(cb.extras())
     metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
@@ -378,14 +394,9 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches,
                     **{f"train_{cb.metric}": cb.curve for cb in callbacks if isinstance(cb, TargetMonitor)}},
     }
-    accountant = getattr(method, "accountant", None)
-    if accountant is not None:
-        from .accountant import UNIT_COLUMNS
-
-        manifest["privacy"] = {"spec": dict(accountant.spec.__dict__), "upper_bound": accountant.spec.upper_bound, "units": UNIT_COLUMNS,
-                               "samples": accountant.n, "max_releases_per_sample": accountant.epochs(),
-                               "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification",
-                               **method.privacy_manifest(bool(run.target))}
+    privacy = method.boundary.manifest() if method.boundary is not None else None
+    if privacy is not None:
+        manifest["privacy"] = {**privacy, **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {})}
     return rows, manifest
 
 
@@ -525,5 +536,6 @@ def row(r: ResolvedRun, test_missing: str, metric: str, value: float, met: dict[
         "n_counted": met["val_n_counted" if metric.startswith("val_") else "n_counted"],  # validation rows: the held-out samples
         "n_test": met["val_n_test" if metric.startswith("val_") else "n_test"],
         "status": "ok",
+        **settings_columns(r.settings),  # declared settings set apart from their defaults (vflbench.settings)
         **extras,
     }

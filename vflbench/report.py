@@ -33,11 +33,17 @@ def display(name: str) -> str:
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
-    """Runs of one method with different user-set options (an experiment's ``method_grid``) become
-    separate table columns: ``method`` -> ``method[options]``."""
-    if "options" not in df.columns:
+    """Runs of one method with different user-set options (an experiment's ``method_grid``) or run
+    settings (``--mechanism``: the ``settings`` column) become separate table columns: ``method`` ->
+    ``method[options]``."""
+    cols = [c for c in ("options", "settings") if c in df.columns]
+    if not cols:
         return df
-    opts = df["options"].fillna("").astype(str)
+    parts = [df[c].fillna("").astype(str) for c in cols]
+    opts = parts[0]
+    for p in parts[1:]:
+        opts = np.where((opts != "") & (p != ""), opts + ";" + p, np.where(opts != "", opts, p))
+    opts = pd.Series(opts, index=df.index)
     df = df.copy()
     df["method"] = np.where(opts != "", df["method"] + "[" + opts + "]", df["method"])
     return df
@@ -394,7 +400,7 @@ def load_many(paths: list[str | Path]):
     df = pd.concat([load_results(p) for p in paths], ignore_index=True)
     keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
     df = df.drop_duplicates(keys)
-    same = [c for c in ("dataset", "method", "options", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
+    same = [c for c in ("dataset", "method", "options", "settings", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
                         "seed", "metric") if c in df.columns]
     final = df
     if "epoch" in df.columns:  # a run's final rows (runs evaluated at several budgets have one row set per budget)

@@ -221,7 +221,9 @@ def can_pack(r: ResolvedRun) -> bool:
     from .methods import METHODS
 
     cls = METHODS.get(r.method)
-    return cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1
+    mech = r.settings.get("mechanism")
+    return (cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1
+            and (mech is None or mech.name in ("none", "npq")))
 
 
 def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:

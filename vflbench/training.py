@@ -256,6 +256,7 @@ class _StageRun:
             if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
                 ob = ob[:1].expand(len(idx), -1)
             batch = Batch(data.blocks.batch(idx, self.aug), ob, None if self.y_all is None else self.y_all[idx], idx, j)
+            method.channel.batch_idx = idx  # whose values cross the boundary in this step (a mechanism's accountant charges them)
             method.draw(batch, stage)
             method.store.begin()  # fresh views of the flat parameters for this forward
             loss, active = method.loss(batch, stage)
@@ -291,6 +292,8 @@ def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: Tr
     Stages that share a ``group`` alternate epoch by epoch (they must have equal epochs)."""
     hist = History()
     stages = method.stages
+    if method.boundary is not None:
+        method.boundary.start(data.blocks.n)
     for group in stage_groups(stages):
         runs = [_StageRun(method, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hist) for i in group]
         epochs = {r.hp.epochs for r in runs}
@@ -323,6 +326,7 @@ def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int,
     parts = []
     for j, start in enumerate(range(0, data.n, batch_size)):
         idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)
+        method.channel.batch_idx = idx
         parts.append(method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j)))
         method.channel.commit(phase, backward=False)
     method.channel.mode = was_mode

@@ -199,6 +199,9 @@ class Method:
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
     packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
+    boundary_refusal: ClassVar[str | None] = None  # why a --mechanism cannot wrap this method's boundary (None: it can)
+    sums_at_server: ClassVar[bool] = False  # the server reads only the sum of the parties' values (Channel.aggregate): secure aggregation can hide each one
+    boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
     smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
 
     def __init__(self, ctx: MethodContext):
@@ -284,6 +287,9 @@ class Method:
         """SimSiam's collapse diagnostic on these samples (see :meth:`SimSiam.collapse_std`); None without one."""
         ssl = getattr(self, "ssl", None)
         return None if ssl is None else ssl.collapse_std(self.ext(blocks, need=obs.T), obs.T)
+
+    def on_attach(self, boundary) -> None:
+        """Called when a mechanism is attached at this method's boundary (e.g. to log a variant)."""
 
     def use_variant(self, variant: str) -> None:
         """Predict the ``variant`` way (one of ``eval_variants``) until told otherwise."""

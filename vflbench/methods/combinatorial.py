@@ -17,6 +17,7 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
+    boundary_refusal = "a party sends one representation per subset model it belongs to; charging several releases per party and step is not implemented"
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     option_specs = (fusion_option(),)

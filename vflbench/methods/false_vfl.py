@@ -93,6 +93,7 @@ class TileIndicator(nn.Module):
 class FalseVFL(Method):
     name, display, hp_key, f1_rule = "false1", "FALSE-VFL-I", "false", "single"
     paper = "FALSE-VFL (Hong, Park & Hwang, 2025)"
+    boundary_refusal = "it sends several kinds of values per step (encodings, likelihood terms, indicator outputs), which one per-value mechanism and accountant do not cover"
     needs_labeled = True
     stages = (Stage("pretrain", samples="all", labels=False, hp="stage1"), Stage("train", samples="labeled", labels=True, hp="stage2"))
     mask_model = False

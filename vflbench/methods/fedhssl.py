@@ -37,7 +37,17 @@ from torch import nn
 
 from ..errors import VFLBenchError
 from ..models import MLPBank
-from .base import METHODS, Batch, BatchPrediction, Epoch, Method, Option, Stage, masked_mean_ce, zero_missing_inputs
+from .base import (
+    METHODS,
+    Batch,
+    BatchPrediction,
+    Epoch,
+    Method,
+    Option,
+    Stage,
+    masked_mean_ce,
+    zero_missing_inputs,
+)
 from .simsiam import ASSUMPTIONS as SIMSIAM_ASSUMPTIONS
 from .simsiam import SimSiam, negative_cosine
 
@@ -62,6 +72,7 @@ def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.
 @METHODS.register("fedhssl")
 class FedHSSL(Method):
     name, display, hp_key, f1_rule = "fedhssl", "FedHSSL", "fedhssl", "single"
+    boundary_refusal = "its self-supervised stages exchange projections between parties, outside the party-to-server boundary a mechanism wraps"
     paper = "FedHSSL (He et al., IEEE Trans. Big Data 2024), as a baseline of FALSE-VFL (App. D.1)"
     assumptions = (
         "FedHSSL: cross-party and local SimSiam alternate epoch by epoch for the preset's fedhssl.simsiam epochs each "

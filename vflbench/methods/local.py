@@ -12,6 +12,7 @@ from .base import METHODS, Batch, BatchPrediction, Method, Stage, masked_mean_ce
 @METHODS.register("local")
 class Local(Method):
     name, display, hp_key, f1_rule = "local", "Local", "decoupled", "per_predictor_nonzero"
+    boundary_refusal = "nothing crosses the boundary (every party predicts alone)"
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     local_only = True

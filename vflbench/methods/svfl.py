@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce, zero_missing_inputs
+from .base import (
+    METHODS,
+    Batch,
+    BatchPrediction,
+    Method,
+    Option,
+    Stage,
+    masked_mean_ce,
+    zero_missing_inputs,
+)
 from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 

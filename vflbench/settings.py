@@ -1,0 +1,140 @@
+"""Run settings declared once.
+
+A :class:`Setting` states everything about one run setting: its type (the ``parse`` function that
+validates a CLI or YAML value and returns its canonical, typed value), its default, its help text, its
+CLI flag and experiment-file key, whether it enters the run key and the CSV rows, and the schema
+version that added it. From the declarations come:
+
+* the ``vflbench run`` options (:func:`cli_parameters`),
+* the keys an experiment file accepts, at the top level and per dataset (:func:`experiment_values`),
+* ``RunConfig.settings`` -> ``ResolvedRun.settings`` (:func:`resolve_settings`),
+* the manifest round trip (``config.settings``, only values apart from their defaults),
+* the run key (a setting at its default is absent, so adding a setting changes no earlier key, with
+  no per-field shim) and the CSV columns (:func:`columns`).
+
+Adding a setting is a :func:`declare` call here and the code that uses it (``run.settings[name]``);
+docs/SETTINGS.md walks through one. The older run settings (dataset, method, hyper-parameters, ...)
+are still fields of :class:`~vflbench.config.RunConfig`; they move here one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import VFLBenchError, did_you_mean
+
+SCHEMA_VERSION = 3  # interface v3: the first settings declared here
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # the key in RunConfig.settings / ResolvedRun.settings, the manifest and the experiment file
+    default: Any  # the canonical value a run has when nobody sets it
+    help: str
+    parse: Callable[[Any], Any]  # a CLI/YAML value -> the canonical typed value; raises VFLBenchError
+    metavar: str = "TEXT"
+    keyed: bool = True  # enters the run key (when apart from its default)
+    column: bool = True  # listed in the CSV column ``settings`` ("name=value;...") of the runs that set it apart from its default
+    since: int = SCHEMA_VERSION  # the schema version that added it
+    check: Callable[[dict[str, Any], Any], None] | None = None  # checks against the other settings and the method class
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def text(self, value: Any) -> Any:
+        """The JSON/CSV form of a canonical value."""
+        return value if isinstance(value, (int, float, bool)) or value is None else str(value)
+
+
+SETTINGS: dict[str, Setting] = {}
+
+
+def declare(setting: Setting) -> Setting:
+    if setting.name in SETTINGS:
+        raise ValueError(f"run setting {setting.name!r} declared twice")
+    SETTINGS[setting.name] = setting
+    return setting
+
+
+def resolve_settings(given: dict[str, Any], mcls=None) -> dict[str, Any]:
+    """Every declared setting's canonical value (the user's, parsed once, else the default), checked
+    against each other and the method class. Unknown names are errors that list the known ones."""
+    unknown = set(given) - set(SETTINGS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise VFLBenchError(f"Unknown run setting {name!r}.{did_you_mean(name, SETTINGS)} Known: {', '.join(SETTINGS)}.")
+    values = {n: (s.parse(given[n]) if given.get(n) is not None else s.default) for n, s in SETTINGS.items()}
+    for s in SETTINGS.values():
+        if s.check is not None:
+            s.check(values, mcls)
+    return values
+
+
+def to_json(values: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``settings``: the values apart from their defaults, as text."""
+    return {n: SETTINGS[n].text(v) for n, v in values.items() if n in SETTINGS and v != SETTINGS[n].default}
+
+
+def key_dict(values: dict[str, Any]) -> dict[str, Any]:
+    """What the run key hashes: the keyed values apart from their defaults."""
+    return {n: v for n, v in to_json(values).items() if SETTINGS[n].keyed}
+
+
+def columns(values: dict[str, Any]) -> dict[str, Any]:
+    """The CSV column ``settings``: ``name=value;...`` of the column settings apart from their defaults
+    (absent when none is: runs at the defaults keep the rows they always had). Tables show such runs
+    as variants of their method, as they do for method options."""
+    text = ";".join(f"{n}={v}" for n, v in to_json(values).items() if SETTINGS[n].column)
+    return {"settings": text} if text else {}
+
+
+def experiment_values(spec: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """The settings an experiment file gives: top level, overridden per dataset."""
+    return {n: over.get(n, spec.get(n)) for n in SETTINGS if over.get(n, spec.get(n)) is not None}
+
+
+def cli_parameters():
+    """``inspect.Parameter`` objects for ``vflbench run``: one typer option per declared setting."""
+    import inspect
+
+    import typer
+
+    return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
+                              default=typer.Option(None, s.flag, metavar=s.metavar, help=f"{s.help} [default: {s.text(s.default)}]"))
+            for n, s in SETTINGS.items()]
+
+
+# ----------------------------------------------------------------------------- the declarations
+def _mechanism(value: Any):
+    from .mechanism_spec import parse_mechanism
+
+    return parse_mechanism(value)
+
+
+def _secagg(value: Any) -> str:
+    from .mechanism_spec import parse_secagg
+
+    return parse_secagg(value)
+
+
+def _check_boundary(values: dict[str, Any], mcls) -> None:
+    from .mechanism_spec import check_support
+
+    if mcls is not None:
+        check_support(mcls, values["mechanism"], values["secagg"])
+
+
+def _default_mechanism():
+    from .mechanism_spec import MechanismSpec
+
+    return MechanismSpec()
+
+
+declare(Setting("mechanism", _default_mechanism(), "privacy mechanism at the party-to-server boundary, for any method that supports it: "
+                "none | npq | pbm:b=32,beta=0.1[,C=1,bound=clip|tanh,accountant=pld,delta=1e-5] | ldp:sigma=1[,C=1,bound=...] "
+                "(`vflbench methods` lists the parameters)", _mechanism, metavar="SPEC", check=_check_boundary))
+declare(Setting("secagg", "plain", "secure aggregation of PBM counts: plain | masked (methods that sum at the server: sum)", _secagg,
+                metavar="MODE"))
