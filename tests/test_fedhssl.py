@@ -11,12 +11,20 @@ from typer.testing import CliRunner
 
 from vflbench.cli import app
 from vflbench.errors import VFLBenchError
-from vflbench.methods import METHODS, MethodContext, Stage
+from vflbench.methods import METHODS, MethodContext
 from vflbench.methods.base import Epoch
 from vflbench.methods.fedhssl import CROSS, LOCAL
 from vflbench.models import ModelSpec
 from vflbench.rng import Streams
-from vflbench.training import BlockData, StageHP, TrainPolicy, TrainSet, fit, make_optimizer, stage_groups
+from vflbench.training import (
+    BlockData,
+    StageHP,
+    TrainPolicy,
+    TrainSet,
+    fit,
+    make_optimizer,
+    stage_groups,
+)
 
 from .helpers import batch
 
@@ -249,7 +257,7 @@ def test_simsiam_heads_are_outside_the_supervised_optimiser_with_the_same_number
         assert set(m.trainable(m.stages[0]).nonzero().view(-1).tolist()) == set(m.ext.member_ids + m.ssl.member_ids)
         data = trainset()
         if not spans:
-            m.trainable = lambda stage: torch.ones(m.n_members, dtype=torch.bool)
+            m.trainable = lambda stage, m=m: torch.ones(m.n_members, dtype=torch.bool)
         fit(m, data, {"pretrain": hp(2, 0.02, "sgd"), "train": hp(2)}, POLICY, lambda s: zlib.crc32(s.encode()) % 1000)
         out.append(m.store.flat.detach().clone())
     assert torch.equal(out[0], out[1])

@@ -6,8 +6,8 @@ import numpy as np
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.rng import Streams
 from vflbench.preparation import draw_masks, prepare
+from vflbench.rng import Streams
 
 from .conftest import needs_mirror
 

@@ -58,6 +58,11 @@ class Channel:
         down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
         self._step.append((sent, party_of, per_value * up_b, per_value * down_b))
 
+    def book(self, crossings: list[tuple[torch.Tensor, torch.Tensor | None, float, float]]) -> None:
+        """Set the open step's crossings ``(sent, party_of, bytes up, bytes down per row)`` recorded
+        elsewhere (a model bank computes its members' steps together and books each one's own)."""
+        self._step = list(crossings)
+
     def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
         """What the server receives; the identity here. Override to quantise, add noise or aggregate."""
         return reps

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +80,26 @@ class ParamStore(nn.Module):
         sizes = [math.prod(self._specs[n][1]) for n in names]
         parts = self.flat.split(sizes)
         self._cache = {n: t.view(self._specs[n][1]) for n, t in zip(names, parts, strict=True)}
+
+    # -- the functional API: parameters as a pytree of views of any flat vector (a bank's member rows)
+    def names(self) -> list[str]:
+        return list(self._specs)
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{name: tensor}`` views of ``flat`` (``[P]``, laid out as :attr:`flat`), e.g. one member's row of a bank."""
+        names = list(self._specs)
+        sizes = [math.prod(self._specs[n][1]) for n in names]
+        return {n: t.view(self._specs[n][1]) for n, t in zip(names, flat.split(sizes), strict=True)}
+
+    @contextmanager
+    def bound_to(self, views: dict[str, torch.Tensor], transposed: bool = False):
+        """Within the block, every forward reads ``views`` (from :meth:`views`) instead of :attr:`flat`."""
+        saved = (self._cache, self.transposed)
+        self._cache, self.transposed = views, transposed
+        try:
+            yield self
+        finally:
+            self._cache, self.transposed = saved
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if self._cache is not None:

@@ -23,8 +23,8 @@ from .missingness import Masks, p_key
 from .models import ModelSpec
 from .outputs import versions
 from .preparation import Prepared, draw_masks
-from .settings import columns as settings_columns
 from .preparation import prepare as prepare_data
+from .settings import columns as settings_columns
 from .training import BlockData, Callback, History, StageHP, TrainPolicy, TrainSet, fit, predict
 
 
@@ -433,19 +433,19 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     """Runs that differ only in their seed (and where the method allows, their training missingness), trained together (:mod:`vflbench.packing`) and then
     evaluated and recorded one by one; one (CSV rows, manifest) per run, in order. Raises
     :class:`NotPackable` (before any training) when the runs cannot share a pack."""
-    from .packing import fit_packed, why_not_packable
+    from .packing import why_not_packable
 
     if not runs:
         raise NotPackable("a pack needs at least one run")
     keys = {pack_key(r) for r in runs}
     if len(keys) != 1:
         raise NotPackable("the runs differ in more than their seed and training missingness")
+    why = why_not_packable(runs[0])
+    if why:
+        raise NotPackable(why)
     torch.set_num_threads(intra_op_threads(runs[0]))
     inputs = [prepare(r, device) for r in runs]
     methods = [build(r, i) for r, i in zip(runs, inputs, strict=True)]
-    why = why_not_packable(methods[0])
-    if why:
-        raise NotPackable(why)
     callbacks: list[list[Callback]] = []
     for r, i, m in zip(runs, inputs, methods, strict=True):
         cbs: list[Callback] = []
@@ -455,7 +455,8 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
             cbs.append(BudgetEvaluator(r, i, m))
         callbacks.append(cbs)
     t = time.perf_counter()
-    hists = fit_packed(methods, [i.train for i in inputs], stage_hp(runs[0]), policy(runs[0]), [i.prep.streams.seed_for for i in inputs], callbacks)
+    hists = fit(methods, [i.train for i in inputs], stage_hp(runs[0]), policy(runs[0]), [i.prep.streams.seed_for for i in inputs], callbacks,
+                vectorised=True)
     train_s = time.perf_counter() - t
     out = []
     for r, i, m, h, cbs in zip(runs, inputs, methods, hists, callbacks, strict=True):

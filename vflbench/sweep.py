@@ -217,13 +217,10 @@ def run_pack(runs: list[ResolvedRun], out: str, device: str, packed: bool = True
 
 
 def can_pack(r: ResolvedRun) -> bool:
-    """Whether a run can be trained in a pack (checked again on the built method)."""
-    from .methods import METHODS
+    """Whether a run can be trained in a pack (:func:`vflbench.packing.why_not_packable`)."""
+    from .packing import why_not_packable
 
-    cls = METHODS.get(r.method)
-    mech = r.settings.get("mechanism")
-    return (cls.packable and r.model.get("arch") == "mlp" and len(cls.stages_for(r.method_options)) == 1
-            and (mech is None or mech.name in ("none", "npq")))
+    return why_not_packable(r) is None
 
 
 def packs(todo: list[ResolvedRun], size: int) -> list[list[ResolvedRun]]:

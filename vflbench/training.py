@@ -3,21 +3,23 @@ callbacks around the step and at the end of each epoch. Data stays in memory as 
 run's device; the only Python loop is over batches (and epochs and stages).
 
 A method (:mod:`vflbench.methods`) supplies only the maths: the loss of a :class:`Batch` at a stage
-and the members it trains, and predictions. :func:`fit` below is the whole loop."""
+and the members it trains, and predictions. :func:`fit` below is the only training loop: it trains a
+bank of N >= 1 runs in lockstep (a run alone is N = 1); how a step is computed for the bank is a
+step object's job (:class:`DirectStep`, or :class:`vflbench.packing.VectorisedStep` under vmap)."""
 
 from __future__ import annotations
 
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from .errors import TrainingDiverged
+from .errors import TrainingDiverged, VFLBenchError
 from .methods import Batch, Epoch, Method, Stage
 from .optim import MaskedOptimizer, cosine_lr
 from .partitioners import Partition
@@ -80,7 +82,7 @@ def random_crop_flip(x: torch.Tensor, pad: int, gen: torch.Generator) -> torch.T
     return out.permute(0, 3, 1, 2).contiguous()
 
 
-def _gen(device: torch.device, seed: int) -> torch.Generator:
+def generator(device: torch.device, seed: int) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g
@@ -222,97 +224,176 @@ def stage_groups(stages) -> list[list[int]]:
     return out
 
 
+class DirectStep:
+    """How a bank of one run computes a step: the method's own loss on its own parameters. (A bank of
+    several runs is computed by :class:`vflbench.packing.VectorisedStep`, the same interface.)"""
+
+    def __init__(self, methods: Sequence[Method], sets: Sequence[TrainSet]):
+        if len(methods) != 1:
+            raise ValueError("DirectStep trains one run; a bank of several is vectorised (vflbench.packing.VectorisedStep)")
+        self.method, self.data = methods[0], sets[0]
+
+    def optimizer(self, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
+        return make_optimizer(self.method, stage, hp, policy)
+
+    def batches(self, idx: list[torch.Tensor], j: int, y: list, aug: list, per_batch: bool) -> list[Batch]:
+        d, i = self.data, idx[0]
+        ob = d.obs[i]
+        if per_batch:  # the batch carries the pattern of its first sample (authors' collate_fn)
+            ob = ob[:1].expand(len(i), -1)
+        return [Batch(d.blocks.batch(i, aug[0]), ob, None if y[0] is None else y[0][i], i, j)]
+
+    def forward(self, stage: Stage, batches: list[Batch]):
+        """``(losses, active, values)``: per member its loss tensor, active members and, when the step
+        trains something, the loss as a float (else None)."""
+        self.method.store.begin()  # fresh views of the flat parameters for this forward
+        loss, active = self.method.loss(batches[0], stage)
+        if loss is None or not bool(active.any()):
+            return [loss], active, [None]
+        return [loss], active, [float(loss.detach())]
+
+    def backward(self, opt: MaskedOptimizer, losses: list[torch.Tensor]) -> None:
+        opt.zero_grad()
+        losses[0].backward()
+
+    def commit(self, took: list[bool]) -> None:
+        ch = self.method.channel
+        if took[0]:
+            ch.commit("train", backward=True)
+        else:
+            ch.discard()
+
+    def end_epoch(self) -> None: ...
+
+
 class _StageRun:
-    """One stage's optimiser, sample pool, random streams and epoch loop."""
+    """One stage of a bank: its optimiser, every member's sample pool and random streams, the epoch loop."""
 
-    def __init__(self, method: Method, data: TrainSet, stage: Stage, index: int, hp: StageHP, policy: TrainPolicy, seeds, hist: History):
-        device = data.obs.device
+    def __init__(self, step, methods: Sequence[Method], sets: Sequence[TrainSet], stage: Stage, index: int, hp: StageHP, policy: TrainPolicy,
+                 seeds: Sequence[Callable[[str], int]], hists: Sequence[History]):
+        device = sets[0].obs.device
         suffix = "" if index == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
-        self.method, self.data, self.stage, self.hp, self.policy, self.hist = method, data, stage, hp, policy, hist
-        self.opt = make_optimizer(method, stage, hp, policy)
-        self.loop = Loop(method, stage, hp, self.opt, hist, epochs=hp.epochs)
-        self.batching = _gen(device, seeds("batching" + suffix))
-        self.aug = _gen(device, seeds("augment" + suffix)) if policy.augment else None
-        self.pool = data.pool(stage)
-        self.y_all = stage_labels(data, stage)
-        self.weights = balanced_weights(data, stage, self.pool, policy)
+        self.step, self.methods, self.sets, self.stage, self.hp, self.policy, self.hists = step, methods, sets, stage, hp, policy, hists
+        self.opt = step.optimizer(stage, hp, policy)
+        self.loops = [Loop(m, stage, hp, self.opt, h, epochs=hp.epochs) for m, h in zip(methods, hists, strict=True)]
+        self.batching = [generator(device, s("batching" + suffix)) for s in seeds]
+        self.aug = [generator(device, s("augment" + suffix)) if policy.augment else None for s in seeds]
+        self.pools = [d.pool(stage) for d in sets]
+        self.y_all = [stage_labels(d, stage) for d in sets]
+        self.weights = [balanced_weights(d, stage, p, policy) for d, p in zip(sets, self.pools, strict=True)]
+        self.several_stages = len(methods[0].stages) > 1
 
-    def run_epoch(self, epoch: int, callbacks) -> None:
-        method, data, hp, policy, opt, loop, hist, stage = self.method, self.data, self.hp, self.policy, self.opt, self.loop, self.hist, self.stage
-        device = data.obs.device
-        method.train(True)
-        method.channel.mode = "train"
+    def run_epoch(self, epoch: int, callbacks: Sequence[Sequence[Callback]]) -> None:
+        hp, policy, opt, stage, step, n = self.hp, self.policy, self.opt, self.stage, self.step, len(self.methods)
+        device = self.sets[0].obs.device
+        for m, loop in zip(self.methods, self.loops, strict=True):
+            m.train(True)
+            m.channel.mode = "train"
+            loop.epoch = epoch
         t0 = time.perf_counter()
-        loop.epoch = epoch
         if hp.schedule == "cosine":
             opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
-        order = epoch_order(self.pool, data.blocks.n, self.weights, policy.shuffle, self.batching, device)
-        ep = Epoch(stage, epoch, data.obs, order, hp.batch_size, policy.per_batch_masks)
-        method.begin_epoch(ep)
-        total, count = 0.0, 0
-        for j, start in enumerate(range(0, len(order), hp.batch_size)):
-            idx = order[start : start + hp.batch_size]
-            ob = data.obs[idx]
-            if policy.per_batch_masks:  # the batch carries the pattern of its first sample (authors' collate_fn)
-                ob = ob[:1].expand(len(idx), -1)
-            batch = Batch(data.blocks.batch(idx, self.aug), ob, None if self.y_all is None else self.y_all[idx], idx, j)
-            method.channel.batch_idx = idx  # whose values cross the boundary in this step (a mechanism's accountant charges them)
-            method.draw(batch, stage)
-            method.store.begin()  # fresh views of the flat parameters for this forward
-            loss, active = method.loss(batch, stage)
-            if loss is None or not bool(active.any()):
-                method.channel.discard()
-                hist.skipped_batches += 1
+        orders = [epoch_order(p, d.blocks.n, w, policy.shuffle, g, device)
+                  for p, d, w, g in zip(self.pools, self.sets, self.weights, self.batching, strict=True)]
+        if len({len(o) for o in orders}) != 1:
+            raise ValueError("the members of a bank train on different numbers of samples")
+        epochs = [Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks) for d, o in zip(self.sets, orders, strict=True)]
+        for m, ep in zip(self.methods, epochs, strict=True):
+            m.begin_epoch(ep)
+        total, count, skipped = [0.0] * n, [0] * n, [0] * n
+        for j, start in enumerate(range(0, len(orders[0]), hp.batch_size)):
+            batches = step.batches([o[start : start + hp.batch_size] for o in orders], j, self.y_all, self.aug, policy.per_batch_masks)
+            for m, b in zip(self.methods, batches, strict=True):
+                m.channel.batch_idx = b.idx  # whose values cross the boundary in this step (a mechanism's accountant charges them)
+                m.draw(b, stage)
+            losses, active, values = step.forward(stage, batches)
+            took = [v is not None for v in values]
+            if not any(took):
+                step.commit(took)
+                skipped = [s + 1 for s in skipped]
                 continue
-            value = float(loss.detach())
-            if not math.isfinite(value):  # stop before a NaN reaches the parameters
-                raise TrainingDiverged(epoch + 1, value, stage.name if len(method.stages) > 1 else None)
-            opt.zero_grad()
-            loss.backward()
-            for cb in callbacks:
-                cb.before_step(loop, batch, loss)
+            for v in values:
+                if v is not None and not math.isfinite(v):  # stop before a NaN reaches the parameters
+                    raise TrainingDiverged(epoch + 1, v, stage.name if self.several_stages else None)
+            step.backward(opt, losses)
+            for cbs, loop, b, loss, t in zip(callbacks, self.loops, batches, losses, took, strict=True):
+                for cb in cbs if t else ():
+                    cb.before_step(loop, b, loss)
             opt.step(active)
-            method.channel.commit("train", backward=True)
-            for cb in callbacks:
-                cb.after_step(loop, batch, value)
-            total += value
-            count += 1
-        method.end_epoch(ep)
-        loop.epoch_loss = total / max(count, 1)
-        hist.loss.append(loop.epoch_loss)
-        hist.lr.append(opt.lr)
-        hist.stage.append(stage.name)
-        hist.seconds.append(time.perf_counter() - t0)
-        for cb in callbacks:
-            cb.on_epoch_end(loop)
+            step.commit(took)
+            for i, (cbs, loop, b, v) in enumerate(zip(callbacks, self.loops, batches, values, strict=True)):
+                if v is None:
+                    skipped[i] += 1
+                    continue
+                for cb in cbs:
+                    cb.after_step(loop, b, v)
+                total[i] += v
+                count[i] += 1
+        for m, ep in zip(self.methods, epochs, strict=True):
+            m.end_epoch(ep)
+        step.end_epoch()
+        seconds = time.perf_counter() - t0  # a bank's members share their epoch's time
+        for i, (h, loop, cbs) in enumerate(zip(self.hists, self.loops, callbacks, strict=True)):
+            h.skipped_batches += skipped[i]
+            loop.epoch_loss = total[i] / max(count[i], 1)
+            h.loss.append(loop.epoch_loss)
+            h.lr.append(opt.lr)
+            h.stage.append(stage.name)
+            h.seconds.append(seconds)
+            for cb in cbs:
+                cb.on_epoch_end(loop)
 
 
-def fit(method: Method, data: TrainSet, stage_hp: dict[str, StageHP], policy: TrainPolicy, seeds: Callable[[str], int], callbacks=()) -> History:
-    """Train ``method`` through its stages. ``stage_hp[stage.name]`` holds each stage's settings.
-    Stages that share a ``group`` alternate epoch by epoch (they must have equal epochs)."""
-    hist = History()
-    stages = method.stages
-    if method.boundary is not None:
-        method.boundary.start(data.blocks.n)
+def fit(methods: Method | Sequence[Method], data: TrainSet | Sequence[TrainSet], stage_hp: dict[str, StageHP], policy: TrainPolicy,
+        seeds: Callable[[str], int] | Sequence[Callable[[str], int]], callbacks=(), vectorised: bool | None = None) -> History | list[History]:
+    """Train a bank of N >= 1 runs through their stages; ``stage_hp[stage.name]`` holds each stage's
+    settings, and stages that share a ``group`` alternate epoch by epoch (equal epochs required).
+
+    One run: ``fit(method, data, ..., seeds, callbacks)`` returns its :class:`History`. A bank:
+    lists of methods, training sets, seed functions and callback lists (one per member), returning
+    one History per member; its members' steps are computed together by
+    :class:`vflbench.packing.VectorisedStep` (``vectorised``, the default for a list; a bank of one
+    vectorised is how a sweep trains a lone packable run, so its numbers never depend on grouping).
+    Every member keeps its own streams, draws, optimiser state and traffic."""
+    single = isinstance(methods, Method)
+    if single:
+        methods, data, seeds, callbacks = [methods], [data], [seeds], [list(callbacks)]
+    else:
+        methods, data, seeds = list(methods), list(data), list(seeds)
+        callbacks = [list(c) for c in callbacks] or [[] for _ in methods]
+    if vectorised is None:
+        vectorised = not single
+    if vectorised:
+        from .packing import VectorisedStep
+
+        step_of = VectorisedStep
+    else:
+        step_of = DirectStep
+    hists = [History() for _ in methods]
+    for m, d in zip(methods, data, strict=True):
+        if m.boundary is not None:
+            m.boundary.start(d.blocks.n)
+    stages = methods[0].stages
     for group in stage_groups(stages):
-        runs = [_StageRun(method, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hist) for i in group]
+        runs = [_StageRun(step_of(methods, data), methods, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hists) for i in group]
         epochs = {r.hp.epochs for r in runs}
         if len(epochs) != 1:
-            from .errors import VFLBenchError
-
             raise VFLBenchError(f"Stages {', '.join(r.stage.name for r in runs)} alternate epoch by epoch and need equal epochs; "
                                 f"got {', '.join(f'{r.stage.name}={r.hp.epochs}' for r in runs)}.")
         for r in runs:
-            for cb in callbacks:
-                cb.on_stage_start(r.loop)
+            for cbs, loop in zip(callbacks, r.loops, strict=True):
+                for cb in cbs:
+                    cb.on_stage_start(loop)
         for epoch in range(epochs.pop()):
             for r in runs:
                 r.run_epoch(epoch, callbacks)
         for r in runs:
-            for cb in callbacks:
-                cb.on_stage_end(r.loop)
-    method.train(False)
-    return hist
+            for cbs, loop in zip(callbacks, r.loops, strict=True):
+                for cb in cbs:
+                    cb.on_stage_end(loop)
+    for m in methods:
+        m.train(False)
+    return hists[0] if single else hists
 
 
 @torch.no_grad()
