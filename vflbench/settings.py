@@ -39,6 +39,9 @@ class Setting:
     column: bool = True  # listed in the CSV column ``settings`` ("name=value;...") of the runs that set it apart from its default
     since: int = SCHEMA_VERSION  # the schema version that added it
     check: Callable[[dict[str, Any], Any], None] | None = None  # checks against the other settings and the method class
+    example: Any = None  # a valid value apart from the default, and
+    bad: Any = None  # an invalid one: the conformance suite (tests/test_settings.py) tries both on every setting
+    example_with: tuple[tuple[str, Any], ...] = ()  # other settings the example needs (name, value)
 
     @property
     def flag(self) -> str:
@@ -135,6 +138,7 @@ def _default_mechanism():
 
 declare(Setting("mechanism", _default_mechanism(), "privacy mechanism at the party-to-server boundary, for any method that supports it: "
                 "none | npq | pbm:b=32,beta=0.1[,C=1,bound=clip|tanh,accountant=pld,delta=1e-5] | ldp:sigma=1[,C=1,bound=...] "
-                "(`vflbench methods` lists the parameters)", _mechanism, metavar="SPEC", check=_check_boundary))
+                "(`vflbench methods` lists the parameters)", _mechanism, metavar="SPEC", check=_check_boundary,
+                example="ldp:sigma=0.5", bad="pbm:beta=0.5"))
 declare(Setting("secagg", "plain", "secure aggregation of PBM counts: plain | masked (methods that sum at the server: sum)", _secagg,
-                metavar="MODE"))
+                metavar="MODE", example="masked", bad="maybe", example_with=(("mechanism", "pbm"),)))

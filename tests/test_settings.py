@@ -1,0 +1,88 @@
+"""The run-settings schema (vflbench.settings): one conformance suite over every declared setting,
+so a setting added later is checked with no edit here (as the method contract does for methods).
+Each setting must: appear as its flag in `vflbench run --help`, be accepted at the top level and per
+dataset of an experiment file, refuse its bad example with one clear error, leave every run key
+alone at its default, move the key at its example value and round-trip through the manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.config import RunConfig, config_from_manifest, resolve
+from vflbench.errors import VFLBenchError
+from vflbench.experiment import build_experiment
+from vflbench.pipeline import row
+from vflbench.settings import SETTINGS, Setting, declare, resolve_settings
+
+NAMES = list(SETTINGS)
+runner = CliRunner()
+# the method each setting's example is valid with (the summing method takes every declared setting so far)
+METHOD = "sum"
+
+
+def _run(**settings):
+    return resolve(RunConfig(dataset="synthetic", method=METHOD, settings=settings))
+
+
+def _with(name: str) -> dict:
+    """The setting's example and the other settings it needs."""
+    return {**dict(SETTINGS[name].example_with), name: SETTINGS[name].example}
+
+
+def test_every_setting_declares_a_flag_help_and_examples():
+    help_text = runner.invoke(app, ["run", "--help"], terminal_width=200).output
+    for name, s in SETTINGS.items():
+        assert s.flag in help_text, name
+        assert s.help and s.example is not None and s.bad is not None, name
+        assert s.parse(s.example) != s.default, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_leaves_the_key_alone_and_the_example_moves_it(name):
+    s = SETTINGS[name]
+    needs = dict(s.example_with)
+    plain, at_default = _run(**needs), _run(**needs, **{name: s.text(s.default)})
+    assert at_default.key == plain.key and at_default.to_dict().get("settings", {}).get(name) is None
+    other = _run(**_with(name))
+    assert (other.key != plain.key) == s.keyed
+    assert other.to_dict()["settings"][name] == s.text(s.parse(s.example))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_example_round_trips_through_the_manifest_and_reaches_the_row(name):
+    run = _run(**_with(name))
+    again = resolve(config_from_manifest(json.loads(json.dumps({"config": run.to_dict()}))))
+    assert again.key == run.key and again.settings == run.settings
+    r = row(run, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})
+    assert (f"{name}=" in r.get("settings", "")) == SETTINGS[name].column
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_bad_value_is_one_clear_error(name):
+    with pytest.raises(VFLBenchError):
+        resolve_settings({name: SETTINGS[name].bad})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_experiment_files_take_it_at_the_top_and_per_dataset(name):
+    s = SETTINGS[name]
+    spec = {"name": "x", "methods": [METHOD], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}}}
+    top = build_experiment({**spec, **_with(name)}).runs[0]
+    per = build_experiment({**spec, "datasets": {"synthetic": _with(name)}}).runs[0]
+    assert top.settings[name] == per.settings[name] == s.example
+    with pytest.raises(VFLBenchError, match=name):
+        build_experiment({**spec, name: s.bad})
+
+
+def test_unknown_setting_names_the_known_ones():
+    with pytest.raises(VFLBenchError, match="Known: "):
+        resolve_settings({"mechansim": "pbm"})
+
+
+def test_a_setting_cannot_be_declared_twice():
+    with pytest.raises(ValueError, match="twice"):
+        declare(Setting("secagg", "plain", "again", str))
