@@ -92,6 +92,11 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
             full.observed = full.observed[val_idx]
             val_masks[s] = full
         train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
+    if n := run.settings.get("train_samples", 0):  # --train-samples: a uniform subset of what training would see
+        if n > len(keep):
+            raise VFLBenchError(f"--train-samples {n} is more than the {len(keep)} training samples this run has; lower it (0 = all).")
+        keep = np.sort(prep.streams.numpy("train_samples").choice(keep, size=n, replace=False))
+        train_masks.info["train_samples"] = int(n)
     labeled = None
     if train_masks.labeled is not None:
         lab = np.zeros(len(data.y_train), dtype=bool)

@@ -142,3 +142,18 @@ declare(Setting("mechanism", _default_mechanism(), "privacy mechanism at the par
                 example="ldp:sigma=0.5", bad="pbm:beta=0.5"))
 declare(Setting("secagg", "plain", "secure aggregation of PBM counts: plain | masked (methods that sum at the server: sum)", _secagg,
                 metavar="MODE", example="masked", bad="maybe", example_with=(("mechanism", "pbm"),)))
+
+
+def _train_samples(value: Any) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise VFLBenchError(f"--train-samples takes a number of training samples (0 = all), got {value!r}.") from None
+    if n < 0:
+        raise VFLBenchError(f"--train-samples must be >= 0 (0 = the whole training split), got {n}.")
+    return n
+
+
+declare(Setting("train_samples", 0, "train on this many samples of the training split, drawn uniformly without replacement from the "
+                "run's own stream (train_samples), after any validation hold-out; 0 = all. For learning curves by data size",
+                _train_samples, metavar="N", example=500, bad=-1))
