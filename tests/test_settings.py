@@ -86,3 +86,20 @@ def test_unknown_setting_names_the_known_ones():
 def test_a_setting_cannot_be_declared_twice():
     with pytest.raises(ValueError, match="twice"):
         declare(Setting("secagg", "plain", "again", str))
+
+
+# ---------------------------------------------------------------- behaviour of the settings themselves
+def test_train_samples_trains_on_a_seeded_subset_with_the_masks_of_the_full_run():
+    from vflbench.pipeline import prepare
+
+    def inputs(**settings):
+        run = resolve(RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.3", data_options={"n": 800}, settings=settings))
+        return prepare(run, "cpu")
+
+    full, a, b = inputs(), inputs(train_samples=100), inputs(train_samples=100)
+    assert a.train.blocks.n == 100 and a.train.blocks.x.equal(b.train.blocks.x)  # the same subset for the same seed
+    rows = [int((full.train.blocks.x[0] == a.train.blocks.x[0, i]).all(1).nonzero()[0]) for i in range(100)]
+    assert full.train.obs[rows].equal(a.train.obs)  # the subset keeps the masks the full run drew for those samples
+    assert a.test.x.equal(full.test.x)  # the test set is untouched
+    with pytest.raises(VFLBenchError, match="more than the"):
+        inputs(train_samples=10_000)
