@@ -38,13 +38,13 @@ def same(a, b) -> bool:
 
 
 def rerun(manifest: dict, run_dir: Path) -> list[str]:
+    from dataclasses import replace
+
     import pandas as pd
 
     from vflbench.config import config_from_manifest, resolve
     from vflbench.outputs import read_results_csv
     from vflbench.pipeline import execute, execute_pack
-
-    from dataclasses import replace
 
     run = resolve(config_from_manifest(manifest))
     # the request spells out every option; the row's `options` column lists those a user set, as recorded

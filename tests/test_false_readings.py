@@ -10,11 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from vflbench.artefacts.false_vfl import false_tables
 from vflbench.cli import app
 from vflbench.config import RunConfig, resolve
 from vflbench.errors import VFLBenchError
 from vflbench.pipeline import prepare, protocol_overrides
-from vflbench.report_false import false_tables
 
 runner = CliRunner()
 

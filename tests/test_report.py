@@ -3,16 +3,18 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from vflbench import artefacts
+from vflbench.artefacts.laser import verdicts as laser_verdicts
 from vflbench.cli import app
 from vflbench.report import (
-    LAYOUTS,
     aggregate,
     attach_reference,
-    laser_verdicts,
     load_reference,
     make_table,
     ref_key,
 )
+
+LAYOUTS = {n: artefacts.get(n).layout for n in artefacts.names()}
 
 runner = CliRunner()
 

@@ -86,16 +86,16 @@ def check_name(name: str, path=None) -> None:
 
 def _check_artefact(key: str, value: Any, path) -> None:
     """``layout:`` and ``reference:`` are checked when the file is read, not after the sweep ran."""
-    from .report import LAYOUTS, REFERENCES
+    from . import artefacts
 
     if not isinstance(value, str):
         _fail(path, f"'{key}' must be a name, got {value!r}.")
-    if key == "layout" and value not in LAYOUTS:
-        _fail(path, f"unknown layout '{value}'. Choices: {', '.join(LAYOUTS)}.")
-    if key == "reference" and value not in REFERENCES:
+    if key == "layout" and value not in artefacts.names():
+        _fail(path, f"unknown layout '{value}'. Choices: {', '.join(artefacts.names())}.")
+    if key == "reference" and value not in artefacts.references():
         ref = Path(value) if Path(value).is_absolute() or path is None else Path(path).parent / value
         if not ref.exists() and not Path(value).exists():
-            _fail(path, f"reference '{value}' is neither a built-in reference ({', '.join(REFERENCES)}) nor an existing CSV file.")
+            _fail(path, f"reference '{value}' is neither a built-in reference ({', '.join(artefacts.references())}) nor an existing CSV file.")
 
 
 def _fail(path, msg: str) -> None:

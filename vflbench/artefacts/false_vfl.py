@@ -30,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .errors import VFLBenchError
+from ..errors import VFLBenchError
+from .base import ARTEFACTS, Artefact, Layout
 
 DATASETS = {"isolet": "Isolet", "hapt": "HAPT", "fashion-mnist": "FashionMNIST", "modelnet10": "ModelNet10"}
 METHODS = {"svfl": "Vanilla VFL", "laser": "LASER-VFL", "plug": "PlugVFL", "fedhssl": "FedHSSL", "false1": "FALSE-VFL-I", "false2": "FALSE-VFL-II"}
@@ -99,8 +100,6 @@ def base_row(method: str) -> str:
 def load_paper(ref: pd.DataFrame) -> pd.DataFrame:
     need = {"dataset", "method", "train_mechanism", "test_mechanism", "mean", "std", "labeled_only_variant"}
     if need - set(ref.columns):
-        from .errors import VFLBenchError
-
         raise VFLBenchError(f"The reference CSV lacks column(s) {', '.join(sorted(need - set(ref.columns)))}; the false-tables layout reads "
                             "vflbench/reference/false_tables12_17.csv's columns.")
     r = ref.rename(columns={"dataset": "Dataset", "method": "Method", "train_mechanism": "Train", "test_mechanism": "Test",
@@ -290,3 +289,17 @@ def validation_choice(df: pd.DataFrame) -> list[str]:
             f"Protocol option val_split holds labeled samples out of training; per cell, the variant with the better mean validation "
             f"accuracy is reported at its test accuracy. Same choice in {agree} of {total} cells.", ""] + _md(
         ["Dataset", "Method", "Train", "Test", "chosen on test", "test acc.", "chosen on validation", "its test acc.", "difference", "seeds"], rows) + [""]
+
+
+@ARTEFACTS.register("false-tables")
+class FalseTables(Artefact):
+    name = "false-tables"
+    paper = "FALSE-VFL (Hong, Park & Hwang, 2025)"
+    experiment = "experiments/false_tables.yaml"
+    reference = "false_tables12_17.csv"
+    layout = Layout("false-tables", None, None, {}, "accuracy")
+    by_budget = False
+    formats = ("md",)
+
+    def table(self, df, ref, fmt, title):
+        return false_tables(df, ref, title)
