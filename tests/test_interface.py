@@ -296,3 +296,12 @@ def test_experiment_files_take_plugins_method_options_and_labeled_runs(tmp_path)
     bad.write_text(exp.read_text().replace("p_drop: 0.3", "p_drop: 3"))
     r = runner.invoke(app, ["sweep", str(bad), "--dry-run", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "must be in [0, 1)" in r.output
+
+
+def test_methods_command_says_which_methods_take_a_mechanism():
+    rows = json.loads(runner.invoke(app, ["methods", "--format", "json"]).output)
+    by = {r["name"]: r for r in rows}
+    assert by["laser"]["mechanisms"] and by["sum"]["sums_at_server"] and not by["laser"]["sums_at_server"]
+    assert not by["local"]["mechanisms"] and "nothing crosses" in by["local"]["boundary_refusal"]
+    r = runner.invoke(app, ["methods"], terminal_width=250)
+    assert "privacy mechanisms at the party-to-server boundary" in r.output and "pbm" in r.output

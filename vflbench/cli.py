@@ -192,20 +192,14 @@ def masks(
     fmt: str = typer.Option("table", "--format", help="table | json"),
 ):
     """Draw masks exactly as a run would and print their realised statistics."""
-    from .missingness import mask_stats, parse_mechanism
-    from .preparation import draw_masks, prepare
-
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     if split not in ("train", "test"):
         raise VFLBenchError(f"Unknown split '{split}'. Choices: train, test.")
-    parse_mechanism(missing)  # validate before loading data
-    prep = prepare(dataset, parse_kv(data_opt, "--data-opt"), parties, partitioner, parse_kv(part_opt, "--part-opt"), seed)
-    m = draw_masks(prep, missing, split=split, granularity=granularity, batch_size=batch_size, all_missing=all_missing, labeled=labeled, aligned=aligned)
-    stats = mask_stats(m.observed)
-    stats["info"] = m.info
-    stats["partition"] = {k: v for k, v in prep.partition.describe().items() if k != "blocks"}
-    stats["parties"] = prep.partition.party_names
+    from .inspection import mask_report
+
+    stats, m, prep = mask_report(dataset, parse_kv(data_opt, "--data-opt"), parties, partitioner, parse_kv(part_opt, "--part-opt"), seed, missing,
+                                 split, granularity, batch_size, all_missing, labeled, aligned)
     if fmt == "json":
         print(json.dumps(stats, indent=2))
         return
@@ -239,38 +233,13 @@ def inspect(
 ):
     """What the loader inferred from a table: column types, classes and their counts, missing cells,
     and the encoded width per party. Fix options here before a long sweep."""
-    import numpy as np
-
-    from .datasets import DATASETS, load_dataset, resolve_options
-    from .partitioners import default_partitioner, make_partition
-    from .rng import Streams
+    from .inspection import dataset_report
 
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
-    opts = resolve_options(DATASETS.get(dataset), parse_kv(data_opt, "--data-opt"))
-    popts = {k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()}
-    if parties is None:
-        parties = len(_parties_in(popts["file"])) if partitioner == "columns" and popts.get("file") else 4
-    ds = load_dataset(dataset, opts)
-    part = make_partition(partitioner or default_partitioner(ds.info.kind), ds.x_train.shape[1:], parties, Streams(0).numpy("partition"), data=ds, **popts)
-    sources = ds.feature_sources or (ds.feature_names or [f"x{i}" for i in range(ds.x_train.shape[1])])
-    owner = {}
-    for name, block in zip(part.party_names, part.blocks, strict=True) if part.kind == "features" else []:
-        for i in np.asarray(block).tolist():
-            owner.setdefault(sources[i], name)
-    pre = ds.preprocessing
-    n_tr, n_te = np.bincount(ds.y_train, minlength=ds.n_classes), np.bincount(ds.y_test, minlength=ds.n_classes)
-    classes = list(pre.get("classes", {str(c): c for c in range(ds.n_classes)}))
-    report = {
-        "dataset": dataset, "rows": pre.get("rows", {"train": len(ds.y_train), "test": len(ds.y_test)}), "checksums": ds.checksums,
-        "columns": [{"column": c, **v, "missing": pre.get("missing_cells", {}).get("per_column", {}).get(c, 0), "party": owner.get(c)}
-                    for c, v in pre.get("columns", {}).items()],
-        "classes": [{"class": c, "index": i, "train": int(n_tr[i]), "test": int(n_te[i]), "positive": i == ds.info.positive_class} for i, c in enumerate(classes)],
-        "missing_cells": pre.get("missing_cells", {}).get("total"),
-        "parties": [{"party": n, "encoded_width": w, "columns": part.params.get("columns", {}).get(n)} for n, w in zip(part.party_names, part.widths(), strict=True)],
-        "partition": {k: v for k, v in part.describe().items() if k != "blocks"},
-        "options": {k: v for k, v in opts.items() if k != "file_sha256"},
-    }
+    report, ds, part = dataset_report(dataset, parse_kv(data_opt, "--data-opt"), partitioner,
+                                      {k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()}, parties)
+    parties, pre = len(part.party_names), ds.preprocessing
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
         return
@@ -300,19 +269,6 @@ def inspect(
     for r in report["parties"]:
         t.add_row(r["party"], str(r["encoded_width"]), ", ".join(r["columns"]) if r["columns"] else "")
     console.print(t)
-
-
-def _parties_in(file) -> dict:
-    """The parties of a parties file, whatever their number (for a default --parties)."""
-    import yaml
-
-    from .partitioners import read_parties_file
-
-    try:
-        n = len(yaml.safe_load(Path(str(file)).read_text()) or {})
-    except (OSError, yaml.YAMLError, TypeError):
-        n = 0
-    return read_parties_file(file, n)
 
 
 def split_specs(text: str) -> list[str]:
@@ -517,21 +473,17 @@ def run(
 @friendly
 def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     """List the registered methods: name, display name, paper, stages and options."""
-    from .methods import METHODS
+    from .inspection import method_rows
+    from .mechanism_spec import describe_mechanisms
 
-    rows = []
-    for name in METHODS:
-        c = METHODS.get(name)
-        rows.append({"name": name, "display": c.display, "paper": c.paper, "hp_key": c.hp_key, "f1_rule": c.f1_rule,
-                     "stages": [{"name": s.name, "samples": s.samples, "labels": s.labels} for s in c.stages],
-                     "options": [o.describe() for o in c.option_specs]})
+    rows = method_rows()
     if fmt == "json":
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2))  # the mechanisms' parameters: the table format, or vflbench.mechanism_spec.describe_mechanisms()
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     t = Table(title="vflbench methods (set options with --method-opt key=value)")
-    for col in ("name", "display", "paper", "stages", "options"):
+    for col in ("name", "display", "paper", "stages", "options", "--mechanism"):
         t.add_column(col)
     for r in rows:
         opts = "\n".join(
@@ -541,8 +493,15 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
         stages = ", ".join(f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"])
         from rich.markup import escape
 
-        t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts))
+        t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts),
+                  escape("yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "") if r["mechanisms"] else f"no: {r['boundary_refusal']}"))
     console.print(t)
+    m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")
+    for col in ("name", "what", "parameters"):
+        m.add_column(col)
+    for r in describe_mechanisms():
+        m.add_row(r["name"], r["help"], escape("\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["params"].items()) or "-"))
+    console.print(m)
 
 
 @app.command()
@@ -620,8 +579,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         TimeRemainingColumn,
     )
 
-    from .report import make_table
-    from .sweep import check_same_pack, execute_plan, finalize, plan
+    from .sweep import check_same_pack, execute_plan, finalize, plan, write_table
 
     p = plan(exp, out)
     p.pack = pack
@@ -670,11 +628,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     df = finalize(p, records, time.perf_counter() - t0)
     console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
     if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
-        text, _ = make_table(df, exp.layout or "generic", exp.reference, "md", title=exp.name)
-        from .outputs import atomic_write_text
-
-        atomic_write_text(out / "table.md", text)
-        console.print(f"table -> {out / 'table.md'}")
+        console.print(f"table -> {write_table(exp, df, out)}")
     if diverged:
         console.print(f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded from tables; lower the learning rate to retry them in a new --out.")
     if failures:

@@ -345,6 +345,15 @@ def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def write_table(exp, df: pd.DataFrame, out: Path) -> Path:
+    """The sweep's ``table.md``: the experiment's artefact layout (else the generic one) and reference."""
+    from .report import make_table
+
+    text, _ = make_table(df, exp.layout or "generic", exp.reference, "md", title=exp.name)
+    atomic_write_text(Path(out) / "table.md", text)
+    return Path(out) / "table.md"
+
+
 def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.DataFrame:
     previous, earlier_ids = [], []
     old_path = p.out / "sweep.json"
