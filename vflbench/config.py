@@ -149,7 +149,7 @@ class ResolvedRun:
     parties: int
     partitioner: str
     partition_options: dict[str, Any]
-    train_missing: str  # canonical labels (vflbench.missingness.canonical)
+    train_missing: str  # vflbench.missingness.MissingSpec: the canonical label, parsed once
     test_missing: tuple[str, ...]
     seed: int
     protocol: ResolvedProtocol
@@ -287,7 +287,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
     check_method_name(cfg.method)
     from .methods import METHODS
-    from .missingness import canonical, p_key
+    from .missingness import MissingSpec, p_key
     from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
 
     mcls = METHODS.get(cfg.method)
@@ -307,8 +307,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         raise VFLBenchError(f"--parties must be >= 1, got {cfg.parties}.")
     if not cfg.test_missing:
         raise VFLBenchError("Give at least one --test-missing setting.")
-    train_missing = canonical(cfg.train_missing)
-    test_missing = tuple(canonical(s) for s in cfg.test_missing)
+    train_missing = MissingSpec(cfg.train_missing)  # parsed once: typed, and its canonical label
+    test_missing = tuple(MissingSpec(s) for s in cfg.test_missing)
     dupes = sorted({s for s in test_missing if test_missing.count(s) > 1})
     if dupes:
         raise VFLBenchError(f"Test setting(s) {', '.join(dupes)} given more than once; list each test setting once.")

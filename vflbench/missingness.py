@@ -207,10 +207,40 @@ class MAR2(_VarianceMAR):
         return _observe_first(order, count)
 
 
+class MissingSpec(str):
+    """A missingness setting parsed once: it *is* its canonical label (so it keys, prints and compares
+    as the text always did), and carries what parsing found: ``name``, ``args`` (floats), ``p_key``
+    and the parsed mechanism, of which :meth:`mechanism` hands out fresh copies."""
+
+    name: str
+    args: tuple[float, ...]
+    p_key: float | str
+    _proto: Mechanism
+
+    def __new__(cls, spec) -> MissingSpec:
+        if isinstance(spec, MissingSpec):
+            return spec
+        proto = parse_mechanism(spec)
+        obj = super().__new__(cls, _label(spec))
+        name, _, args = str(obj).partition(":")
+        obj.name, obj.args, obj._proto = name, tuple(float(v) for v in args.split(",")) if args else (), proto
+        obj.p_key = _p_key(str(obj))
+        return obj
+
+    def mechanism(self) -> Mechanism:
+        """A fresh mechanism object for one draw (mechanisms record what they realised)."""
+        import copy
+
+        return copy.deepcopy(self._proto)
+
+
 def canonical(spec: str) -> str:
     """The one label of a setting: lower-case name, parameters as shortest numbers
     (``MCAR:0.10`` -> ``mcar:0.1``, ``mcar:.1,.2`` -> ``mcar:0.1,0.2``). Validates the spec."""
-    parse_mechanism(spec)
+    return MissingSpec(spec)
+
+
+def _label(spec: str) -> str:
     name, _, args = spec.strip().partition(":")
     name = name.strip().lower()
     if not args.strip():
@@ -221,7 +251,10 @@ def canonical(spec: str) -> str:
 def p_key(spec: str) -> float | str:
     """The missing probability a setting is known by in presets, CSV columns and the papers' tables:
     ``none`` -> 0.0, ``mcar:0.1`` -> 0.1, ``mcar-beta:2,2`` -> ``beta(2,2)``, any other -> its label."""
-    label = canonical(spec)
+    return MissingSpec(spec).p_key
+
+
+def _p_key(label: str) -> float | str:
     name, _, args = label.partition(":")
     if name == "none":
         return 0.0
@@ -234,7 +267,10 @@ def p_key(spec: str) -> float | str:
 
 
 def parse_mechanism(spec: str) -> Mechanism:
-    """Parse a spec string such as ``mcar:0.1`` into a fresh mechanism object."""
+    """Parse a spec string such as ``mcar:0.1`` into a fresh mechanism object (a :class:`MissingSpec`
+    hands out a copy of the one it parsed)."""
+    if isinstance(spec, MissingSpec):
+        return spec.mechanism()
     if not isinstance(spec, str) or not spec.strip():
         raise VFLBenchError("Empty missingness spec; use e.g. none, mcar:0.1, mcar-beta:2,2, mar1, mar2, mnar:0.7.")
     spec = spec.strip()
