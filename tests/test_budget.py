@@ -22,7 +22,7 @@ BASE = dict(dataset="synthetic", train_missing="mcar:0.3", test_missing=["none",
 @pytest.mark.parametrize("method", ["laser", "plug"])
 def test_intermediate_evaluations_do_not_change_the_run(method):
     plain, _ = execute(resolve(RunConfig(method=method, **BASE)), device=TEST_DEVICE)
-    run = resolve(RunConfig(method=method, eval_epochs="1:3", **BASE))
+    run = resolve(RunConfig(method=method, settings={"eval_epochs": "1:3"}, **BASE))
     budgets, manifest = execute(run, device=TEST_DEVICE)
     assert run.eval_epochs == (1, 2, 3)
     assert sorted({r["epoch"] for r in budgets}) == [1, 2, 3, 4]
@@ -49,7 +49,7 @@ def test_credit_budget_rows_equal_a_plain_run(tmp_path):
 
 
 def test_eval_epochs_parse_and_reject():
-    mk = lambda v: resolve(RunConfig(method="svfl", eval_epochs=v, **BASE)).eval_epochs  # noqa: E731
+    mk = lambda v: resolve(RunConfig(method="svfl", settings={"eval_epochs": v}, **BASE)).eval_epochs  # noqa: E731
     assert mk([2, 1, 4]) == (1, 2) and mk("1,3") == (1, 3) and mk("1:4:2") == (1, 3) and mk(None) is None
     assert mk("25%,50%") == (1, 2) and mk(["50%", 3]) == (2, 3) and mk("100%") is None  # shares of the run's 4 epochs
     for bad, needle in (("0", ">= 1"), ("9", "trains 4 epochs"), ("a:b", "takes epochs like"), ("0%", "shares of the run"), ("150%", "shares")):
@@ -59,7 +59,7 @@ def test_eval_epochs_parse_and_reject():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_tables_use_the_final_epoch_unless_asked(tmp_path):
-    rows, _ = execute(resolve(RunConfig(method="svfl", eval_epochs="2", **BASE)), device=TEST_DEVICE)
+    rows, _ = execute(resolve(RunConfig(method="svfl", settings={"eval_epochs": "2"}, **BASE)), device=TEST_DEVICE)
     df = pd.DataFrame(rows)
     assert set(at_budget(df)["epoch"]) == {4} and set(at_budget(df, 2)["epoch"]) == {2}
     _, agg4 = make_table(df, "generic")

@@ -23,7 +23,7 @@ def _runs(method, protocol, seeds=(0, 1, 2), train_missing="mcar:0.3", **kw):
     opts = {"p_drop": 0.3} if method == "plug" else {}  # exercise the per-batch draw
     return [resolve(RunConfig(dataset="synthetic", method=method, train_missing=train_missing, test_missing=["none", "mcar:0.5"], seed=s,
                               protocol=protocol, data_options=DATA, method_options=opts, hp={"epochs": 3, "batch_size": 32},
-                              eval_epochs=[1, 3], **kw)) for s in seeds]
+                              settings={"eval_epochs": [1, 3]}, **kw)) for s in seeds]
 
 
 def test_every_method_with_a_plain_mlp_loss_is_packable():

@@ -389,8 +389,6 @@ def run(
     method_opt: list[str] | None = typer.Option(None, "--method-opt", help="method option key=value (repeatable; `vflbench methods` lists them)"),
     labeled: int | None = typer.Option(None, help="semi-supervised run: number of labeled training samples"),
     aligned: int = typer.Option(0, help="fully observed reserve inside the labeled set (with --labeled)"),
-    target: str | None = typer.Option(None, help="record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)"),
-    eval_epochs: str | None = typer.Option(None, help="also evaluate after these epochs: 5,10,20, 1:100[:step], or shares of the run such as 25%,50%; CSV rows get an epoch column"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
@@ -426,7 +424,7 @@ def run(
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
-        preset=preset, device=device, labeled=labeled, aligned=aligned, target=target, eval_epochs=eval_epochs,
+        preset=preset, device=device, labeled=labeled, aligned=aligned,
         settings={k: v for k, v in settings.items() if v is not None},
     )
     resolved = resolve(cfg)  # every check before the heavy imports below

@@ -48,11 +48,9 @@ class RunConfig:
     eval_batch_size: int | None = None
     labeled: int | None = None  # semi-supervised runs: number of labeled training samples
     aligned: int = 0  # fully observed reserve inside the labeled set
-    target: str | None = None  # e.g. "train_auprc=0.9": record the first epoch that reaches it
-    eval_epochs: Any = None  # evaluate also after these epochs: [5, 10, 20], "5,10,20" or "1:100" (inclusive range)
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
-    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value)
+    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. target, eval_epochs, mechanism
 
 
 @dataclass(frozen=True)
@@ -160,29 +158,33 @@ class ResolvedRun:
     eval_batch_size: int
     labeled: int | None
     aligned: int
-    target: str | None = None  # canonical "train_<metric>=<value>"
-    eval_epochs: tuple[int, ...] | None = None  # extra evaluations (epochs counted across stages); the last epoch always
     vflbench_version: str = __version__
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
 
+    @property
+    def target(self) -> str | None:
+        """Canonical "train_<metric>=<value>": record the first epoch that reaches it (a declared setting)."""
+        return self.settings.get("target")
+
+    @property
+    def eval_epochs(self) -> tuple[int, ...] | None:
+        """Extra evaluations (epochs counted across stages); the last epoch always (a declared setting)."""
+        return self.settings.get("eval_epochs")
+
     def to_dict(self) -> dict[str, Any]:
-        from .settings import to_json
+        from .settings import to_json, top_json
 
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["settings"] = to_json(self.settings)  # only the values apart from their defaults
         if not d["settings"]:
             d.pop("settings")
+        d.update(top_json(self.settings))  # settings recorded at the top level before schema v3 (target, eval_epochs)
         if not d["path_bases"]:
             d.pop("path_bases")
         if not d["hp_sources"]:
             d.pop("hp_sources")
-        for k in ("target", "eval_epochs"):  # absent keeps the keys of runs recorded before these existed
-            if d[k] is None:
-                d.pop(k)
-        if "eval_epochs" in d:
-            d["eval_epochs"] = list(d["eval_epochs"])
         d["protocol"] = self.protocol.as_dict()
         d["hp"] = self.hp.as_dict()
         d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
@@ -291,7 +293,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
 
     mcls = METHODS.get(cfg.method)
-    from .settings import resolve_settings
+    from .settings import Context as SettingsContext
+    from .settings import finish_settings, resolve_settings
 
     settings = resolve_settings(cfg.settings, mcls)
     data_options = dict(cfg.data_options)
@@ -368,9 +371,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
         protocol=proto, preset=preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
         labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
-        target=parse_target(cfg.target, info.n_classes, cfg.dataset),
-        eval_epochs=parse_eval_epochs(cfg.eval_epochs, sum(h.epochs for h in stage_hp.values())),
-        path_bases=dict(cfg.path_bases), hp_sources=hp_sources, settings=settings,
+        path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
+        settings=finish_settings(settings, SettingsContext(cfg.dataset, info.n_classes, sum(h.epochs for h in stage_hp.values()))),
     )
 
 
@@ -470,6 +472,8 @@ def config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 def config_from_manifest(m: dict[str, Any]) -> RunConfig:
     """The request that reproduces a recorded run: every resolved value given explicitly."""
+    from .settings import from_manifest as settings_from_manifest
+
     c = m["config"]
     return RunConfig(
         dataset=c["dataset"], method=c["method"], parties=c["parties"], partitioner=c["partitioner"], train_missing=c["train_missing"],
@@ -477,6 +481,6 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
-        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], target=c.get("target"),
-        eval_epochs=c.get("eval_epochs"), path_bases=dict(c.get("path_bases") or {}), settings=dict(c.get("settings") or {}),
+        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], path_bases=dict(c.get("path_bases") or {}),
+        settings=settings_from_manifest(c),
     )

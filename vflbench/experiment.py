@@ -52,10 +52,10 @@ from .settings import SETTINGS, experiment_values
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "labeled", "aligned", "plugins", "method_grid", "target", "eval_epochs", *SETTINGS,
+    "stage_hp", "labeled", "aligned", "plugins", "method_grid", *SETTINGS,
 }
 DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                "labeled", "aligned", "target", "eval_epochs", *SETTINGS}
+                "labeled", "aligned", *SETTINGS}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -350,6 +350,8 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         ds_parties = over.get("parties", parties)
         data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
         ds_settings = experiment_values(spec, over)
+        if quick:  # a smoke run evaluates at its end only
+            ds_settings.pop("eval_epochs", None)
         for name, value in ds_settings.items():  # parsed now: a bad value is named with the file, before any run
             try:
                 SETTINGS[name].parse(value)
@@ -378,8 +380,6 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
                             labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
-                            target=over.get("target", spec.get("target")),
-                            eval_epochs=None if quick else over.get("eval_epochs", spec.get("eval_epochs")),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
                             settings=ds_settings,
                         ))

@@ -42,6 +42,8 @@ class Setting:
     example: Any = None  # a valid value apart from the default, and
     bad: Any = None  # an invalid one: the conformance suite (tests/test_settings.py) tries both on every setting
     example_with: tuple[tuple[str, Any], ...] = ()  # other settings the example needs (name, value)
+    placement: str = "settings"  # "settings": under config.settings; "top": at the config's top level, where runs recorded it before schema v3 (their keys stay)
+    finish: Callable[[Any, Context], Any] | None = None  # canonicalise/check with what resolving learned (classes, epochs)
 
     @property
     def flag(self) -> str:
@@ -49,7 +51,18 @@ class Setting:
 
     def text(self, value: Any) -> Any:
         """The JSON/CSV form of a canonical value."""
+        if isinstance(value, (tuple, list)):
+            return list(value)
         return value if isinstance(value, (int, float, bool)) or value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What :func:`finish_settings` knows once a run's data and hyper-parameters are resolved."""
+
+    dataset: str
+    n_classes: int
+    total_epochs: int
 
 
 SETTINGS: dict[str, Setting] = {}
@@ -76,9 +89,29 @@ def resolve_settings(given: dict[str, Any], mcls=None) -> dict[str, Any]:
     return values
 
 
+def finish_settings(values: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Apply every setting's ``finish`` (checks and forms that need the data or the epochs)."""
+    return {n: (SETTINGS[n].finish(v, ctx) if SETTINGS[n].finish is not None else v) for n, v in values.items()}
+
+
+def _apart(values: dict[str, Any], placement: str) -> dict[str, Any]:
+    return {n: SETTINGS[n].text(v) for n, v in values.items() if n in SETTINGS and SETTINGS[n].placement == placement and v != SETTINGS[n].default}
+
+
 def to_json(values: dict[str, Any]) -> dict[str, Any]:
     """The manifest's ``settings``: the values apart from their defaults, as text."""
-    return {n: SETTINGS[n].text(v) for n, v in values.items() if n in SETTINGS and v != SETTINGS[n].default}
+    return _apart(values, "settings")
+
+
+def top_json(values: dict[str, Any]) -> dict[str, Any]:
+    """The settings recorded at the config's top level (declared before schema v3), apart from their defaults."""
+    return _apart(values, "top")
+
+
+def from_manifest(config: dict[str, Any]) -> dict[str, Any]:
+    """The user values a recorded config holds: ``config.settings`` and the top-level ones."""
+    out = {n: config[n] for n, s in SETTINGS.items() if s.placement == "top" and config.get(n) is not None}
+    return {**out, **(config.get("settings") or {})}
 
 
 def key_dict(values: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +123,7 @@ def columns(values: dict[str, Any]) -> dict[str, Any]:
     """The CSV column ``settings``: ``name=value;...`` of the column settings apart from their defaults
     (absent when none is: runs at the defaults keep the rows they always had). Tables show such runs
     as variants of their method, as they do for method options."""
-    text = ";".join(f"{n}={v}" for n, v in to_json(values).items() if SETTINGS[n].column)
+    text = ";".join(f"{n}={v}" for n, v in {**top_json(values), **to_json(values)}.items() if SETTINGS[n].column)
     return {"settings": text} if text else {}
 
 
@@ -111,6 +144,37 @@ def cli_parameters():
 
 
 # ----------------------------------------------------------------------------- the declarations
+def _target(value: Any) -> str:
+    from .config import parse_target
+
+    return parse_target(value, 2, "")  # the form; the class count is checked in finish
+
+
+def _finish_target(value: Any, ctx: Context):
+    from .config import parse_target
+
+    return None if value is None else parse_target(value, ctx.n_classes, ctx.dataset)
+
+
+def _eval_epochs(value: Any):
+    from .config import parse_eval_epochs
+
+    if value is None or value == "" or value == []:
+        return None
+    parse_eval_epochs(value, 10**9)  # the form; the epochs are checked in finish
+    return value
+
+
+def _finish_eval_epochs(value: Any, ctx: Context):
+    from .config import parse_eval_epochs
+
+    return parse_eval_epochs(value, ctx.total_epochs)
+
+
+declare(Setting("target", None, "record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)",
+                _target, keyed=True, column=False, since=2, placement="top", finish=_finish_target, example="train_accuracy=0.9", bad="auprc"))
+declare(Setting("eval_epochs", None, "also evaluate after these epochs: 5,10,20, 1:100[:step], or shares of the run such as 25%,50%; CSV rows get an epoch column",
+                _eval_epochs, keyed=True, column=False, since=2, placement="top", finish=_finish_eval_epochs, example="1", bad="0"))
 def _mechanism(value: Any):
     from .mechanism_spec import parse_mechanism
 
