@@ -4,7 +4,7 @@ re-run to its committed numbers.
 1. Keys: every committed run's manifest is turned back into a request (``config_from_manifest``) and
    resolved; its run key must equal the committed one (so `vflbench sweep` finds every run: a dry run
    of the folder's experiment would schedule nothing).
-2. Numbers: per folder, the cheapest run (least committed training time, optionally only tabular) is
+2. Numbers: per folder, the cheapest run recorded on a CPU (least committed training time, optionally only tabular) is
    executed again the way it was trained (alone, or as a bank of one when it was trained in a pack: a
    member's numbers do not depend on its bank's size) and its CSV rows are compared value by value
    with the committed ones (timing columns excepted).
@@ -81,8 +81,17 @@ def main() -> int:
     ap.add_argument("--keys-only", action="store_true")
     ap.add_argument("--tabular-only", action="store_true", help="re-run only MLP (tabular) runs")
     ap.add_argument("--out", help="write the report as JSON here")
+    ap.add_argument("--run", action="append", default=[], help="re-run just this run folder (repeatable) and compare it")
     a = ap.parse_args()
     from vflbench.config import config_from_manifest, resolve
+
+    if a.run:
+        bad = False
+        for d in map(Path, a.run):
+            diffs = rerun(json.loads((d / "manifest.json").read_text()), d)
+            bad |= bool(diffs)
+            print(f"{d}: " + ("identical" if not diffs else "; ".join(diffs[:6])), flush=True)
+        return 1 if bad else 0
 
     report, bad = {}, False
     for folder in folders(Path(a.root)):
@@ -91,14 +100,17 @@ def main() -> int:
         moved = [m["run_id"] for _, m in manifests if resolve(config_from_manifest(m)).key != m["run_key"]]
         entry = {"runs": len(manifests), "keys_moved": moved}
         if not a.keys_only:
-            pool = [(d, m) for d, m in manifests if not a.tabular_only or m["config"]["model"].get("arch") == "mlp"]
+            # bit-identical repeats are promised on CPU: a run recorded on a GPU draws other random numbers there
+            pool = [(d, m) for d, m in manifests if (not a.tabular_only or m["config"]["model"].get("arch") == "mlp") and m.get("device", "cpu") == "cpu"]
+            if not pool and manifests:
+                entry["note"] = f"every run was recorded on {manifests[0][1].get('device')}; a CPU re-run is not comparable"
             if pool:
                 d, m = min(pool, key=lambda dm: dm[1].get("timings", {}).get("train_s", 1e9))
                 t = time.perf_counter()
                 entry.update({"rerun": m["run_id"], "packed": "pack" in m, "diffs": rerun(m, d), "seconds": round(time.perf_counter() - t, 1)})
         bad |= bool(entry["keys_moved"]) or bool(entry.get("diffs"))
         report[str(folder)] = entry
-        print(f"{folder}: {entry['runs']} runs, keys moved {len(moved)}"
+        print(f"{folder}: {entry['runs']} runs, keys moved {len(moved)}" + (f" ({entry['note']})" if "note" in entry else "")
               + (f", re-ran {entry['rerun']} ({'pack of 1' if entry['packed'] else 'alone'}, {entry['seconds']}s): "
                  + ("identical" if not entry["diffs"] else "; ".join(entry["diffs"][:4])) if "rerun" in entry else ""), flush=True)
     if a.out:
