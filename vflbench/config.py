@@ -12,16 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import __version__
 from .errors import VFLBenchError
+from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .paths import register as register_paths
 from .paths import user_path
 from .protocols import ResolvedProtocol, default_preset
-
-HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
 
 
 @dataclass
@@ -51,86 +50,6 @@ class RunConfig:
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
     settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. target, eval_epochs, mechanism
-
-
-@dataclass(frozen=True)
-class HParams:
-    optimizer: str
-    lr: float
-    batch_size: int
-    epochs: int
-    weight_decay: float = 0.0
-    momentum: float = 0.0
-    schedule: str = "none"
-    eta_min_ratio: float = 0.0
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "") -> HParams:
-        unknown = set(d) - set(HP_FIELDS)
-        if unknown:
-            raise VFLBenchError(f"Unknown hyper-parameter(s) {', '.join(sorted(unknown))}{where}. Known: {', '.join(HP_FIELDS)}.")
-        missing = {"optimizer", "lr", "batch_size", "epochs"} - set(d)
-        if missing:
-            raise VFLBenchError(f"Hyper-parameter(s) {', '.join(sorted(missing))} missing{where}; set them in the preset or on the command line.")
-        try:
-            hp = cls(
-                optimizer=str(d["optimizer"]), lr=_float(d["lr"], "lr"), batch_size=_int(d["batch_size"], "batch_size"), epochs=_int(d["epochs"], "epochs"),
-                weight_decay=_float(d.get("weight_decay") or 0.0, "weight_decay"), momentum=_float(d.get("momentum") or 0.0, "momentum"),
-                schedule=str(d.get("schedule") or "none"), eta_min_ratio=_float(d.get("eta_min_ratio") or 0.0, "eta_min_ratio"),
-            )
-        except (TypeError, ValueError) as e:
-            raise VFLBenchError(f"Bad hyper-parameter value{where}: {e}.") from None
-        hp.validate(where)
-        return hp
-
-    def validate(self, where: str = "") -> None:
-        if self.optimizer not in ("adam", "sgd"):
-            raise VFLBenchError(f"Unknown optimizer '{self.optimizer}'{where}. Choices: adam, sgd.")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise VFLBenchError(f"epochs and batch_size must be >= 1{where}.")
-        if self.epochs > MAX_EPOCHS:
-            raise VFLBenchError(f"epochs must be at most {MAX_EPOCHS:,}{where}, got {self.epochs:,}.")
-        if not math.isfinite(self.lr) or self.lr <= 0:
-            raise VFLBenchError(f"lr must be a finite number > 0{where}, got {self.lr}.")
-        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
-            raise VFLBenchError(f"weight_decay must be a finite number >= 0{where}, got {self.weight_decay}.")
-        if not math.isfinite(self.momentum) or not 0 <= self.momentum < 1:
-            raise VFLBenchError(f"momentum must be in [0, 1){where}, got {self.momentum}.")
-        if not math.isfinite(self.eta_min_ratio) or not 0 <= self.eta_min_ratio <= 1:
-            raise VFLBenchError(f"eta_min_ratio must be in [0, 1]{where}, got {self.eta_min_ratio}.")
-        if self.schedule not in ("none", "cosine"):
-            raise VFLBenchError(f"Unknown schedule '{self.schedule}'{where}. Choices: none, cosine.")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-MAX_EPOCHS = 100_000  # beyond this a typo, not an experiment (a run would not finish)
-
-
-def _float(v: Any, name: str) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {v!r}") from None
-
-
-def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        pass
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {v!r}") from None
-    if not math.isfinite(f) or f != int(f):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    return int(f)
 
 
 @dataclass(frozen=True)

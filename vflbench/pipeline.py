@@ -161,7 +161,7 @@ def cost_extras(method: Method) -> dict[str, Any]:
 
 
 def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
-    return {name: StageHP(**hp.as_dict()) for name, hp in run.stage_hp.items()}
+    return dict(run.stage_hp)
 
 
 def policy(run: ResolvedRun) -> TrainPolicy:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .errors import TrainingDiverged, VFLBenchError
+from .hparams import HParams
 from .methods import Batch, Epoch, Method, Stage
 from .optim import MaskedOptimizer, cosine_lr
 from .partitioners import Partition
@@ -88,18 +89,7 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
-@dataclass(frozen=True)
-class StageHP:
-    """The hyper-parameters the trainer needs for one stage."""
-
-    optimizer: str
-    lr: float
-    weight_decay: float
-    momentum: float
-    batch_size: int
-    epochs: int
-    schedule: str = "none"
-    eta_min_ratio: float = 0.0
+StageHP = HParams  # one hyper-parameter type (vflbench.hparams); the trainer reads one per stage
 
 
 @dataclass(frozen=True)
