@@ -34,7 +34,7 @@ def make(name, k=3, c=3, seed=0, head_hidden=0, **opts):
 
 
 def test_false_protocol_sets_the_papers_baselines_and_preset():
-    svfl = resolve(RunConfig(dataset="synthetic", method="svfl", protocol="false", labeled=100, aligned=20))
+    svfl = resolve(RunConfig(dataset="synthetic", method="svfl", protocol="false", settings={"labeled": 100, "aligned": 20}))
     assert svfl.method_options == {"fusion": "concat", "samples": "aligned", "incomplete": "zero", "pretrain": "none"}
     assert svfl.preset == "false_tables" and svfl.protocol.all_missing == "resample" and svfl.protocol.train_granularity == "sample"
     assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="false")).method_options["heads"] == "one"

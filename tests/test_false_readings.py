@@ -20,7 +20,7 @@ runner = CliRunner()
 
 
 def semi(**kw):
-    return RunConfig(dataset="synthetic", method="laser", protocol="false", labeled=120, aligned=20, train_missing="mcar:0.3",
+    return RunConfig(dataset="synthetic", method="laser", protocol="false", settings={"labeled": 120, "aligned": 20}, train_missing="mcar:0.3",
                      test_missing=["none", "mcar:0.5"], data_options={"n": 600}, **kw)
 
 

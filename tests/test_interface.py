@@ -61,7 +61,7 @@ def recorder():
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_stages_see_the_samples_they_declare(recorder):
     cfg = RunConfig(dataset="synthetic", method="_recorder", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 1000},
-                    hp={"epochs": 1, "batch_size": 64}, labeled=120, aligned=30)
+                    hp={"epochs": 1, "batch_size": 64}, settings={"labeled": 120, "aligned": 30})
     run = resolve(cfg)
     from vflbench import pipeline
 
@@ -89,10 +89,10 @@ def test_stage_hyper_parameters_can_be_set_per_stage(recorder):
 
 def test_bad_semi_supervised_requests_are_rejected():
     with pytest.raises(VFLBenchError, match="aligned"):
-        resolve(RunConfig(dataset="synthetic", method="laser", labeled=10, aligned=20))
+        resolve(RunConfig(dataset="synthetic", method="laser", settings={"labeled": 10, "aligned": 20}))
     with pytest.raises(VFLBenchError, match="--labeled"):
-        resolve(RunConfig(dataset="synthetic", method="laser", aligned=5))
-    run = resolve(RunConfig(dataset="synthetic", method="laser", labeled=10**7))
+        resolve(RunConfig(dataset="synthetic", method="laser", settings={"aligned": 5}))
+    run = resolve(RunConfig(dataset="synthetic", method="laser", settings={"labeled": 10**7}))
     from vflbench import pipeline
 
     with pytest.raises(VFLBenchError, match="larger than the training set"):

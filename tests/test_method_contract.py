@@ -222,7 +222,7 @@ def test_learns_an_easy_task_above_chance(name):
     semi = {"labeled": 1200, "aligned": 100} if cls.needs_labeled else {}
     cfg = RunConfig(dataset="synthetic", method=base, method_options={k: str(v) for k, v in opts.items()}, train_missing="mcar:0.1",
                     test_missing=["none", "mcar:0.3"], seed=0, data_options={"n": 3000, "separation": 1.5},
-                    hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp}, **semi,
+                    hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp}, settings=semi,
                     # a SimSiam stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
                     stage_hp={"pretrain": {"epochs": 2}} if opts.get("pretrain") == "simsiam" else {})
     rows, _ = execute(resolve(cfg), device=TEST_DEVICE)
@@ -251,7 +251,7 @@ def test_options_round_trip_through_the_manifest(name):
         if cls.validate_options({**{o.name: o.default for o in cls.option_specs}, **chosen, key: value}) is None:
             chosen[key] = value
     semi = {"labeled": 50} if cls.needs_labeled else {}
-    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}, **semi))
+    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}, settings=semi))
     assert {k: run.method_options[k] for k in chosen} == chosen
     assert all(run.option_sources[k] == "user" for k in chosen)
     assert set(run.method_options) == {o.name for o in cls.option_specs}
@@ -364,4 +364,4 @@ def test_a_method_that_cannot_carry_a_mechanism_refuses_it_before_any_work(name)
     cls = cls_of(name)
     semi = {"labeled": 50} if cls.needs_labeled else {}
     with pytest.raises(VFLBenchError, match="does not take a mechanism"):
-        resolve(RunConfig(dataset="synthetic", method=CASES[name][0], settings={"mechanism": "pbm:beta=0.1"}, **semi))
+        resolve(RunConfig(dataset="synthetic", method=CASES[name][0], settings={"mechanism": "pbm:beta=0.1", **semi}))

@@ -213,7 +213,7 @@ def test_epochs_column_counts_every_stage():
     from vflbench.config import RunConfig, resolve
     from vflbench.pipeline import row
 
-    run = resolve(RunConfig(dataset="synthetic", method="false1", parties=3, data_options={"n": 300}, labeled=100, aligned=20,
+    run = resolve(RunConfig(dataset="synthetic", method="false1", parties=3, data_options={"n": 300}, settings={"labeled": 100, "aligned": 20},
                             stage_hp={"pretrain": {"epochs": 4}, "train": {"epochs": 7}}))
     r = row(run, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})
     assert r["epochs"] == 11 and r["stage_epochs"] == "pretrain:4;train:7"

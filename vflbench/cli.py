@@ -387,8 +387,6 @@ def run(
     schedule: str | None = typer.Option(None, help="none | cosine"),
     hp_opt: list[str] | None = typer.Option(None, "--hp", help="hyper-parameter key=value; stage.key=value for one stage (repeatable)"),
     method_opt: list[str] | None = typer.Option(None, "--method-opt", help="method option key=value (repeatable; `vflbench methods` lists them)"),
-    labeled: int | None = typer.Option(None, help="semi-supervised run: number of labeled training samples"),
-    aligned: int = typer.Option(0, help="fully observed reserve inside the labeled set (with --labeled)"),
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
@@ -424,7 +422,7 @@ def run(
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
-        preset=preset, device=device, labeled=labeled, aligned=aligned,
+        preset=preset, device=device,
         settings={k: v for k, v in settings.items() if v is not None},
     )
     resolved = resolve(cfg)  # every check before the heavy imports below

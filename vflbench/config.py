@@ -45,8 +45,6 @@ class RunConfig:
     preset: str | None = None  # None: the protocol's (see protocols.DEFAULT_PRESET)
     device: str = "auto"
     eval_batch_size: int | None = None
-    labeled: int | None = None  # semi-supervised runs: number of labeled training samples
-    aligned: int = 0  # fully observed reserve inside the labeled set
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
     settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. target, eval_epochs, mechanism
@@ -75,12 +73,20 @@ class ResolvedRun:
     stage_hp: dict[str, HParams]
     model: dict[str, Any]
     eval_batch_size: int
-    labeled: int | None
-    aligned: int
     vflbench_version: str = __version__
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
+
+    @property
+    def labeled(self) -> int | None:
+        """Semi-supervised runs: the number of labeled training samples (a declared setting)."""
+        return self.settings.get("labeled")
+
+    @property
+    def aligned(self) -> int:
+        """The fully observed reserve inside the labeled set (a declared setting)."""
+        return self.settings.get("aligned", 0)
 
     @property
     def target(self) -> str | None:
@@ -276,12 +282,6 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
-    if mcls.needs_labeled and cfg.labeled is None:
-        raise VFLBenchError(f"{mcls.display} is semi-supervised: give --labeled N (and --aligned M), e.g. --labeled 500 --aligned 100 as in the FALSE-VFL paper.")
-    if cfg.labeled is not None and (cfg.labeled < 1 or not 0 <= cfg.aligned <= cfg.labeled):
-        raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={cfg.labeled}, aligned={cfg.aligned}.")
-    if cfg.labeled is None and cfg.aligned:
-        raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
     # per-batch test masks are drawn with the training batch size, so evaluate in those batches
     eval_bs = hp.batch_size if proto.test_granularity == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
     return ResolvedRun(
@@ -289,7 +289,6 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         method_options=options, option_sources=sources, parties=int(cfg.parties),
         partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
         protocol=proto, preset=preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
-        labeled=None if cfg.labeled is None else int(cfg.labeled), aligned=int(cfg.aligned),
         path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
         settings=finish_settings(settings, SettingsContext(cfg.dataset, info.n_classes, sum(h.epochs for h in stage_hp.values()))),
     )
@@ -400,6 +399,6 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
-        eval_batch_size=c["eval_batch_size"], labeled=c["labeled"], aligned=c["aligned"], path_bases=dict(c.get("path_bases") or {}),
+        eval_batch_size=c["eval_batch_size"], path_bases=dict(c.get("path_bases") or {}),
         settings=settings_from_manifest(c),
     )

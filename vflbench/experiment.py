@@ -52,10 +52,10 @@ from .settings import SETTINGS, experiment_values
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "labeled", "aligned", "plugins", "method_grid", *SETTINGS,
+    "stage_hp", "plugins", "method_grid", *SETTINGS,
 }
 DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                "labeled", "aligned", *SETTINGS}
+                *SETTINGS}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -379,7 +379,6 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
-                            labeled=over.get("labeled", spec.get("labeled")), aligned=int(over.get("aligned", spec.get("aligned", 0)) or 0),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
                             settings=ds_settings,
                         ))

@@ -44,6 +44,7 @@ class Setting:
     example_with: tuple[tuple[str, Any], ...] = ()  # other settings the example needs (name, value)
     placement: str = "settings"  # "settings": under config.settings; "top": at the config's top level, where runs recorded it before schema v3 (their keys stay)
     finish: Callable[[Any, Context], Any] | None = None  # canonicalise/check with what resolving learned (classes, epochs)
+    always: bool = False  # recorded and keyed even at its default (how runs recorded labeled/aligned before schema v3)
 
     @property
     def flag(self) -> str:
@@ -95,7 +96,8 @@ def finish_settings(values: dict[str, Any], ctx: Context) -> dict[str, Any]:
 
 
 def _apart(values: dict[str, Any], placement: str) -> dict[str, Any]:
-    return {n: SETTINGS[n].text(v) for n, v in values.items() if n in SETTINGS and SETTINGS[n].placement == placement and v != SETTINGS[n].default}
+    return {n: SETTINGS[n].text(v) for n, v in values.items()
+            if n in SETTINGS and SETTINGS[n].placement == placement and (v != SETTINGS[n].default or SETTINGS[n].always)}
 
 
 def to_json(values: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +125,8 @@ def columns(values: dict[str, Any]) -> dict[str, Any]:
     """The CSV column ``settings``: ``name=value;...`` of the column settings apart from their defaults
     (absent when none is: runs at the defaults keep the rows they always had). Tables show such runs
     as variants of their method, as they do for method options."""
-    text = ";".join(f"{n}={v}" for n, v in {**top_json(values), **to_json(values)}.items() if SETTINGS[n].column)
+    apart = {n: v for n, v in {**top_json(values), **to_json(values)}.items() if values[n] != SETTINGS[n].default}
+    text = ";".join(f"{n}={v}" for n, v in apart.items() if SETTINGS[n].column)
     return {"settings": text} if text else {}
 
 
@@ -171,6 +174,40 @@ def _finish_eval_epochs(value: Any, ctx: Context):
     return parse_eval_epochs(value, ctx.total_epochs)
 
 
+def _labeled(value: Any) -> int | None:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise VFLBenchError(f"--labeled takes a number of labeled training samples, got {value!r}.") from None
+    if n < 1:
+        raise VFLBenchError(f"Need 1 <= --labeled; got labeled={n}.")
+    return n
+
+
+def _aligned(value: Any) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise VFLBenchError(f"--aligned takes a number of samples, got {value!r}.") from None
+    if n < 0:
+        raise VFLBenchError(f"Need 0 <= --aligned; got aligned={n}.")
+    return n
+
+
+def _check_labeled(values: dict[str, Any], mcls) -> None:
+    lab, al = values["labeled"], values["aligned"]
+    if mcls is not None and mcls.needs_labeled and lab is None:
+        raise VFLBenchError(f"{mcls.display} is semi-supervised: give --labeled N (and --aligned M), e.g. --labeled 500 --aligned 100 as in the FALSE-VFL paper.")
+    if lab is not None and al > lab:
+        raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={lab}, aligned={al}.")
+    if lab is None and al:
+        raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
+
+
+declare(Setting("labeled", None, "semi-supervised run: number of labeled training samples", _labeled, metavar="N", column=False, since=2,
+                placement="top", always=True, check=_check_labeled, example=50, bad=0))
+declare(Setting("aligned", 0, "fully observed reserve inside the labeled set (with --labeled)", _aligned, metavar="N", column=False, since=2,
+                placement="top", always=True, example=5, bad=-1, example_with=(("labeled", 50),)))
 declare(Setting("target", None, "record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)",
                 _target, keyed=True, column=False, since=2, placement="top", finish=_finish_target, example="train_accuracy=0.9", bad="auprc"))
 declare(Setting("eval_epochs", None, "also evaluate after these epochs: 5,10,20, 1:100[:step], or shares of the run such as 25%,50%; CSV rows get an epoch column",
