@@ -128,3 +128,16 @@ def test_the_cli_refuses_a_bad_mechanism_in_one_line(tmp_path):
     r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--mechanism", "pbm", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "does not take a mechanism" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_method_grid_entry_can_set_run_settings():
+    spec = {"name": "x", "methods": ["laser"], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}},
+            "method_grid": {"laser": [{}, {"settings": {"mechanism": "pbm:beta=0.1"}}, {"heads": "one", "settings": {"mechanism": "ldp:sigma=1"}}]}}
+    runs = build_experiment(spec).runs
+    assert [r.settings.get("mechanism") for r in runs] == [None, "pbm:beta=0.1", "ldp:sigma=1"]
+    assert runs[2].method_options == {"heads": "one"}
+    assert len({resolve(r).key for r in runs}) == 3
+    with pytest.raises(VFLBenchError, match="unknown run setting 'mechansim'"):
+        build_experiment({**spec, "method_grid": {"laser": [{"settings": {"mechansim": "pbm"}}]}})
+    with pytest.raises(VFLBenchError, match="method_grid.laser: mechanism: "):
+        build_experiment({**spec, "method_grid": {"laser": [{"settings": {"mechanism": "pbm:beta=1"}}]}})

@@ -221,11 +221,23 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
         _fail(path, f"method_grid.{method} must be a mapping or a list of mappings of option -> value or list of values.")
     out = []
     for g in grids:
+        sets = g.get("settings")
+        if sets is not None:  # run settings of this entry (vflbench.settings), checked now
+            if not isinstance(sets, dict):
+                _fail(path, f"method_grid.{method}: 'settings' must be a mapping of run setting -> value, e.g. {{mechanism: 'pbm:beta=0.1'}}.")
+            for name, value in sets.items():
+                if name not in SETTINGS:
+                    _fail(path, f"method_grid.{method}: unknown run setting {name!r}. Known: {', '.join(SETTINGS)}.")
+                try:
+                    SETTINGS[name].parse(value)
+                except VFLBenchError as e:
+                    _fail(path, f"method_grid.{method}: {name}: {e}")
+            g = {k: v for k, v in g.items() if k != "settings"}
         keys = list(g)
         values = [v if isinstance(v, list) else [v] for v in g.values()]
         if any(len(v) == 0 for v in values):
             _fail(path, f"method_grid.{method}: an option has an empty list of values.")
-        out += [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+        out += [{**dict(zip(keys, combo, strict=True)), **({"settings": sets} if sets is not None else {})} for combo in itertools.product(*values)]
     _unique(out, f"method_grid.{method}", path)
     return out
 
@@ -364,6 +376,8 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                         hp = {**hp_all, **_dict(over, "hp", path)}
                         if quick:
                             hp["epochs"] = hp_all["epochs"]
+                        grid_opts = dict(grid_opts)
+                        run_settings = {**ds_settings, **(grid_opts.pop("settings", None) or {})}  # a grid entry's run settings (e.g. a mechanism)
                         mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **grid_opts}
                         names = stage_names(m, mopts)
                         stages_used |= names
@@ -380,7 +394,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
                             model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
-                            settings=ds_settings,
+                            settings=run_settings,
                         ))
     named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
     unused = sorted(named - stages_used)
