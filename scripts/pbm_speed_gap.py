@@ -135,8 +135,8 @@ def one(b: int, beta: float, seed: int, variant: str, max_epochs: int) -> dict:
         hp["lr"] = 0.005
     if variant == "batch_200":
         hp["batch_size"] = 200
-    cfg = RunConfig(dataset="phishing", method="pbm", parties=5, seed=seed, protocol="clean", preset="laser_table1",
-                    method_options={"b": b, "beta": beta}, hp=hp, device="cpu")
+    cfg = RunConfig(dataset="phishing", method="pbm", parties=5, seed=seed, protocol="clean", settings={"preset": "laser_table1"},
+                    method_options={"b": b, "beta": beta}, hp=hp)
     run = resolve(cfg)
     torch.set_num_threads(1)
     inputs = prepare(run, "cpu")

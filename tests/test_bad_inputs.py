@@ -598,4 +598,4 @@ def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_war
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match="is read relative to the working directory"):
         exp = load_experiment("experiments/e.yaml")
-    assert exp.runs[0].preset == "experiments/p.yaml"
+    assert exp.runs[0].settings["preset"] == "experiments/p.yaml"

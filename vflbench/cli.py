@@ -390,7 +390,6 @@ def run(
     arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
     hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
     cut: int | None = typer.Option(None, help="representation size"),
-    preset: str | None = typer.Option(None, help="hyper-parameter preset name or YAML path [default: laser_table1; false_tables under --protocol false]"),
     data_opt: list[str] | None = DATA_OPT,
     part_opt: list[str] | None = PART_OPT,
     protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),
@@ -422,7 +421,6 @@ def run(
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
         hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
-        preset=preset, device=device,
         settings={k: v for k, v in settings.items() if v is not None},
     )
     resolved = resolve(cfg)  # every check before the heavy imports below

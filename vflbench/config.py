@@ -20,7 +20,7 @@ from .errors import VFLBenchError
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .paths import register as register_paths
 from .paths import user_path
-from .protocols import ResolvedProtocol, default_preset
+from .protocols import ResolvedProtocol
 
 
 @dataclass
@@ -42,9 +42,6 @@ class RunConfig:
     hp: dict[str, Any] = field(default_factory=dict)  # overrides of the preset (every stage)
     stage_hp: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage overrides
     model: dict[str, Any] = field(default_factory=dict)  # overrides: arch, hidden, cut
-    preset: str | None = None  # None: the protocol's (see protocols.DEFAULT_PRESET)
-    device: str = "auto"
-    eval_batch_size: int | None = None
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
     settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. target, eval_epochs, mechanism
@@ -68,15 +65,23 @@ class ResolvedRun:
     test_missing: tuple[str, ...]
     seed: int
     protocol: ResolvedProtocol
-    preset: str
     hp: HParams  # the first stage's (what `--epochs` etc. set; CSV `epochs`)
     stage_hp: dict[str, HParams]
     model: dict[str, Any]
-    eval_batch_size: int
     vflbench_version: str = __version__
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
+
+    @property
+    def preset(self) -> str:
+        """The hyper-parameter preset (a declared setting; the protocol's when none was given)."""
+        return self.settings["preset"]
+
+    @property
+    def eval_batch_size(self) -> int:
+        """The evaluation batch size (a declared setting, resolved from the training batch size)."""
+        return self.settings["eval_batch_size"]
 
     @property
     def labeled(self) -> int | None:
@@ -215,7 +220,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_method_name(cfg.method)
     from .methods import METHODS
     from .missingness import MissingSpec, p_key
-    from .presets import hyperparameters, load_preset, model_spec, stage_hyperparameters
+    from .presets import hyperparameters, model_spec, stage_hyperparameters
 
     mcls = METHODS.get(cfg.method)
     from .settings import Context as SettingsContext
@@ -253,8 +258,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
         read_parties_file(partition_options["file"], int(cfg.parties))
         partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
-    preset = cfg.preset or default_preset(proto.name)
-    load_preset(preset)
+    settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
+    preset = settings["preset"]
     base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
     overrides = {k: v for k, v in cfg.hp.items() if v is not None}
     options, sources = resolve_method_options(mcls, cfg.method_options, proto)
@@ -282,15 +287,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
-    # per-batch test masks are drawn with the training batch size, so evaluate in those batches
-    eval_bs = hp.batch_size if proto.test_granularity == "batch" else int(cfg.eval_batch_size or max(hp.batch_size, 1024))
     return ResolvedRun(
         dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources, parties=int(cfg.parties),
         partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
-        protocol=proto, preset=preset, hp=hp, stage_hp=stage_hp, model=model, eval_batch_size=eval_bs,
+        protocol=proto, hp=hp, stage_hp=stage_hp, model=model,
         path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
-        settings=finish_settings(settings, SettingsContext(cfg.dataset, info.n_classes, sum(h.epochs for h in stage_hp.values()))),
+        settings=finish_settings(settings, SettingsContext(cfg.dataset, proto, info.n_classes, sum(h.epochs for h in stage_hp.values()), hp.batch_size)),
     )
 
 
@@ -398,7 +401,6 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
         test_missing=list(c["test_missing"]), seed=c["seed"], protocol=c["protocol"]["name"],
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
-        stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), preset=c["preset"],
-        eval_batch_size=c["eval_batch_size"], path_bases=dict(c.get("path_bases") or {}),
+        stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), path_bases=dict(c.get("path_bases") or {}),
         settings=settings_from_manifest(c),
     )

@@ -393,7 +393,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
-                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, preset=spec.get("preset"), path_bases=bases,
+                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, path_bases=bases,
                             settings=run_settings,
                         ))
     named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}

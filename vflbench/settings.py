@@ -45,6 +45,7 @@ class Setting:
     placement: str = "settings"  # "settings": under config.settings; "top": at the config's top level, where runs recorded it before schema v3 (their keys stay)
     finish: Callable[[Any, Context], Any] | None = None  # canonicalise/check with what resolving learned (classes, epochs)
     always: bool = False  # recorded and keyed even at its default (how runs recorded labeled/aligned before schema v3)
+    stage: str = "end"  # when ``finish`` runs: "protocol" (the protocol is known, before the hyper-parameters) or "end"
 
     @property
     def flag(self) -> str:
@@ -59,11 +60,14 @@ class Setting:
 
 @dataclass(frozen=True)
 class Context:
-    """What :func:`finish_settings` knows once a run's data and hyper-parameters are resolved."""
+    """What :func:`finish_settings` knows: the protocol at stage "protocol"; the data and the
+    hyper-parameters too at stage "end"."""
 
     dataset: str
-    n_classes: int
-    total_epochs: int
+    protocol: Any  # vflbench.protocols.ResolvedProtocol
+    n_classes: int = 0
+    total_epochs: int = 0
+    batch_size: int = 0  # the first stage's
 
 
 SETTINGS: dict[str, Setting] = {}
@@ -90,9 +94,10 @@ def resolve_settings(given: dict[str, Any], mcls=None) -> dict[str, Any]:
     return values
 
 
-def finish_settings(values: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """Apply every setting's ``finish`` (checks and forms that need the data or the epochs)."""
-    return {n: (SETTINGS[n].finish(v, ctx) if SETTINGS[n].finish is not None else v) for n, v in values.items()}
+def finish_settings(values: dict[str, Any], ctx: Context, stage: str = "end") -> dict[str, Any]:
+    """Apply the ``finish`` of every setting of ``stage`` (checks and forms that need the protocol,
+    the data or the epochs)."""
+    return {n: (SETTINGS[n].finish(v, ctx) if SETTINGS[n].finish is not None and SETTINGS[n].stage == stage else v) for n, v in values.items()}
 
 
 def _apart(values: dict[str, Any], placement: str) -> dict[str, Any]:
@@ -172,6 +177,50 @@ def _finish_eval_epochs(value: Any, ctx: Context):
     from .config import parse_eval_epochs
 
     return parse_eval_epochs(value, ctx.total_epochs)
+
+
+def _preset(value: Any) -> str | None:
+    if value is None or str(value).strip() == "":
+        return None
+    if not isinstance(value, str):
+        raise VFLBenchError(f"--preset takes a preset name or a YAML path, got {value!r}.")
+    return value.strip()
+
+
+def _finish_preset(value: Any, ctx: Context) -> str:
+    from .presets import load_preset
+    from .protocols import default_preset
+
+    name = value or default_preset(ctx.protocol.name)
+    load_preset(name)  # an unknown name or a bad file is refused here, before any work (relative paths are registered by now)
+    return name
+
+
+def _eval_batch_size(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise VFLBenchError(f"--eval-batch-size takes a number of samples, got {value!r}.") from None
+    if n < 1:
+        raise VFLBenchError(f"--eval-batch-size must be >= 1, got {n}.")
+    return n
+
+
+def _finish_eval_batch_size(value: Any, ctx: Context) -> int:
+    # per-batch test masks are drawn with the training batch size, so evaluate in those batches
+    if ctx.protocol.test_granularity == "batch":
+        return ctx.batch_size
+    return int(value or max(ctx.batch_size, 1024))
+
+
+declare(Setting("preset", None, "hyper-parameter preset name or YAML path [default: the protocol's: laser_table1; false_tables under --protocol false]",
+                _preset, column=False, since=2, placement="top", always=True, stage="protocol", finish=_finish_preset,
+                example="false_tables", bad=["not", "a", "name"]))
+declare(Setting("eval_batch_size", None, "evaluation batch size [default: max(training batch size, 1024); the training batch size under per-batch test masks]",
+                _eval_batch_size, metavar="N", column=False, since=2, placement="top", always=True, finish=_finish_eval_batch_size,
+                example=256, bad=0))
 
 
 def _labeled(value: Any) -> int | None:
