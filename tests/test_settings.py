@@ -15,6 +15,7 @@ from vflbench.cli import app
 from vflbench.config import RunConfig, config_from_manifest, resolve
 from vflbench.errors import VFLBenchError
 from vflbench.experiment import build_experiment
+from vflbench.methods import Option
 from vflbench.pipeline import row
 from vflbench.settings import SETTINGS, Setting, declare, resolve_settings
 
@@ -106,3 +107,27 @@ def test_train_samples_trains_on_a_seeded_subset_with_the_masks_of_the_full_run(
     assert a.test.x.equal(full.test.x)  # the test set is untouched
     with pytest.raises(VFLBenchError, match="more than the"):
         inputs(train_samples=10_000)
+
+
+# ---------------------------------------------------------------- the key layout (vflbench.keys)
+def test_fields_declared_after_the_frozen_layout_are_keyed_only_apart_from_their_defaults():
+    from vflbench import keys
+
+    # a v2 option is keyed at its default; an option declared later only when set apart from it
+    assert keys.method_options("laser", {"fusion": "mean", "heads": "per_party", "samples": "labeled"}) == {"fusion": "mean"}
+    assert keys.method_options("laser", {"fusion": "mean", "heads": "one"}) == {"fusion": "mean", "heads": "one"}
+    assert keys.method_options("sum", {"C": 1.0, "embed_dim": 16, "eval": "mechanism", "hidden": "128,64"}) == {}  # a v3 method
+    assert keys.method_options("sum", {"C": 2.0}) == {"C": 2.0}
+    proto = keys.protocol({"name": "clean", "shuffle": True, "val_split": 0.0, "laser_epochs": 100})
+    assert proto == {"name": "clean", "shuffle": True, "laser_epochs": 100}
+    assert keys.data_options("fashion-mnist", {"normalize": "dataset", "train_subset": 0, "test_subset": 0}) == {"normalize": "dataset", "train_subset": 0}
+
+
+def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
+    from vflbench.methods import METHODS
+
+    cls = METHODS.get("laser")
+    before = resolve(RunConfig(dataset="synthetic", method="laser")).key
+    monkeypatch.setattr(cls, "option_specs", (*cls.option_specs, Option("new_knob", int, 3, "an option declared later")))
+    assert resolve(RunConfig(dataset="synthetic", method="laser")).key == before
+    assert resolve(RunConfig(dataset="synthetic", method="laser", method_options={"new_knob": "4"})).key != before

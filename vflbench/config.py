@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from . import __version__
+from . import __version__, keys
 from .errors import VFLBenchError
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .paths import register as register_paths
@@ -135,9 +135,9 @@ class ResolvedRun:
             d["settings"] = keyed
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
-        d["protocol"] = self.protocol.key_dict()
-        d["data_options"] = {k: v for k, v in d["data_options"].items() if not (k in DATA_OPTIONS_ADDED and v == DATA_OPTIONS_ADDED[k])}
-        d["method_options"] = {k: v for k, v in d["method_options"].items() if not _added_at_default(self.method, k, v)}
+        d["protocol"] = keys.protocol(self.protocol.as_dict())  # the key layout (vflbench.keys): no per-field marks
+        d["data_options"] = keys.data_options(self.dataset, d["data_options"])
+        d["method_options"] = keys.method_options(self.method, d["method_options"])
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -147,19 +147,6 @@ class ResolvedRun:
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, seed=int(seed))
-
-
-# dataset options added after results were committed, with the value that leaves those runs' keys alone
-DATA_OPTIONS_ADDED = {"test_subset": 0, "sep": "", "coerce": False, "keep": ""}
-
-
-def _added_at_default(method: str, name: str, value: Any) -> bool:
-    from .methods import METHODS
-
-    if method not in METHODS:
-        return False
-    opt = next((o for o in METHODS.get(method).option_specs if o.name == name), None)
-    return opt is not None and opt.added and value == opt.default
 
 
 def _slug(s: str) -> str:

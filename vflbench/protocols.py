@@ -72,11 +72,6 @@ class ResolvedProtocol:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def key_dict(self) -> dict[str, Any]:
-        """The fields that enter a run's key: options added after results were committed are left
-        out at their original behaviour, so those results keep their keys (and stay resumable)."""
-        return {k: v for k, v in asdict(self).items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
-
 
 def _auto(v: str, default: bool) -> bool:
     if v == "auto":
@@ -87,9 +82,6 @@ def _auto(v: str, default: bool) -> bool:
         return False
     raise VFLBenchError(f"Protocol option must be auto, on or off; got {v!r}.")
 
-
-ADDED_FIELDS = {"svfl_samples": "labeled", "svfl_fusion": "mean", "svfl_incomplete": "random", "laser_heads": "per_party",
-                "plug_p_drop": 0.0, "plug_active_missing": "skip", "val_split": 0.0, "laser_epochs": 0}
 
 PROTOCOLS = {
     "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True),

@@ -52,7 +52,6 @@ class Option:
     choices: tuple[Any, ...] | None = None
     protocol: str | None = None
     check: Callable[[Any], str | None] | None = field(default=None, compare=False)
-    added: bool = False  # added after results were committed: left out of the run key at its default
 
     def parse(self, value: Any, owner: str) -> Any:
         """Convert a CLI/YAML value to the declared type and validate it."""

@@ -126,15 +126,14 @@ class LaserVFL(Method):
         Option("heads", str, "per_party", "one fusion head per party (the paper), one fusion model trained on every subset "
                "(the single-active-party variant the FALSE-VFL paper runs), or 'active': one fusion model trained only on "
                "subsets that hold the active party's block 0 (head 0 of the authors' code)",
-               choices=("per_party", "one", "active"), protocol="laser_heads", added=True),
+               choices=("per_party", "one", "active"), protocol="laser_heads"),
         PRETRAIN_OPTION,
         # Readings of the FALSE-VFL paper's LASER-VFL baseline (results/false/README.md, controlled runs)
         Option("samples", str, "labeled", "train on every labeled sample, or only on the fully aligned labeled ones",
-               choices=("labeled", "aligned"), added=True),
+               choices=("labeled", "aligned")),
         Option("missing", str, "subset", "fuse a subset by the mean of its blocks' representations (LASER-VFL), or "
-               "zero-impute the missing blocks (the mean over all K parties with zeros)", choices=("subset", "zero"), added=True),
-        Option("freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains",
-               added=True),
+               "zero-impute the missing blocks (the mean over all K parties with zeros)", choices=("subset", "zero")),
+        Option("freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains"),
     )
 
     @classmethod

@@ -29,7 +29,7 @@ class PlugVFL(Method):
         Option("p_drop", float, 0.0, "party-wise dropout probability of observed passive blocks in training",
                check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)", protocol="plug_p_drop"),
         Option("active_missing", str, "skip", "samples whose active party's block is missing: not trained on (the LASER-VFL "
-               "code), or zero-imputed like any missing party (FALSE-VFL)", choices=("skip", "impute"), protocol="plug_active_missing", added=True),
+               "code), or zero-imputed like any missing party (FALSE-VFL)", choices=("skip", "impute"), protocol="plug_active_missing"),
         Option("plug_denominator", str, "random", "test samples whose active party is missing: excluded from the "
                "denominators, or scored as random guesses", choices=("exclude", "random"), protocol="plug_denominator"),
         Option("granularity", str, "sample", "party dropout drawn per sample or once per batch",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 PRETRAIN = Stage("pretrain", samples="all", labels=False, hp="simsiam")
 PRETRAIN_OPTION = Option("pretrain", str, "none", "self-supervised pretraining of each party's extractor on all its training "
                          "samples before training on the labeled ones (stage 'pretrain', preset block <type>.simsiam)",
-                         choices=("none", "simsiam"), added=True)
+                         choices=("none", "simsiam"))
 
 PROJ, PRED_HIDDEN = 512, 128
 MASK_P, NOISE = 0.2, 0.1

@@ -34,9 +34,9 @@ class StandardVFL(Method):
         Option("fusion", str, "mean", "fusion of the party representations before the head (concat: zeros for a missing party)",
                choices=("mean", "sum", "concat"), protocol="svfl_fusion"),
         Option("samples", str, "labeled", "train on the complete samples of batches of labeled samples, or on batches of "
-               "fully aligned labeled samples only", choices=("labeled", "aligned"), protocol="svfl_samples", added=True),
+               "fully aligned labeled samples only", choices=("labeled", "aligned"), protocol="svfl_samples"),
         Option("incomplete", str, "random", "an incomplete test sample gets a uniformly random class, or the model's "
-               "prediction with the missing embeddings set to zero", choices=("random", "zero"), protocol="svfl_incomplete", added=True),
+               "prediction with the missing embeddings set to zero", choices=("random", "zero"), protocol="svfl_incomplete"),
         PRETRAIN_OPTION,
     )
 
