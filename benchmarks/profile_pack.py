@@ -20,12 +20,12 @@ from vflbench.config import RunConfig, resolve
 from vflbench.pipeline import execute_pack
 
 PARTS = {  # (file suffix, function name) -> label
-    ("packing.py", "fit_packed"): "training loop, whole",
+    ("training.py", "fit"): "training loop, whole",
     ("", "<method 'run_backward' of 'torch._C._EngineBase' objects>"): "autograd backward",
-    ("packing.py", "member_loss"): "the method's loss under vmap",
+    ("packing.py", "_member_loss"): "the method's loss under vmap",
     ("_pytree.py", "tree_flatten"): "pytree flattening",
     ("optim.py", "step"): "masked optimiser step",
-    ("packing.py", "_blocks"): "batch gather",
+    ("packing.py", "batches"): "batch gather",
 }
 
 
@@ -52,7 +52,7 @@ def main() -> None:
         for (suffix, fn), label in PARTS.items():
             if name == fn and file.endswith(suffix):
                 found[label] = found.get(label, 0.0) + cum
-    calls = next(c for (_, _, name), (c, *_) in stats.items() if name == "member_loss")  # one call per step
+    calls = next(c for (_, _, name), (c, *_) in stats.items() if name == "_member_loss")  # one call per step
     print(f"{a.method} on {a.dataset}, {a.protocol}: a pack of {len(runs)}, {a.epochs} epochs, {calls} steps, 1 thread, cProfile on")
     for label in PARTS.values():
         if label in found:
