@@ -75,6 +75,12 @@ def test_a_bad_value_is_one_clear_error(name):
 def test_experiment_files_take_it_at_the_top_and_per_dataset(name):
     s = SETTINGS[name]
     spec = {"name": "x", "methods": [METHOD], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}}}
+    if s.axis is not None:  # a grid axis: the file lists values under its own key, one run each
+        runs = build_experiment({**spec, s.axis: [s.example]}).runs
+        assert [r.settings[name] for r in runs] == [s.example]
+        with pytest.raises(VFLBenchError, match=name):
+            build_experiment({**spec, s.axis: [s.bad]})
+        return
     top = build_experiment({**spec, **_with(name)}).runs[0]
     per = build_experiment({**spec, "datasets": {"synthetic": _with(name)}}).runs[0]
     assert top.settings[name] == per.settings[name] == s.example

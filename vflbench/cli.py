@@ -372,11 +372,9 @@ def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[st
 def run(
     dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
     method: str = typer.Option(..., help="method name (see `vflbench methods`)"),
-    parties: int = PARTIES_OPT,
     partitioner: str | None = PARTITIONER_OPT,
     train_missing: str = typer.Option("none", help="training missingness spec, e.g. mcar:0.1"),
     test_missing: str = typer.Option("none,mcar:0.1,mcar:0.5", help="comma-separated test settings"),
-    seed: int = typer.Option(0, help="run seed (all named streams derive from it)"),
     protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)"),
     epochs: int | None = typer.Option(None, help="override the preset's epochs (every stage)"),
     lr: float | None = typer.Option(None, help="override the preset's learning rate"),
@@ -415,8 +413,8 @@ def run(
     if hidden is not None:
         model["hidden"] = parse_int_list(hidden, "--hidden")
     cfg = RunConfig(
-        dataset=dataset, method=method, parties=parties, partitioner=partitioner, train_missing=train_missing,
-        test_missing=split_specs(test_missing), seed=seed, protocol=protocol,
+        dataset=dataset, method=method, partitioner=partitioner, train_missing=train_missing,
+        test_missing=split_specs(test_missing), protocol=protocol,
         protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),
@@ -441,9 +439,9 @@ def run(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
     ) as bar:
-        rows, manifest = execute(resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {seed})")])
+        rows, manifest = execute(resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")])
     run_dir = write_outputs(out, rows, manifest)
-    t = Table(title=f"{resolved.method_display} | {dataset} | K={parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {seed}")
+    t = Table(title=f"{resolved.method_display} | {dataset} | K={resolved.parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}")
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:

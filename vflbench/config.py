@@ -21,6 +21,7 @@ from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exp
 from .paths import register as register_paths
 from .paths import user_path
 from .protocols import ResolvedProtocol
+from .settings import SETTINGS
 
 
 @dataclass
@@ -29,11 +30,9 @@ class RunConfig:
 
     dataset: str
     method: str
-    parties: int = 4
     partitioner: str | None = None
     train_missing: str = "none"
     test_missing: list[str] = field(default_factory=lambda: ["none"])
-    seed: int = 0
     protocol: str = "clean"
     protocol_options: dict[str, Any] = field(default_factory=dict)
     data_options: dict[str, Any] = field(default_factory=dict)
@@ -44,7 +43,27 @@ class RunConfig:
     model: dict[str, Any] = field(default_factory=dict)  # overrides: arch, hidden, cut
     path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
     hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
-    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. target, eval_epochs, mechanism
+    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. seed, parties, mechanism
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared setting reads as an attribute: the user's value, else None (the default is
+        resolved by :func:`resolve`)."""
+        if name in SETTINGS:
+            return self.__dict__.get("settings", {}).get(name, SETTINGS[name].default)
+        raise AttributeError(name)
+
+
+_dataclass_init = RunConfig.__init__
+
+
+def _init_with_settings(self, *args, settings: dict[str, Any] | None = None, **kwargs) -> None:
+    """``RunConfig(..., seed=3, mechanism="pbm")``: a declared setting (vflbench.settings) may be given
+    as a keyword; it is kept in ``settings``. Anything else that is not a field is an error."""
+    declared = {k: kwargs.pop(k) for k in list(kwargs) if k in SETTINGS}
+    _dataclass_init(self, *args, settings={**(settings or {}), **declared}, **kwargs)
+
+
+RunConfig.__init__ = _init_with_settings
 
 
 @dataclass(frozen=True)
@@ -58,12 +77,10 @@ class ResolvedRun:
     method_display: str
     method_options: dict[str, Any]
     option_sources: dict[str, str]  # option -> "user" | "protocol:<name>" | "default"
-    parties: int
     partitioner: str
     partition_options: dict[str, Any]
     train_missing: str  # vflbench.missingness.MissingSpec: the canonical label, parsed once
     test_missing: tuple[str, ...]
-    seed: int
     protocol: ResolvedProtocol
     hp: HParams  # the first stage's (what `--epochs` etc. set; CSV `epochs`)
     stage_hp: dict[str, HParams]
@@ -72,6 +89,16 @@ class ResolvedRun:
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
+
+    @property
+    def seed(self) -> int:
+        """The run seed (a declared setting): every named random stream derives from it."""
+        return self.settings["seed"]
+
+    @property
+    def parties(self) -> int:
+        """The number of parties K (a declared setting)."""
+        return self.settings["parties"]
 
     @property
     def preset(self) -> str:
@@ -146,7 +173,7 @@ class ResolvedRun:
         return f"{_dataset_slug(self.dataset)}_{self.method}_K{self.parties}_{_slug(self.train_missing)}_s{self.seed}_{self.key}"
 
     def with_seed(self, seed: int) -> ResolvedRun:
-        return replace(self, seed=int(seed))
+        return replace(self, settings={**self.settings, "seed": int(seed)})
 
 
 def _slug(s: str) -> str:
@@ -216,15 +243,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     settings = resolve_settings(cfg.settings, mcls)
     data_options = dict(cfg.data_options)
     if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
-        data_options["split_seed"] = int(cfg.seed)
+        data_options["split_seed"] = int(settings["seed"])
     data_options = resolve_options(spec, data_options)
     if "file_sha256" in data_options:  # a user's table: its content is part of the run (an edited file is a new run)
         from .datasets.table import file_checksum
 
         data_options["file_sha256"] = file_checksum(cfg.dataset, data_options)
     info = spec.info_for(data_options)
-    if cfg.parties < 1:
-        raise VFLBenchError(f"--parties must be >= 1, got {cfg.parties}.")
     if not cfg.test_missing:
         raise VFLBenchError("Give at least one --test-missing setting.")
     train_missing = MissingSpec(cfg.train_missing)  # parsed once: typed, and its canonical label
@@ -243,7 +268,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
         if not partition_options.get("file"):
             raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
-        read_parties_file(partition_options["file"], int(cfg.parties))
+        read_parties_file(partition_options["file"], int(settings["parties"]))
         partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
     settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
     preset = settings["preset"]
@@ -276,8 +301,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_model(model, info.kind)
     return ResolvedRun(
         dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
-        method_options=options, option_sources=sources, parties=int(cfg.parties),
-        partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing, seed=int(cfg.seed),
+        method_options=options, option_sources=sources,
+        partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing,
         protocol=proto, hp=hp, stage_hp=stage_hp, model=model,
         path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
         settings=finish_settings(settings, SettingsContext(cfg.dataset, proto, info.n_classes, sum(h.epochs for h in stage_hp.values()), hp.batch_size)),
@@ -371,7 +396,7 @@ def check_model(model: dict[str, Any], kind: str) -> None:
 
 
 def config_from_dict(d: dict[str, Any]) -> RunConfig:
-    names = {f.name for f in fields(RunConfig)}
+    names = {f.name for f in fields(RunConfig)} | set(SETTINGS)
     unknown = set(d) - names
     if unknown:
         raise VFLBenchError(f"Unknown run setting(s) {', '.join(sorted(unknown))}.")
@@ -384,8 +409,8 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
 
     c = m["config"]
     return RunConfig(
-        dataset=c["dataset"], method=c["method"], parties=c["parties"], partitioner=c["partitioner"], train_missing=c["train_missing"],
-        test_missing=list(c["test_missing"]), seed=c["seed"], protocol=c["protocol"]["name"],
+        dataset=c["dataset"], method=c["method"], partitioner=c["partitioner"], train_missing=c["train_missing"],
+        test_missing=list(c["test_missing"]), protocol=c["protocol"]["name"],
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), path_bases=dict(c.get("path_bases") or {}),

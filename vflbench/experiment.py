@@ -47,15 +47,15 @@ import yaml
 from . import yamlio
 from .config import RunConfig
 from .errors import VFLBenchError
-from .settings import SETTINGS, experiment_values
+from .settings import SETTINGS, experiment_keys, experiment_values
 
 TOP_KEYS = {
     "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
     "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "plugins", "method_grid", *SETTINGS,
+    "stage_hp", "plugins", "method_grid", *experiment_keys(),
 }
 DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                *SETTINGS}
+                *experiment_keys()} - {"seeds"}
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -301,6 +301,15 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, str(e))
     file_seeds = _list(spec, "seeds", int, path, [0])
     parties = _list(spec, "parties", int, path, [4])
+    for name, setting in SETTINGS.items():  # grid axes of declared settings: every value is checked now
+        if setting.axis is None:
+            continue
+        for level in [spec, *((o or {}) for o in (spec.get("datasets") or {}).values() if isinstance(o, dict))]:
+            for value in level.get(setting.axis) or [] if isinstance(level.get(setting.axis), list) else []:
+                try:
+                    setting.parse(value)
+                except VFLBenchError as e:
+                    _fail(path, f"{setting.axis} ({name}): {e}")
     ds_spec = _dict(spec, "datasets", path)
     if not ds_spec:
         _fail(path, "'datasets' must list at least one dataset.")

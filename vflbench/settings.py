@@ -46,6 +46,7 @@ class Setting:
     finish: Callable[[Any, Context], Any] | None = None  # canonicalise/check with what resolving learned (classes, epochs)
     always: bool = False  # recorded and keyed even at its default (how runs recorded labeled/aligned before schema v3)
     stage: str = "end"  # when ``finish`` runs: "protocol" (the protocol is known, before the hyper-parameters) or "end"
+    axis: str | None = None  # an experiment file lists its values under this key, one run each (a grid axis), instead of one value
 
     @property
     def flag(self) -> str:
@@ -136,8 +137,14 @@ def columns(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def experiment_values(spec: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """The settings an experiment file gives: top level, overridden per dataset."""
-    return {n: over.get(n, spec.get(n)) for n in SETTINGS if over.get(n, spec.get(n)) is not None}
+    """The settings an experiment file gives: top level, overridden per dataset (grid axes such as
+    ``seeds`` and ``parties`` are expanded by the experiment builder, one run per value)."""
+    return {n: over.get(n, spec.get(n)) for n, s in SETTINGS.items() if s.axis is None and over.get(n, spec.get(n)) is not None}
+
+
+def experiment_keys() -> set[str]:
+    """The keys declared settings take in an experiment file (a grid axis under its own name)."""
+    return {s.axis or n for n, s in SETTINGS.items()}
 
 
 def cli_parameters():
@@ -177,6 +184,27 @@ def _finish_eval_epochs(value: Any, ctx: Context):
     from .config import parse_eval_epochs
 
     return parse_eval_epochs(value, ctx.total_epochs)
+
+
+def _int_at_least(flag: str, low: int):
+    def parse(value: Any) -> int:
+        try:
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            n = int(float(value))
+        except (TypeError, ValueError):
+            raise VFLBenchError(f"{flag} takes an integer, got {value!r}.") from None
+        if n < low:
+            raise VFLBenchError(f"{flag} must be >= {low}, got {n}.")
+        return n
+
+    return parse
+
+
+declare(Setting("seed", 0, "run seed (all named streams derive from it)", _int_at_least("--seed", 0), metavar="INTEGER", column=False,
+                since=2, placement="top", always=True, example=3, bad=-1, axis="seeds"))
+declare(Setting("parties", 4, "number of parties K", _int_at_least("--parties", 1), metavar="INTEGER", column=False,
+                since=2, placement="top", always=True, example=3, bad=0, axis="parties"))
 
 
 def _preset(value: Any) -> str | None:
