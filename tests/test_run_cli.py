@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from vflbench.cli import app, split_specs
+from vflbench.cli import app
+from vflbench.missingness import split_specs
 
 from .conftest import needs_mirror
 

@@ -271,23 +271,6 @@ def inspect(
     console.print(t)
 
 
-def split_specs(text: str) -> list[str]:
-    """``none,mcar:0.1,0.2,0.5,0,mar1`` -> ``['none', 'mcar:0.1,0.2,0.5,0', 'mar1']``: numeric tokens
-    continue the previous spec's parameter list."""
-    out: list[str] = []
-    for tok in (t.strip() for t in text.split(",")):
-        if not tok:
-            continue
-        try:
-            float(tok)
-            is_num = True
-        except ValueError:
-            is_num = False
-        if is_num and out:
-            out[-1] += "," + tok
-        else:
-            out.append(tok)
-    return out
 
 
 def _num(v: str):
@@ -373,8 +356,6 @@ def run(
     dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
     method: str = typer.Option(..., help="method name (see `vflbench methods`)"),
     partitioner: str | None = PARTITIONER_OPT,
-    train_missing: str = typer.Option("none", help="training missingness spec, e.g. mcar:0.1"),
-    test_missing: str = typer.Option("none,mcar:0.1,mcar:0.5", help="comma-separated test settings"),
     protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)"),
     epochs: int | None = typer.Option(None, help="override the preset's epochs (every stage)"),
     lr: float | None = typer.Option(None, help="override the preset's learning rate"),
@@ -413,8 +394,7 @@ def run(
     if hidden is not None:
         model["hidden"] = parse_int_list(hidden, "--hidden")
     cfg = RunConfig(
-        dataset=dataset, method=method, partitioner=partitioner, train_missing=train_missing,
-        test_missing=split_specs(test_missing), protocol=protocol,
+        dataset=dataset, method=method, partitioner=partitioner, protocol=protocol,
         protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
         partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
         method_options=parse_kv(method_opt, "--method-opt"),

@@ -31,8 +31,6 @@ class RunConfig:
     dataset: str
     method: str
     partitioner: str | None = None
-    train_missing: str = "none"
-    test_missing: list[str] = field(default_factory=lambda: ["none"])
     protocol: str = "clean"
     protocol_options: dict[str, Any] = field(default_factory=dict)
     data_options: dict[str, Any] = field(default_factory=dict)
@@ -79,8 +77,6 @@ class ResolvedRun:
     option_sources: dict[str, str]  # option -> "user" | "protocol:<name>" | "default"
     partitioner: str
     partition_options: dict[str, Any]
-    train_missing: str  # vflbench.missingness.MissingSpec: the canonical label, parsed once
-    test_missing: tuple[str, ...]
     protocol: ResolvedProtocol
     hp: HParams  # the first stage's (what `--epochs` etc. set; CSV `epochs`)
     stage_hp: dict[str, HParams]
@@ -89,6 +85,16 @@ class ResolvedRun:
     path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
+
+    @property
+    def train_missing(self):
+        """The training missingness (a declared setting; a :class:`~vflbench.missingness.MissingSpec`)."""
+        return self.settings["train_missing"]
+
+    @property
+    def test_missing(self) -> tuple:
+        """The test-time missingness settings (a declared setting)."""
+        return self.settings["test_missing"]
 
     @property
     def seed(self) -> int:
@@ -145,7 +151,6 @@ class ResolvedRun:
         d["protocol"] = self.protocol.as_dict()
         d["hp"] = self.hp.as_dict()
         d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
-        d["test_missing"] = list(self.test_missing)
         return d
 
     @property
@@ -233,7 +238,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
     check_method_name(cfg.method)
     from .methods import METHODS
-    from .missingness import MissingSpec, p_key
+    from .missingness import p_key
     from .presets import hyperparameters, model_spec, stage_hyperparameters
 
     mcls = METHODS.get(cfg.method)
@@ -250,13 +255,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
 
         data_options["file_sha256"] = file_checksum(cfg.dataset, data_options)
     info = spec.info_for(data_options)
-    if not cfg.test_missing:
-        raise VFLBenchError("Give at least one --test-missing setting.")
-    train_missing = MissingSpec(cfg.train_missing)  # parsed once: typed, and its canonical label
-    test_missing = tuple(MissingSpec(s) for s in cfg.test_missing)
-    dupes = sorted({s for s in test_missing if test_missing.count(s) > 1})
-    if dupes:
-        raise VFLBenchError(f"Test setting(s) {', '.join(dupes)} given more than once; list each test setting once.")
+    train_missing = settings["train_missing"]  # parsed once (a MissingSpec), as test_missing
     from .partitioners import check_options
 
     partitioner = cfg.partitioner or ("tiles" if info.kind == "image" else "contiguous")
@@ -302,7 +301,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     return ResolvedRun(
         dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources,
-        partitioner=partitioner, partition_options=partition_options, train_missing=train_missing, test_missing=test_missing,
+        partitioner=partitioner, partition_options=partition_options,
         protocol=proto, hp=hp, stage_hp=stage_hp, model=model,
         path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
         settings=finish_settings(settings, SettingsContext(cfg.dataset, proto, info.n_classes, sum(h.epochs for h in stage_hp.values()), hp.batch_size)),
@@ -409,8 +408,7 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
 
     c = m["config"]
     return RunConfig(
-        dataset=c["dataset"], method=c["method"], partitioner=c["partitioner"], train_missing=c["train_missing"],
-        test_missing=list(c["test_missing"]), protocol=c["protocol"]["name"],
+        dataset=c["dataset"], method=c["method"], partitioner=c["partitioner"], protocol=c["protocol"]["name"],
         protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
         partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
         stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), path_bases=dict(c.get("path_bases") or {}),

@@ -55,7 +55,7 @@ TOP_KEYS = {
     "stage_hp", "plugins", "method_grid", *experiment_keys(),
 }
 DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                *experiment_keys()} - {"seeds"}
+                *experiment_keys()} - {"seeds", "train_missing"}  # grid axes read once, at the top level
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -293,9 +293,17 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
             _fail(path, f"--train-missing {', '.join(missing)} not in this experiment (it has {', '.join(train)}).")
         train = [have[canonical(t)] for t in train_missing]
     test = _list(spec, "test_missing", str, path)
+    for key, specs in (("train_missing", train), ("test_missing", test)):
+        for one in specs:
+            try:
+                parse_mechanism(one)
+            except VFLBenchError as e:
+                _fail(path, f"{key}: {e}")
     try:
-        for s in train + test:
-            parse_mechanism(s)
+        SETTINGS["test_missing"].parse(test)  # the run's test settings, as one value (none twice)
+    except VFLBenchError as e:
+        _fail(path, f"test_missing: {e}")
+    try:
         get_protocol(spec.get("protocol", "clean"), _dict(spec, "protocol_options", path))
     except VFLBenchError as e:
         _fail(path, str(e))
@@ -398,7 +406,7 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                             hp["lr"] = float(lr_table[k])
                         runs.append(RunConfig(
                             dataset=ds, method=m, parties=int(k), partitioner=part,
-                            train_missing=tr, test_missing=list(test), seed=int(seed), protocol=spec.get("protocol", "clean"),
+                            train_missing=tr, test_missing=list(over.get("test_missing", test)), seed=int(seed), protocol=spec.get("protocol", "clean"),
                             protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
                             data_options=data_opts, partition_options=part_opts,
                             method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),

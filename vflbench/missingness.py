@@ -234,6 +234,38 @@ class MissingSpec(str):
         return copy.deepcopy(self._proto)
 
 
+def split_specs(text: str) -> list[str]:
+    """``none,mcar:0.1,0.2,0.5,0,mar1`` -> ``['none', 'mcar:0.1,0.2,0.5,0', 'mar1']``: numeric tokens
+    continue the previous spec's parameter list."""
+    out: list[str] = []
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok:
+            continue
+        try:
+            float(tok)
+            is_num = True
+        except ValueError:
+            is_num = False
+        if is_num and out:
+            out[-1] += "," + tok
+        else:
+            out.append(tok)
+    return out
+
+
+def test_settings(value) -> tuple[MissingSpec, ...]:
+    """Test-time settings: a comma-separated text (``none,mcar:0.1``) or a list; each parsed once,
+    at least one, none twice."""
+    items = split_specs(value) if isinstance(value, str) else list(value or [])
+    if not items:
+        raise VFLBenchError("Give at least one --test-missing setting.")
+    specs = tuple(MissingSpec(s) for s in items)
+    dupes = sorted({s for s in specs if specs.count(s) > 1})
+    if dupes:
+        raise VFLBenchError(f"Test setting(s) {', '.join(dupes)} given more than once; list each test setting once.")
+    return specs
+
+
 def canonical(spec: str) -> str:
     """The one label of a setting: lower-case name, parameters as shortest numbers
     (``MCAR:0.10`` -> ``mcar:0.1``, ``mcar:.1,.2`` -> ``mcar:0.1,0.2``). Validates the spec."""

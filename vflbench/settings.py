@@ -207,6 +207,31 @@ declare(Setting("parties", 4, "number of parties K", _int_at_least("--parties", 
                 since=2, placement="top", always=True, example=3, bad=0, axis="parties"))
 
 
+def _train_missing(value: Any):
+    from .missingness import MissingSpec
+
+    return MissingSpec(value)
+
+
+def _test_missing(value: Any):
+    from .missingness import test_settings
+
+    return test_settings(value)
+
+
+def _missing_default(text: str):
+    from .missingness import MissingSpec, test_settings
+
+    return MissingSpec(text) if "," not in text else test_settings(text)
+
+
+declare(Setting("train_missing", _missing_default("none"), "training missingness spec, e.g. mcar:0.1, mcar:0.1,0.2,0.5,0, mcar-beta:2,2, mar1, mnar:0.7",
+                _train_missing, metavar="SPEC", column=False, since=2, placement="top", always=True, example="mcar:0.2", bad="mcar:2",
+                axis="train_missing"))
+declare(Setting("test_missing", _missing_default("none,mcar:0.1,mcar:0.5"), "comma-separated test settings (each as --train-missing)",
+                _test_missing, metavar="SPECS", column=False, since=2, placement="top", always=True, example=["none", "mar1"], bad=["none", "none"]))
+
+
 def _preset(value: Any) -> str | None:
     if value is None or str(value).strip() == "":
         return None
