@@ -133,8 +133,9 @@ def test_the_cli_refuses_a_bad_mechanism_in_one_line(tmp_path):
 def test_a_method_grid_entry_can_set_run_settings():
     spec = {"name": "x", "methods": ["laser"], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}},
             "method_grid": {"laser": [{}, {"settings": {"mechanism": "pbm:beta=0.1"}}, {"heads": "one", "settings": {"mechanism": "ldp:sigma=1"}}]}}
-    runs = build_experiment(spec).runs
-    assert [r.settings.get("mechanism") for r in runs] == [None, "pbm:beta=0.1", "ldp:sigma=1"]
+    runs = build_experiment({**spec, "seeds": [0, 1]}).runs  # every seed of an entry gets its settings
+    assert [r.settings.get("mechanism") for r in runs] == [None, None, "pbm:beta=0.1", "pbm:beta=0.1", "ldp:sigma=1", "ldp:sigma=1"]
+    runs = runs[::2]
     assert runs[2].method_options == {"heads": "one"}
     assert len({resolve(r).key for r in runs}) == 3
     with pytest.raises(VFLBenchError, match="unknown run setting 'mechansim'"):

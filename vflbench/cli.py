@@ -579,6 +579,9 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
             from rich.markup import escape
 
             popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
+            from .settings import columns as setting_columns
+
+            user = ";".join(x for x in (user, setting_columns(r.settings).get("settings", "")) if x)  # options and run settings a user set
             console.print(escape(f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} {r.partitioner}{f'[{popts}]' if popts else ''} "
                                  f"train={r.train_missing} seed={r.seed} epochs={epochs}"))
         return

@@ -393,9 +393,9 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                         hp = {**hp_all, **_dict(over, "hp", path)}
                         if quick:
                             hp["epochs"] = hp_all["epochs"]
-                        grid_opts = dict(grid_opts)
-                        run_settings = {**ds_settings, **(grid_opts.pop("settings", None) or {})}  # a grid entry's run settings (e.g. a mechanism)
-                        mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **grid_opts}
+                        entry = dict(grid_opts)
+                        run_settings = {**ds_settings, **(entry.pop("settings", None) or {})}  # a grid entry's run settings (e.g. a mechanism)
+                        mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **entry}
                         names = stage_names(m, mopts)
                         stages_used |= names
                         # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's
