@@ -86,56 +86,6 @@ class ResolvedRun:
     hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
     settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
 
-    @property
-    def train_missing(self):
-        """The training missingness (a declared setting; a :class:`~vflbench.missingness.MissingSpec`)."""
-        return self.settings["train_missing"]
-
-    @property
-    def test_missing(self) -> tuple:
-        """The test-time missingness settings (a declared setting)."""
-        return self.settings["test_missing"]
-
-    @property
-    def seed(self) -> int:
-        """The run seed (a declared setting): every named random stream derives from it."""
-        return self.settings["seed"]
-
-    @property
-    def parties(self) -> int:
-        """The number of parties K (a declared setting)."""
-        return self.settings["parties"]
-
-    @property
-    def preset(self) -> str:
-        """The hyper-parameter preset (a declared setting; the protocol's when none was given)."""
-        return self.settings["preset"]
-
-    @property
-    def eval_batch_size(self) -> int:
-        """The evaluation batch size (a declared setting, resolved from the training batch size)."""
-        return self.settings["eval_batch_size"]
-
-    @property
-    def labeled(self) -> int | None:
-        """Semi-supervised runs: the number of labeled training samples (a declared setting)."""
-        return self.settings.get("labeled")
-
-    @property
-    def aligned(self) -> int:
-        """The fully observed reserve inside the labeled set (a declared setting)."""
-        return self.settings.get("aligned", 0)
-
-    @property
-    def target(self) -> str | None:
-        """Canonical "train_<metric>=<value>": record the first epoch that reaches it (a declared setting)."""
-        return self.settings.get("target")
-
-    @property
-    def eval_epochs(self) -> tuple[int, ...] | None:
-        """Extra evaluations (epochs counted across stages); the last epoch always (a declared setting)."""
-        return self.settings.get("eval_epochs")
-
     def to_dict(self) -> dict[str, Any]:
         from .settings import to_json, top_json
 
@@ -179,6 +129,14 @@ class ResolvedRun:
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, settings={**self.settings, "seed": int(seed)})
+
+
+def _setting_property(name: str) -> property:
+    return property(lambda self: self.settings.get(name, SETTINGS[name].default), doc=f"{SETTINGS[name].help} (a declared run setting)")
+
+
+for _name in SETTINGS:  # every declared setting reads as an attribute of a resolved run: run.seed, run.target, run.mechanism ...
+    setattr(ResolvedRun, _name, _setting_property(_name))
 
 
 def _slug(s: str) -> str:

@@ -13,19 +13,21 @@ from .errors import VFLBenchError, did_you_mean
 SECAGG = ("plain", "masked")
 
 
-def _beta(v: float) -> str | None:
+# value checks (an error message, or None), shared by the mechanisms' parameters and the options of
+# the methods that carry the same quantities (sum, pbm)
+def beta_in_range(v: float) -> str | None:
     return None if 0 < v <= 0.25 else "beta must be in (0, 1/4]"
 
 
-def _positive(v: float) -> str | None:
+def positive_finite(v: float) -> str | None:
     return None if v > 0 and math.isfinite(v) else "must be a finite number > 0"
 
 
-def _at_least_1(v: int) -> str | None:
+def at_least_one(v: int) -> str | None:
     return None if v >= 1 else "must be >= 1"
 
 
-def _delta(v: float) -> str | None:
+def delta_in_range(v: float) -> str | None:
     return None if 0 < v < 1 else "delta must be in (0, 1)"
 
 
@@ -41,19 +43,19 @@ class Param:
 _ACCOUNTING = {
     "accountant": Param(str, "pld", "pld (certified PLD), exact (certified numeric RDP) or paper (closed forms, NOT an upper bound)", ("pld", "exact", "paper")),
     "conversion": Param(str, "mironov", "RDP to (epsilon, delta): mironov or cks", ("mironov", "cks")),
-    "delta": Param(float, 1e-5, "delta of the reported (epsilon, delta)", check=_delta),
-    "c0": Param(float, 8.0, "the constant of PBM-VFL's closed-form bounds (accountant=paper)", check=_positive),
+    "delta": Param(float, 1e-5, "delta of the reported (epsilon, delta)", check=delta_in_range),
+    "c0": Param(float, 8.0, "the constant of PBM-VFL's closed-form bounds (accountant=paper)", check=positive_finite),
 }
 _BOUND = {
-    "C": Param(float, 1.0, "values are bounded to [-C, C] before release", check=_positive),
+    "C": Param(float, 1.0, "values are bounded to [-C, C] before release", check=positive_finite),
     "bound": Param(str, "clip", "how values are bounded: clip (clamp to [-C, C]; the gradient passes straight through) or tanh (C*tanh)", ("clip", "tanh")),
 }
 MECHANISM_PARAMS: dict[str, dict[str, Param]] = {
     "none": {},
     "npq": {},
-    "pbm": {"b": Param(int, 32, "Binomial trials per value (the bit budget)", check=_at_least_1),
-            "beta": Param(float, 0.1, "privacy parameter in (0, 1/4]; smaller is more private", check=_beta), **_BOUND, **_ACCOUNTING},
-    "ldp": {"sigma": Param(float, 1.0, "Gaussian noise std added by each party", check=_positive), **_BOUND, **_ACCOUNTING},
+    "pbm": {"b": Param(int, 32, "Binomial trials per value (the bit budget)", check=at_least_one),
+            "beta": Param(float, 0.1, "privacy parameter in (0, 1/4]; smaller is more private", check=beta_in_range), **_BOUND, **_ACCOUNTING},
+    "ldp": {"sigma": Param(float, 1.0, "Gaussian noise std added by each party", check=positive_finite), **_BOUND, **_ACCOUNTING},
 }
 MECHANISM_HELP = {
     "none": "nothing at the boundary (exact float32 values)",
@@ -96,7 +98,7 @@ def parse_mechanism(text: Any) -> MechanismSpec:
         raise VFLBenchError(f"Unknown mechanism {name!r} in --mechanism {raw!r}.{did_you_mean(name, MECHANISM_PARAMS)} "
                             f"Choices: {', '.join(MECHANISM_PARAMS)} (gaussian = ldp).")
     declared = MECHANISM_PARAMS[name]
-    values = {k: p.default for k, p in declared.items()}
+    values: dict[str, Any] = {}
     for item in (x.strip() for x in rest.split(",") if x.strip()):
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -112,13 +114,22 @@ def parse_mechanism(text: Any) -> MechanismSpec:
                 raise ValueError
         except ValueError:
             raise VFLBenchError(f"Mechanism {name}: {key} expects {p.type.__name__}, got {value.strip()!r}.") from None
+        values[key] = v
+    return make_mechanism(name, **values)
+
+
+def make_mechanism(name: str, **values: Any) -> MechanismSpec:
+    """The :class:`MechanismSpec` of typed parameter values (the others at their defaults), checked
+    as :func:`parse_mechanism` checks them (a method builds its own mechanism this way)."""
+    declared = MECHANISM_PARAMS[name]
+    for key, v in values.items():
+        p = declared[key]
         if p.choices is not None and v not in p.choices:
             raise VFLBenchError(f"Mechanism {name}: {key}={v!r}; choices are {', '.join(p.choices)}.")
         msg = p.check(v) if p.check is not None else None
         if msg:
             raise VFLBenchError(f"Mechanism {name}: {key}={v}: {msg}.")
-        values[key] = v
-    return MechanismSpec(name, tuple(values.items()))
+    return MechanismSpec(name, tuple((k, values.get(k, p.default)) for k, p in declared.items()))
 
 
 def parse_secagg(value: Any) -> str:

@@ -186,16 +186,18 @@ def _finish_eval_epochs(value: Any, ctx: Context):
     return parse_eval_epochs(value, ctx.total_epochs)
 
 
-def _int_at_least(flag: str, low: int):
+def _int_at_least(flag: str, low: int, what: str = "an integer", hint: str = ""):
+    """The parse of an integer setting that must be at least ``low``."""
+
     def parse(value: Any) -> int:
         try:
             if isinstance(value, bool) or float(value) != int(float(value)):
                 raise ValueError
             n = int(float(value))
         except (TypeError, ValueError):
-            raise VFLBenchError(f"{flag} takes an integer, got {value!r}.") from None
+            raise VFLBenchError(f"{flag} takes {what}, got {value!r}.") from None
         if n < low:
-            raise VFLBenchError(f"{flag} must be >= {low}, got {n}.")
+            raise VFLBenchError(f"{flag} must be >= {low}{hint}, got {n}.")
         return n
 
     return parse
@@ -249,18 +251,6 @@ def _finish_preset(value: Any, ctx: Context) -> str:
     return name
 
 
-def _eval_batch_size(value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise VFLBenchError(f"--eval-batch-size takes a number of samples, got {value!r}.") from None
-    if n < 1:
-        raise VFLBenchError(f"--eval-batch-size must be >= 1, got {n}.")
-    return n
-
-
 def _finish_eval_batch_size(value: Any, ctx: Context) -> int:
     # per-batch test masks are drawn with the training batch size, so evaluate in those batches
     if ctx.protocol.test_granularity == "batch":
@@ -272,28 +262,8 @@ declare(Setting("preset", None, "hyper-parameter preset name or YAML path [defau
                 _preset, column=False, since=2, placement="top", always=True, stage="protocol", finish=_finish_preset,
                 example="false_tables", bad=["not", "a", "name"]))
 declare(Setting("eval_batch_size", None, "evaluation batch size [default: max(training batch size, 1024); the training batch size under per-batch test masks]",
-                _eval_batch_size, metavar="N", column=False, since=2, placement="top", always=True, finish=_finish_eval_batch_size,
+                _int_at_least("--eval-batch-size", 1, "a number of samples"), metavar="N", column=False, since=2, placement="top", always=True, finish=_finish_eval_batch_size,
                 example=256, bad=0))
-
-
-def _labeled(value: Any) -> int | None:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise VFLBenchError(f"--labeled takes a number of labeled training samples, got {value!r}.") from None
-    if n < 1:
-        raise VFLBenchError(f"Need 1 <= --labeled; got labeled={n}.")
-    return n
-
-
-def _aligned(value: Any) -> int:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise VFLBenchError(f"--aligned takes a number of samples, got {value!r}.") from None
-    if n < 0:
-        raise VFLBenchError(f"Need 0 <= --aligned; got aligned={n}.")
-    return n
 
 
 def _check_labeled(values: dict[str, Any], mcls) -> None:
@@ -306,9 +276,11 @@ def _check_labeled(values: dict[str, Any], mcls) -> None:
         raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
 
 
-declare(Setting("labeled", None, "semi-supervised run: number of labeled training samples", _labeled, metavar="N", column=False, since=2,
+declare(Setting("labeled", None, "semi-supervised run: number of labeled training samples",
+                _int_at_least("--labeled", 1, "a number of labeled training samples"), metavar="N", column=False, since=2,
                 placement="top", always=True, check=_check_labeled, example=50, bad=0))
-declare(Setting("aligned", 0, "fully observed reserve inside the labeled set (with --labeled)", _aligned, metavar="N", column=False, since=2,
+declare(Setting("aligned", 0, "fully observed reserve inside the labeled set (with --labeled)",
+                _int_at_least("--aligned", 0, "a number of samples"), metavar="N", column=False, since=2,
                 placement="top", always=True, example=5, bad=-1, example_with=(("labeled", 50),)))
 declare(Setting("target", None, "record the first epoch reaching a training metric, e.g. train_auprc=0.9 (a pass over the training set per epoch)",
                 _target, keyed=True, column=False, since=2, placement="top", finish=_finish_target, example="train_accuracy=0.9", bad="auprc"))
@@ -347,16 +319,7 @@ declare(Setting("secagg", "plain", "secure aggregation of PBM counts: plain | ma
                 metavar="MODE", example="masked", bad="maybe", example_with=(("mechanism", "pbm"),)))
 
 
-def _train_samples(value: Any) -> int:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise VFLBenchError(f"--train-samples takes a number of training samples (0 = all), got {value!r}.") from None
-    if n < 0:
-        raise VFLBenchError(f"--train-samples must be >= 0 (0 = the whole training split), got {n}.")
-    return n
-
-
 declare(Setting("train_samples", 0, "train on this many samples of the training split, drawn uniformly without replacement from the "
                 "run's own stream (train_samples), after any validation hold-out; 0 = all. For learning curves by data size",
-                _train_samples, metavar="N", example=500, bad=-1))
+                _int_at_least("--train-samples", 0, "a number of training samples (0 = all)", " (0 = the whole training split)"),
+                metavar="N", example=500, bad=-1))

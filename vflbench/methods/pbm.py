@@ -16,32 +16,20 @@ with the number of parties that actually released.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..accountant import AccountantSpec, ldp_sigma, match_ldp_sigma, worst_epsilon
 from ..errors import VFLBenchError
-from ..mechanisms import attach, paper_comm_bits, parse_mechanism
+from ..mechanism_spec import (
+    at_least_one,
+    beta_in_range,
+    delta_in_range,
+    make_mechanism,
+    positive_finite,
+)
+from ..mechanisms import attach, paper_comm_bits
 from .base import METHODS, Epoch, Option
 from .sumvfl import EVAL_OPTION, MODEL_OPTIONS, SumVFL
-
-
-def _beta(v: float) -> str | None:
-    return None if 0 < v <= 0.25 else "beta must be in (0, 1/4]"
-
-
-def _positive(v: float) -> str | None:
-    return None if v > 0 and math.isfinite(v) else "must be a finite number > 0"
-
-
-def _at_least_1(v: int) -> str | None:
-    return None if v >= 1 else "must be >= 1"
-
-
-def _delta(v: float) -> str | None:
-    return None if 0 < v < 1 else "delta must be in (0, 1)"
-
 
 _C, _EMBED, _HIDDEN = MODEL_OPTIONS
 
@@ -54,18 +42,18 @@ class PBMVFL(SumVFL):
     boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
     option_specs = (
         Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
-        Option("b", int, 32, "Binomial trials per value (PBM bit budget)", check=_at_least_1),
-        Option("beta", float, 0.1, "PBM privacy parameter, in (0, 1/4]", check=_beta),
+        Option("b", int, 32, "Binomial trials per value (PBM bit budget)", check=at_least_one),
+        Option("beta", float, 0.1, "PBM privacy parameter, in (0, 1/4]", check=beta_in_range),
         _C,
         _EMBED,
         _HIDDEN,
         Option("secagg", str, "plain", "secure sum: plain (the sum directly) or masked (Bonawitz Protocol 0; bit-identical)", choices=("plain", "masked")),
         EVAL_OPTION,
         Option("ldp_match", str, "paper", "LDP noise: paper (sigma^2 = 2M/(b beta^2)), c0 (2 C^2 M / (c0 b beta^2)) or epsilon (bisection: LDP's certified record-level feature epsilon equals PBM's at the run's horizon)", choices=("paper", "c0", "epsilon")),
-        Option("c0", float, 8.0, "the constant of the paper's RDP bounds (paper mode, and the paper-formula column)", check=_positive),
+        Option("c0", float, 8.0, "the constant of the paper's RDP bounds (paper mode, and the paper-formula column)", check=positive_finite),
         Option("accountant", str, "pld", "privacy accounting: pld (certified: pessimistic privacy-loss distributions, exact Gaussian for LDP), exact (certified, looser: numeric RDP), paper (closed forms with c0; NOT an upper bound)", choices=("pld", "exact", "paper")),
         Option("conversion", str, "mironov", "RDP to (epsilon, delta): mironov or cks", choices=("mironov", "cks")),
-        Option("delta", float, 1e-5, "delta of the reported (epsilon, delta)", check=_delta),
+        Option("delta", float, 1e-5, "delta of the reported (epsilon, delta)", check=delta_in_range),
     )
     assumptions = (
         *SumVFL.assumptions[:2],
@@ -86,21 +74,21 @@ class PBMVFL(SumVFL):
             return "mechanism=npq sends exact floats without secure aggregation; use secagg=plain with npq"
         return None
 
-    def mechanism_text(self) -> str:
-        """The paper's configuration as a ``--mechanism`` (the boundary this method attaches)."""
+    def mechanism(self):
+        """The paper's configuration as the boundary mechanism this method attaches."""
         o = self.options
-        acct = f"accountant={o['accountant']},conversion={o['conversion']},delta={o['delta']!r},c0={o['c0']!r}"
+        acct = {k: o[k] for k in ("accountant", "conversion", "delta", "c0")}
         if o["mechanism"] == "pbm":
-            return f"pbm:b={o['b']},beta={o['beta']!r},C={o['C']!r},{acct}"
+            return make_mechanism("pbm", b=o["b"], beta=o["beta"], C=o["C"], **acct)
         if o["mechanism"] == "ldp":
-            return f"ldp:C={o['C']!r},{acct}"
-        return "npq"
+            return make_mechanism("ldp", C=o["C"], **acct)
+        return make_mechanism("npq")
 
     def build(self) -> None:
         super().build()
         o = self.options
         self.mech = o["mechanism"]
-        spec = parse_mechanism(self.mechanism_text())
+        spec = self.mechanism()
         self.sigma = None
         if self.mech == "ldp":
             if o["ldp_match"] == "epsilon":

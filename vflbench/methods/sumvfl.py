@@ -9,20 +9,11 @@ over the parties that sent (a mechanism unbiases over them).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..mechanism_spec import at_least_one, positive_finite
 from ..models import Extractors, ModelSpec
 from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
-
-
-def _positive(v: float) -> str | None:
-    return None if v > 0 and math.isfinite(v) else "must be a finite number > 0"
-
-
-def _at_least_1(v: int) -> str | None:
-    return None if v >= 1 else "must be >= 1"
 
 
 def _hidden(v: str) -> str | None:
@@ -34,8 +25,8 @@ def _hidden(v: str) -> str | None:
 
 
 MODEL_OPTIONS = (
-    Option("C", float, 1.0, "embedding bound: party outputs are C*tanh", check=_positive),
-    Option("embed_dim", int, 16, "embedding size P", check=_at_least_1),
+    Option("C", float, 1.0, "embedding bound: party outputs are C*tanh", check=positive_finite),
+    Option("embed_dim", int, 16, "embedding size P", check=at_least_one),
     Option("hidden", str, "128,64", "hidden widths of the party MLPs (tabular data)", check=_hidden),
 )
 EVAL_OPTION = Option("eval", str, "mechanism", "test-time fusion under a mechanism: mechanism (as in training) or exact sums; "
