@@ -137,3 +137,45 @@ def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
     monkeypatch.setattr(cls, "option_specs", (*cls.option_specs, Option("new_knob", int, 3, "an option declared later")))
     assert resolve(RunConfig(dataset="synthetic", method="laser")).key == before
     assert resolve(RunConfig(dataset="synthetic", method="laser", method_options={"new_knob": "4"})).key != before
+
+
+# ----------------------------------------------------------------------------- run fields
+from vflbench.experiment import DATASET_KEYS, TOP_KEYS  # noqa: E402
+from vflbench.settings import FIELDS, request  # noqa: E402
+
+
+def test_every_run_field_is_declared_once_with_its_flag_and_experiment_key():
+    help_text = runner.invoke(app, ["run", "--help"], terminal_width=200).output
+    from dataclasses import fields as dc_fields
+
+    structural = {f.name for f in dc_fields(RunConfig)} - {"settings", "path_bases", "hp_sources"}
+    assert structural == {n for n, f in FIELDS.items() if f.into is None}  # every RunConfig field a user sets is declared
+    for name, f in FIELDS.items():
+        if f.flag is not None:
+            assert f.cli_flag in help_text, name
+        for level, keys in (("top", TOP_KEYS), ("dataset", DATASET_KEYS)):
+            assert (f.yaml_key in keys) == (f.yaml_key is not None and level in f.levels) or f.yaml_key in {"methods"}, (name, level)
+    assert not set(FIELDS) & set(SETTINGS)
+
+
+def test_a_command_line_becomes_the_request_the_fields_declare():
+    cfg = request({"dataset": "credit", "method": "laser", "epochs": 3, "hp": ["lr=0.01", "pretrain.epochs=2"], "hidden": "8,8",
+                   "partition_options": ["alpha=0.5"], "method_options": ["p_drop=0.2"], "seed": "4"})
+    assert cfg["hp"] == {"lr": "0.01", "epochs": 3} and cfg["stage_hp"] == {"pretrain": {"epochs": "2"}}
+    assert cfg["hp_sources"] == {"lr": "--hp", "epochs": "flag"}
+    assert cfg["model"] == {"hidden": [8, 8]} and cfg["partition_options"] == {"alpha": 0.5}
+    assert cfg["method_options"] == {"p_drop": "0.2"} and cfg["settings"] == {"seed": "4"}
+    with pytest.raises(VFLBenchError, match="disagree"):
+        request({"dataset": "credit", "method": "laser", "epochs": 3, "hp": ["epochs=4"]})
+    with pytest.raises(VFLBenchError, match="key=value"):
+        request({"dataset": "credit", "method": "laser", "data_options": ["oops"]})
+
+
+def test_every_run_field_round_trips_through_the_manifest():
+    cfg = RunConfig(dataset="synthetic", method="laser", partitioner="random", protocol="clean", protocol_options={"shuffle": "false"},
+                    hp={"epochs": 2, "lr": 0.01}, model={"hidden": [8]}, seed=2)
+    run = resolve(cfg)
+    again = resolve(config_from_manifest({"config": json.loads(json.dumps(run.to_dict(), default=str))}))
+    provenance = ("option_sources", "hp_sources")  # a reproduced run gives every value explicitly
+    strip = lambda r: {k: v for k, v in json.loads(json.dumps(r.to_dict(), default=str)).items() if k not in provenance}  # noqa: E731
+    assert again.key == run.key and strip(again) == strip(run) and run.partitioner == "random" and run.protocol.shuffle is False

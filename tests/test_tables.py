@@ -362,8 +362,8 @@ def test_internal_options_are_never_listed(tmp_path):
 
 
 def test_help_lists_the_table_options_the_loader_takes():
-    from vflbench.cli import TABLE_OPTIONS
     from vflbench.datasets.table import HELP, INTERNAL
+    from vflbench.settings import TABLE_OPTIONS
 
     assert TABLE_OPTIONS.split(", ") == [k for k in HELP if k not in INTERNAL]
     r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"})

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import sys
+import typing
 import warnings
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import VFLBenchError
+from .settings import field_option, number, parse_int_list, parse_kv
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks.")
 data_app = typer.Typer(no_args_is_help=True, help="Manage raw dataset files.")
@@ -90,38 +92,27 @@ def friendly(fn):
 
 
 def with_settings(fn):
-    """Add one option per declared run setting (:mod:`vflbench.settings`) to a command that takes
-    them as ``**settings``: the schema is the only place a setting's flag is written."""
+    """Add one option per declared run field and run setting (:mod:`vflbench.settings`) to a command
+    that takes them as ``**given``: the schema is the only place their flags are written."""
     import inspect as _inspect
 
-    from .settings import cli_parameters
+    from .settings import cli_parameters, field_parameters
 
     sig = _inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
-    fn.__signature__ = sig.replace(parameters=[*params, *cli_parameters()])
+    hints = typing.get_type_hints(fn)  # real types, not the strings of `from __future__ import annotations`
+    params = [p.replace(kind=_inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params]
+    fn.__signature__ = sig.replace(parameters=[*field_parameters(), *cli_parameters(), *params])
     return fn
 
 
 # options shared by `masks` and `run` (the same flags mean the same thing in both)
 PARTIES_OPT = typer.Option(4, help="number of parties K")
-PARTITIONER_OPT = typer.Option(None, help="contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)")
-TABLE_OPTIONS = "target, drop, test, test_size, split_seed, scaler, categorical, positive, sep, coerce, keep"  # a test keeps it equal to the loader's
-DATA_OPT = typer.Option(None, "--data-opt", help="dataset option key=value (repeatable). Your own tables (csv:PATH, openml:ID) take: "
-                        + TABLE_OPTIONS + "; a registered dataset's options: `vflbench datasets --format json`")
-PART_OPT = typer.Option(None, "--part-opt", help="partitioner option key=value, e.g. alpha=0.5 (repeatable)")
+PARTITIONER_OPT = field_option("partitioner")
+DATA_OPT = field_option("data_options")
+PART_OPT = field_option("partition_options")
 
 
-def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise VFLBenchError(f"{what} must look like key=value, got '{item}'.")
-        key = key.strip()
-        if key in out and out[key] != value.strip():
-            raise VFLBenchError(f"{what} {key} is given twice ({key}={out[key]} and {key}={value.strip()}); give it once.")
-        out[key] = value.strip()
-    return out
 
 
 @app.command()
@@ -238,7 +229,7 @@ def inspect(
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     report, ds, part = dataset_report(dataset, parse_kv(data_opt, "--data-opt"), partitioner,
-                                      {k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()}, parties)
+                                      {k: number(v) for k, v in parse_kv(part_opt, "--part-opt").items()}, parties)
     parties, pre = len(part.party_names), ds.preprocessing
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
@@ -273,14 +264,6 @@ def inspect(
 
 
 
-def _num(v: str):
-    try:
-        return int(v)
-    except ValueError:
-        try:
-            return float(v)
-        except ValueError:
-            return v
 
 
 def _stage_progress(bar, label: str):
@@ -301,18 +284,6 @@ def _stage_progress(bar, label: str):
     return StageProgress()
 
 
-def merge_hp_flags(every: dict[str, str], flags: dict[str, object]) -> dict[str, object]:
-    """``--hp key=value`` (every stage) and the hyper-parameter flags given explicitly: a flag never
-    erases an ``--hp`` value, and the two disagreeing on one key is an error, not a silent choice."""
-    for key, value in flags.items():
-        if key in every:
-            try:
-                same = float(every[key]) == float(value)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                same = str(every[key]) == str(value)
-            if not same:
-                raise VFLBenchError(f"--{key.replace('_', '-')} {value} and --hp {key}={every[key]} disagree; give one of them.")
-    return {**every, **flags}
 
 
 def out_path(text: str | None, flag: str = "--out") -> Path | None:
@@ -325,58 +296,19 @@ def out_path(text: str | None, flag: str = "--out") -> Path | None:
     return Path(text)
 
 
-def parse_int_list(text: str, what: str, example: str = "128,64") -> list[int]:
-    """``10,10`` -> [10, 10]; an empty entry (``10,,10``) or a non-integer is an error."""
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        if not text.strip() or any(p == "" for p in parts):
-            raise ValueError
-        return [int(p) for p in parts]
-    except ValueError:
-        raise VFLBenchError(f"{what} must be comma-separated integers such as {example}, got '{text}'.") from None
 
 
-def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """``--hp lr=0.01`` (every stage) and ``--hp stage1.epochs=5`` (one stage)."""
-    every: dict[str, str] = {}
-    stages: dict[str, dict[str, str]] = {}
-    for key, value in parse_kv(items, "--hp").items():
-        stage, dot, name = key.rpartition(".")
-        if dot:
-            stages.setdefault(stage, {})[name] = value
-        else:
-            every[key] = value
-    return every, stages
 
 
 @app.command()
 @friendly
 @with_settings
 def run(
-    dataset: str = typer.Option(..., help="dataset name (see `vflbench datasets`)"),
-    method: str = typer.Option(..., help="method name (see `vflbench methods`)"),
-    partitioner: str | None = PARTITIONER_OPT,
-    protocol: str = typer.Option("clean", help="clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)"),
-    epochs: int | None = typer.Option(None, help="override the preset's epochs (every stage)"),
-    lr: float | None = typer.Option(None, help="override the preset's learning rate"),
-    batch_size: int | None = typer.Option(None, help="override the preset's batch size"),
-    optimizer: str | None = typer.Option(None, help="adam | sgd"),
-    weight_decay: float | None = typer.Option(None, help="coupled L2 weight decay"),
-    momentum: float | None = typer.Option(None, help="SGD momentum"),
-    schedule: str | None = typer.Option(None, help="none | cosine"),
-    hp_opt: list[str] | None = typer.Option(None, "--hp", help="hyper-parameter key=value; stage.key=value for one stage (repeatable)"),
-    method_opt: list[str] | None = typer.Option(None, "--method-opt", help="method option key=value (repeatable; `vflbench methods` lists them)"),
-    arch: str | None = typer.Option(None, help="extractor: mlp | cnn-small | resnet18 | resnet18-half"),
-    hidden: str | None = typer.Option(None, help="MLP hidden sizes, e.g. 10,10"),
-    cut: int | None = typer.Option(None, help="representation size"),
-    data_opt: list[str] | None = DATA_OPT,
-    part_opt: list[str] | None = PART_OPT,
-    protocol_opt: list[str] | None = typer.Option(None, "--protocol-opt", help="protocol option key=value, e.g. shuffle=false"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     out: str = typer.Option("results/runs", help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
     threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
-    **settings,
+    **given,
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
     out = out_path(out)
@@ -385,22 +317,10 @@ def run(
             raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
         os.environ["VFLBENCH_THREADS"] = str(threads)
     from .config import RunConfig, resolve
+    from .settings import request
 
-    every, per_stage = parse_hp(hp_opt)
-    flags = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "weight_decay": weight_decay, "momentum": momentum, "schedule": schedule}
-    hp = merge_hp_flags(every, {k: v for k, v in flags.items() if v is not None})
-    hp_sources = {**{k: "--hp" for k in every}, **{k: "flag" for k, v in flags.items() if v is not None}}
-    model = {"arch": arch, "cut": cut}
-    if hidden is not None:
-        model["hidden"] = parse_int_list(hidden, "--hidden")
-    cfg = RunConfig(
-        dataset=dataset, method=method, partitioner=partitioner, protocol=protocol,
-        protocol_options=parse_kv(protocol_opt, "--protocol-opt"), data_options=parse_kv(data_opt, "--data-opt"),
-        partition_options={k: _num(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
-        method_options=parse_kv(method_opt, "--method-opt"),
-        hp={k: v for k, v in hp.items() if v is not None}, stage_hp=per_stage, hp_sources=hp_sources, model={k: v for k, v in model.items() if v is not None},
-        settings={k: v for k, v in settings.items() if v is not None},
-    )
+    cfg = RunConfig(**request(given))  # the run fields and settings, as declared in vflbench.settings
+    dataset, method = cfg.dataset, cfg.method
     resolved = resolve(cfg)  # every check before the heavy imports below
     from .outputs import check_output_dir, write_outputs
     from .pipeline import execute

@@ -361,14 +361,11 @@ def config_from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def config_from_manifest(m: dict[str, Any]) -> RunConfig:
-    """The request that reproduces a recorded run: every resolved value given explicitly."""
+    """The request that reproduces a recorded run: every resolved value given explicitly (each run
+    field as its declaration reads it back, vflbench.settings.FIELDS)."""
+    from .settings import FIELDS
     from .settings import from_manifest as settings_from_manifest
 
     c = m["config"]
-    return RunConfig(
-        dataset=c["dataset"], method=c["method"], partitioner=c["partitioner"], protocol=c["protocol"]["name"],
-        protocol_options={k: v for k, v in c["protocol"].items() if k != "name"}, data_options=dict(c["data_options"]),
-        partition_options=dict(c["partition_options"]), method_options=dict(c["method_options"]), hp=dict(c["hp"]),
-        stage_hp={k: dict(v) for k, v in c["stage_hp"].items()}, model=dict(c["model"]), path_bases=dict(c.get("path_bases") or {}),
-        settings=settings_from_manifest(c),
-    )
+    return RunConfig(**{n: f.from_record(c) for n, f in FIELDS.items() if f.into is None}, path_bases=dict(c.get("path_bases") or {}),
+                     settings=settings_from_manifest(c))

@@ -47,15 +47,13 @@ import yaml
 from . import yamlio
 from .config import RunConfig
 from .errors import VFLBenchError
-from .settings import SETTINGS, experiment_keys, experiment_values
+from .settings import FIELDS, SETTINGS, experiment_field_keys, experiment_keys, experiment_values
 
-TOP_KEYS = {
-    "name", "description", "layout", "reference", "protocol", "protocol_options", "preset", "seeds", "parties", "methods",
-    "train_missing", "test_missing", "partitioner", "partition_options", "hp", "model", "method_options", "lr_by_parties", "datasets", "quick",
-    "stage_hp", "plugins", "method_grid", *experiment_keys(),
-}
-DATASET_KEYS = {"data_options", "hp", "model", "partitioner", "partition_options", "protocol_options", "methods", "parties", "method_options", "stage_hp",
-                *experiment_keys()} - {"seeds", "train_missing"}  # grid axes read once, at the top level
+# the keys of the file itself (what it is, how its grid is laid out); every other key is a run field or
+# a run setting, declared in vflbench.settings
+FILE_KEYS = {"name", "description", "layout", "reference", "lr_by_parties", "quick", "plugins", "method_grid"}
+TOP_KEYS = FILE_KEYS | experiment_field_keys("top") | experiment_keys()
+DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {"seeds", "train_missing"}  # grid axes read once, at the top level
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -273,8 +271,8 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
     if not isinstance(spec.get("name"), str):
         _fail(path, "'name' (a string) is required.")
     check_name(spec["name"], path)
-    if spec.get("protocol") is False:  # YAML 1.1 reads an unquoted `protocol: false` as a boolean
-        spec = {**spec, "protocol": "false"}
+    if "protocol" in spec:
+        spec = {**spec, "protocol": FIELDS["protocol"].value(spec["protocol"])}  # `protocol: false` is YAML 1.1's boolean
     from . import plugins
 
     for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:

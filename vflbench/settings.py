@@ -13,8 +13,9 @@ version that added it. From the declarations come:
   no per-field shim) and the CSV columns (:func:`columns`).
 
 Adding a setting is a :func:`declare` call here and the code that uses it (``run.settings[name]``);
-docs/SETTINGS.md walks through one. The older run settings (dataset, method, hyper-parameters, ...)
-are still fields of :class:`~vflbench.config.RunConfig`; they move here one at a time.
+docs/SETTINGS.md walks through one. The structure of a run (dataset, method, partitioner, protocol,
+their option dicts, hyper-parameters, model) is held by :class:`~vflbench.config.RunConfig` fields,
+each declared here too as a :class:`Field` (flag, experiment-file key and levels, manifest read-back).
 """
 
 from __future__ import annotations
@@ -323,3 +324,222 @@ declare(Setting("train_samples", 0, "train on this many samples of the training 
                 "run's own stream (train_samples), after any validation hold-out; 0 = all. For learning curves by data size",
                 _int_at_least("--train-samples", 0, "a number of training samples (0 = all)", " (0 = the whole training split)"),
                 metavar="N", example=500, bad=-1))
+
+
+# ============================================================================= run fields
+# The structure of a run (which data, which method, their options, hyper-parameters and model) is
+# held by the fields of vflbench.config.RunConfig, resolved by vflbench.config.resolve (the data's
+# and method's registries, the presets, the protocol). Each is declared here once, like a setting:
+# its CLI flag and how the flag's text becomes the field's value, its experiment-file key and the
+# levels that take it, and how a recorded manifest gives it back. From these come the `vflbench run`
+# options (with the settings above), the keys an experiment file accepts, the RunConfig a command
+# line builds, and the request that reproduces a recorded run.
+
+
+def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
+    """Repeatable ``key=value`` options -> a dict; a key given twice with two values is an error."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise VFLBenchError(f"{what} must look like key=value, got '{item}'.")
+        key = key.strip()
+        if key in out and out[key] != value.strip():
+            raise VFLBenchError(f"{what} {key} is given twice ({key}={out[key]} and {key}={value.strip()}); give it once.")
+        out[key] = value.strip()
+    return out
+
+
+def number(v: str):
+    """``"3"`` -> 3, ``"0.5"`` -> 0.5, anything else as it is."""
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return v
+
+
+def parse_int_list(text: str, what: str, example: str = "128,64") -> list[int]:
+    """``10,10`` -> [10, 10]; an empty entry (``10,,10``) or a non-integer is an error."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if not text.strip() or any(p == "" for p in parts):
+            raise ValueError
+        return [int(p) for p in parts]
+    except ValueError:
+        raise VFLBenchError(f"{what} must be comma-separated integers such as {example}, got '{text}'.") from None
+
+
+def parse_hp(items: list[str] | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """``--hp lr=0.01`` (every stage) and ``--hp stage1.epochs=5`` (one stage)."""
+    every: dict[str, str] = {}
+    stages: dict[str, dict[str, str]] = {}
+    for key, value in parse_kv(items, "--hp").items():
+        stage, dot, name = key.rpartition(".")
+        if dot:
+            stages.setdefault(stage, {})[name] = value
+        else:
+            every[key] = value
+    return every, stages
+
+
+def merge_hp_flags(every: dict[str, str], flags: dict[str, object]) -> dict[str, object]:
+    """``--hp key=value`` (every stage) and the hyper-parameter flags given explicitly: a flag never
+    erases an ``--hp`` value, and the two disagreeing on one key is an error, not a silent choice."""
+    for key, value in flags.items():
+        if key in every:
+            try:
+                same = float(every[key]) == float(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                same = str(every[key]) == str(value)
+            if not same:
+                raise VFLBenchError(f"--{key.replace('_', '-')} {value} and --hp {key}={every[key]} disagree; give one of them.")
+    return {**every, **flags}
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a run request (a :class:`~vflbench.config.RunConfig` field, or one key of its
+    ``hp``/``model`` dicts that has a flag of its own)."""
+
+    name: str  # the RunConfig field (into=None) or the key inside ``into``; also the CLI parameter
+    help: str
+    kind: type = str  # the CLI value's type: str, int, float, or list (a repeatable option)
+    flag: str | None = ""  # "" = --name; None = no flag of its own (filled by another flag, e.g. stage_hp by --hp)
+    into: str | None = None  # "hp" | "model": the flag sets one key of that RunConfig dict
+    required: bool = False
+    default: Any = None
+    metavar: str | None = None
+    to_value: Callable[[Any, str], Any] | None = None  # the flag's value -> the field's (e.g. key=value items -> a dict)
+    yaml: str | None = ""  # its experiment-file key ("" = its name; None = none of its own)
+    levels: tuple[str, ...] = ("top", "dataset")  # the levels of an experiment file that take it
+    record: Callable[[dict[str, Any]], Any] | None = None  # a recorded config -> the value that reproduces it (default: the same key)
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def yaml_key(self) -> str | None:
+        return None if self.yaml is None else (self.yaml or self.name)
+
+    def value(self, given: Any) -> Any:
+        if given is None:
+            return None
+        return self.to_value(given, self.cli_flag) if self.to_value else given
+
+    def from_record(self, config: dict[str, Any]) -> Any:
+        return self.record(config) if self.record else _copy(config.get(self.name))
+
+
+FIELDS: dict[str, Field] = {}
+
+
+def declare_field(f: Field) -> Field:
+    if f.name in FIELDS or f.name in SETTINGS:
+        raise ValueError(f"run field {f.name!r} declared twice")
+    FIELDS[f.name] = f
+    return f
+
+
+def _pairs(items, flag):
+    return parse_kv(items, flag)
+
+
+def _number_pairs(items, flag):
+    return {k: number(v) for k, v in parse_kv(items, flag).items()}
+
+
+def _protocol_name(value: Any, flag: str = "--protocol") -> str:
+    return "false" if value is False else str(value)  # YAML 1.1 reads an unquoted `protocol: false` as a boolean
+
+
+declare_field(Field("dataset", "dataset name (see `vflbench datasets`), csv:PATH or openml:ID", required=True, yaml="datasets", levels=("top",)))
+declare_field(Field("method", "method name (see `vflbench methods`)", required=True, yaml="methods"))
+declare_field(Field("partitioner", "contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)"))
+declare_field(Field("protocol", "clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)",
+                    default="clean", levels=("top",), to_value=_protocol_name, record=lambda c: c["protocol"]["name"]))
+for _hp_name, _kind, _help in (("epochs", int, "override the preset's epochs (every stage)"), ("lr", float, "override the preset's learning rate"),
+                               ("batch_size", int, "override the preset's batch size"), ("optimizer", str, "adam | sgd"),
+                               ("weight_decay", float, "coupled L2 weight decay"), ("momentum", float, "SGD momentum"),
+                               ("schedule", str, "none | cosine")):
+    declare_field(Field(_hp_name, _help, kind=_kind, into="hp", yaml=None, levels=()))
+declare_field(Field("hp", "hyper-parameter key=value; stage.key=value for one stage (repeatable)", kind=list, flag="--hp", metavar="KEY=VALUE"))
+declare_field(Field("stage_hp", "per-stage hyper-parameters (on the command line: --hp stage.key=value)", flag=None,
+                    record=lambda c: {k: dict(v) for k, v in c["stage_hp"].items()}))
+declare_field(Field("method_options", "method option key=value (repeatable; `vflbench methods` lists them)", kind=list, flag="--method-opt",
+                    metavar="KEY=VALUE", to_value=_pairs))
+declare_field(Field("arch", "extractor: mlp | cnn-small | resnet18 | resnet18-half", into="model", yaml=None, levels=()))
+declare_field(Field("hidden", "MLP hidden sizes, e.g. 10,10", into="model", yaml=None, levels=(),
+                    to_value=lambda text, flag: parse_int_list(text, flag)))
+declare_field(Field("cut", "representation size", kind=int, into="model", yaml=None, levels=()))
+declare_field(Field("model", "model overrides (arch, hidden, cut, head_hidden; on the command line: --arch, --hidden, --cut)", flag=None))
+TABLE_OPTIONS = "target, drop, test, test_size, split_seed, scaler, categorical, positive, sep, coerce, keep"  # a test keeps it equal to the loader's
+declare_field(Field("data_options", "dataset option key=value (repeatable). Your own tables (csv:PATH, openml:ID) take: " + TABLE_OPTIONS
+                    + "; a registered dataset's options: `vflbench datasets --format json`", kind=list, flag="--data-opt", metavar="KEY=VALUE",
+                    to_value=_pairs, levels=("dataset",)))
+declare_field(Field("partition_options", "partitioner option key=value, e.g. alpha=0.5 (repeatable)", kind=list, flag="--part-opt",
+                    metavar="KEY=VALUE", to_value=_number_pairs))
+declare_field(Field("protocol_options", "protocol option key=value, e.g. shuffle=false (repeatable)", kind=list, flag="--protocol-opt",
+                    metavar="KEY=VALUE", to_value=_pairs, record=lambda c: {k: v for k, v in c["protocol"].items() if k != "name"}))
+
+
+def field_option(name: str, **overrides):
+    """The typer option of a declared field, for a command that takes it (``vflbench masks``,
+    ``inspect``): the same flag means the same thing everywhere."""
+    import typer
+
+    f = FIELDS[name]
+    default = ... if f.required else f.default
+    return typer.Option(overrides.pop("default", default), f.cli_flag, help=f.help, metavar=f.metavar, **overrides)
+
+
+def field_parameters():
+    """``inspect.Parameter`` objects for ``vflbench run``: one typer option per field that has a flag."""
+    import inspect
+
+    out = []
+    for name, f in FIELDS.items():
+        if f.flag is None:
+            continue
+        annotation = {str: str, int: int, float: float, list: list[str]}[f.kind]
+        annotation = annotation if f.required or f.default is not None else annotation | None
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=field_option(name)))
+    return out
+
+
+def request(given: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`~vflbench.config.RunConfig` keyword arguments of one command line (``given``: the
+    parsed value of every field flag and setting flag). ``--hp`` and the hyper-parameter flags merge,
+    refusing a disagreement, and each value's source is kept (precedence flag > --hp > experiment >
+    preset, recorded in the manifest)."""
+    out: dict[str, Any] = {"settings": {n: v for n, v in given.items() if n in SETTINGS and v is not None}}
+    flags: dict[str, dict[str, Any]] = {"hp": {}, "model": {}}
+    for name, f in FIELDS.items():
+        if f.flag is None or given.get(name) is None:
+            continue
+        value = f.value(given[name])
+        if f.into is not None:
+            flags[f.into][name] = value
+        elif name == "hp":
+            every, out["stage_hp"] = parse_hp(given[name])
+            out["hp_sources"] = dict.fromkeys(every, "--hp")
+            out["hp"] = every
+        else:
+            out[name] = value
+    every = out.get("hp", {})
+    out["hp"] = merge_hp_flags(every, flags["hp"])
+    out["hp_sources"] = {**out.get("hp_sources", {}), **dict.fromkeys(flags["hp"], "flag")}
+    out["model"] = flags["model"]
+    return out
+
+
+def experiment_field_keys(level: str) -> set[str]:
+    """The keys run fields take at one level of an experiment file ("top" or "dataset")."""
+    return {f.yaml_key for f in FIELDS.values() if f.yaml_key is not None and level in f.levels}
