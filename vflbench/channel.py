@@ -37,6 +37,7 @@ class Channel:
         self._n_pending = 0
         self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
         self.calls = 0
+        self.epoch = 0  # the epoch in flight (set by the trainer; for messages)
         self.mode = "train"  # set by the trainer and the evaluator: which phase the next crossings belong to
         self.batch_idx: torch.Tensor | None = None  # the sample indices of the batch in flight (set by the trainer; accountants read it)
 
@@ -73,6 +74,20 @@ class Channel:
         quantising channel (:mod:`vflbench.mechanisms`) overrides it. ``idx``: the batch's sample
         indices (for accountants)."""
         return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
+
+    # -- the step, as the trainer drives it (a runtime that puts the boundary between processes overrides these)
+    def agree(self, value: float | None, n_active: int) -> float | None:
+        """The step's loss value as every process will use it (here, in one process, the value itself)."""
+        return value
+
+    def agree_order(self, order: torch.Tensor) -> torch.Tensor:
+        """The epoch's sample order as every process will use it (the label holder's: a class-balanced
+        sampler reads the labels)."""
+        return order
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate the step's loss through both sides of the boundary."""
+        loss.backward()
 
     # -- bookkeeping, called by the trainer and the evaluator
     def commit(self, phase: str, backward: bool) -> None:

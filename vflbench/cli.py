@@ -91,7 +91,7 @@ def friendly(fn):
     return wrapper
 
 
-def with_settings(fn):
+def with_settings(fn, required: bool = True):
     """Add one option per declared run field and run setting (:mod:`vflbench.settings`) to a command
     that takes them as ``**given``: the schema is the only place their flags are written."""
     import inspect as _inspect
@@ -102,7 +102,7 @@ def with_settings(fn):
     params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
     hints = typing.get_type_hints(fn)  # real types, not the strings of `from __future__ import annotations`
     params = [p.replace(kind=_inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params]
-    fn.__signature__ = sig.replace(parameters=[*field_parameters(), *cli_parameters(), *params])
+    fn.__signature__ = sig.replace(parameters=[*field_parameters(required), *cli_parameters(), *params])
     return fn
 
 
@@ -335,6 +335,10 @@ def run(
         TimeRemainingColumn,
     )
 
+    if resolved.runtime == "processes":
+        from .runtime import check
+
+        check(resolved)  # before the progress bar: a refused run prints one line
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
@@ -355,10 +359,78 @@ def run(
     ex = manifest["extras"]
     console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters, "
                   f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> {run_dir}")
+    if "runtime" in manifest:
+        rt = manifest["runtime"]
+        m = rt["measured"]
+        console.print(f"runtime processes ({rt['world_size'] - 1} parties + server, gloo): measured on the wire up {m['bytes_train_up'] / 1e6:.2f} MB / down "
+                      f"{m['bytes_train_down'] / 1e6:.2f} MB in training, {'equal to' if rt['measured_equals_accounted'] else 'DIFFERENT from'} the accounted; "
+                      f"{m['messages']} messages, {m['control_bytes']} control bytes; communication {tm['comm_s']:.1f}s of {tm['train_s'] + tm['eval_s']:.1f}s")
     from .accountant import describe
 
     for line in describe(ex):
         console.print(line, markup=False, highlight=False)
+
+
+def _run_from(given: dict, run_file: Path | None):
+    """The resolved run of a party or server command: the flags, or the run file the launcher wrote."""
+    from .config import RunConfig, config_from_manifest, resolve
+    from .settings import request
+
+    if run_file is not None:
+        try:
+            cfg = config_from_manifest(json.loads(Path(run_file).read_text()))
+        except (OSError, ValueError, KeyError) as e:
+            raise VFLBenchError(f"--run-file {run_file}: not a run file written by vflbench ({e}).") from None
+        return resolve(cfg)
+    if not given.get("dataset") or not given.get("method"):
+        raise VFLBenchError("Give the run's flags (at least --dataset and --method, the same as the server's), or --run-file.")
+    return resolve(RunConfig(**request(given)))
+
+
+RENDEZVOUS_OPT = typer.Option(..., help="tcp://HOST:PORT of the server (rank 0), the same for every process")
+TIMEOUT_OPT = typer.Option(60.0, help="seconds to wait for the other processes (to join, or for a message) before stopping")
+
+
+@app.command()
+@friendly
+@functools.partial(with_settings, required=False)
+def party(
+    rank: int = typer.Option(..., help="this party's index, 0 .. K-1 (its block of columns)"),
+    rendezvous: str = RENDEZVOUS_OPT,
+    timeout: float = TIMEOUT_OPT,
+    run_file: Path | None = typer.Option(None, help="the resolved run as JSON (written by `vflbench run --runtime processes`), instead of flags"),
+    **given,
+):
+    """Run one party of a federation whose parties are processes: it keeps only its own block of
+    columns and no label, and trains from the server's gradients. Give the same run flags as the server."""
+    from .runtime import join
+
+    run = _run_from(given, run_file)
+    measured = join(run, rank, rendezvous, timeout)
+    err_console.print(f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
+                      f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages")
+
+
+@app.command()
+@friendly
+@functools.partial(with_settings, required=False)
+def server(
+    rendezvous: str = RENDEZVOUS_OPT,
+    timeout: float = TIMEOUT_OPT,
+    out: str = typer.Option("results/runs", help="output directory"),
+    **given,
+):
+    """Run the server of a federation whose parties are processes (start `vflbench party` on each
+    party's machine with the same flags): it holds the labels and the heads, and writes the results."""
+    from .outputs import check_output_dir, write_outputs
+    from .runtime import serve
+
+    outp = out_path(out)
+    run = _run_from(given, None)
+    check_output_dir(outp)
+    rows, manifest = serve(run, rendezvous, timeout)
+    run_dir = write_outputs(outp, rows, manifest)
+    console.print(f"{run.method_display} on {run.dataset}: {len(rows)} rows -> {run_dir}")
 
 
 @app.command()
@@ -375,7 +447,7 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     t = Table(title="vflbench methods (set options with --method-opt key=value)")
-    for col in ("name", "display", "paper", "stages", "options", "--mechanism"):
+    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "--runtime processes"):
         t.add_column(col)
     for r in rows:
         opts = "\n".join(
@@ -386,7 +458,8 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
         from rich.markup import escape
 
         t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts),
-                  escape("yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "") if r["mechanisms"] else f"no: {r['boundary_refusal']}"))
+                  escape("yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "") if r["mechanisms"] else f"no: {r['boundary_refusal']}"),
+                  escape("yes" if r["processes"] else f"no: {r['runtime_refusal']}"))
     console.print(t)
     m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")
     for col in ("name", "what", "parameters"):

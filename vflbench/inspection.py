@@ -76,6 +76,7 @@ def mask_report(dataset: str, data_options: dict[str, Any], parties: int, partit
 def method_rows() -> list[dict[str, Any]]:
     """Every registered method: names, paper, stages, options, and whether a --mechanism can wrap it."""
     from .methods import METHODS
+    from .runtime import refusal
 
     rows = []
     for name in METHODS:
@@ -83,5 +84,6 @@ def method_rows() -> list[dict[str, Any]]:
         rows.append({"name": name, "display": c.display, "paper": c.paper, "hp_key": c.hp_key, "f1_rule": c.f1_rule,
                      "stages": [{"name": s.name, "samples": s.samples, "labels": s.labels} for s in c.stages],
                      "options": [o.describe() for o in c.option_specs],
-                     "mechanisms": c.boundary_refusal is None, "boundary_refusal": c.boundary_refusal, "sums_at_server": c.sums_at_server})
+                     "mechanisms": c.boundary_refusal is None, "boundary_refusal": c.boundary_refusal, "sums_at_server": c.sums_at_server,
+                     "processes": refusal(c) is None, "runtime_refusal": refusal(c)})
     return rows

@@ -53,6 +53,8 @@ def why_not_packable(run) -> str | None:
         return "runs with more than one training stage (e.g. pretraining) are trained one at a time"
     if cls.end_epoch is not Method.end_epoch:
         return f"{cls.display} acts at the end of every epoch (end_epoch), which a pack does not call"
+    if run.settings.get("runtime", "inprocess") != "inprocess":
+        return "a run whose parties are processes is trained alone"
     mech = run.settings.get("mechanism")
     if mech is not None and mech.name not in ("none", "npq"):
         return "a mechanism at the party-to-server boundary is applied one run at a time"

@@ -417,11 +417,23 @@ def intra_op_threads(run: ResolvedRun) -> int:
     return max(1, int(os.environ.get("VFLBENCH_WORKER_THREADS", os.cpu_count() or 1)))
 
 
-def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest)."""
+def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = (), wire=None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest).
+    ``wire`` (vflbench.runtime.Wire): this process is one party or the server of a run whose parties
+    are processes; it keeps only its share of the data and its channel crosses the wire."""
+    if wire is None and run.runtime == "processes":  # one process per party on this machine, this one the server
+        from .runtime import run_processes
+
+        return run_processes(run, "cpu" if device == "auto" else device, callbacks)
     torch.set_num_threads(intra_op_threads(run))
     inputs = prepare(run, device)
+    if wire is not None:
+        from .runtime import WireChannel, place
+
+        place(inputs, wire.rank)
     method = build(run, inputs)
+    if wire is not None:
+        method.channel = WireChannel(method.k, wire)
     callbacks = list(callbacks)
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))

@@ -326,6 +326,50 @@ declare(Setting("train_samples", 0, "train on this many samples of the training 
                 metavar="N", example=500, bad=-1))
 
 
+def _runtime(value: Any) -> str:
+    from .runtime import RUNTIMES
+
+    v = str(value).strip().lower()
+    if v not in RUNTIMES:
+        raise VFLBenchError(f"--runtime takes {' | '.join(RUNTIMES)}, got {value!r}.{did_you_mean(v, RUNTIMES)}")
+    return v
+
+
+def _check_runtime(values: dict[str, Any], mcls) -> None:
+    if values["runtime"] == "inprocess":
+        if values["net_latency"] or values["net_bandwidth"]:
+            raise VFLBenchError("--net-latency and --net-bandwidth emulate the link between party processes; add --runtime processes.")
+        return
+    from .runtime import refusal
+
+    if mcls is not None and (why := refusal(mcls)):
+        raise VFLBenchError(f"{mcls.display} cannot run with --runtime processes: {why}.")
+
+
+def _non_negative(flag: str, unit: str):
+    def parse(value: Any) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise VFLBenchError(f"{flag} takes a number of {unit}, got {value!r}.") from None
+        if not v >= 0 or v == float("inf"):
+            raise VFLBenchError(f"{flag} must be a finite number >= 0 ({unit}), got {value!r}.")
+        return v
+
+    return parse
+
+
+declare(Setting("runtime", "inprocess", "where the parties run: inprocess (one process) | processes (one OS process per party and one for the "
+                "server, over torch.distributed; the same numbers)", _runtime, metavar="NAME", keyed=False, column=False,
+                check=_check_runtime, example="processes", bad="threads"))
+declare(Setting("net_latency", 0.0, "with --runtime processes: one-way delay per message, in milliseconds (an emulated WAN link per party)",
+                _non_negative("--net-latency", "milliseconds"), metavar="MS", keyed=False, column=False,
+                example=20, bad=-1, example_with=(("runtime", "processes"),)))
+declare(Setting("net_bandwidth", 0.0, "with --runtime processes: link bandwidth per party in Mbit/s (0 = unlimited)",
+                _non_negative("--net-bandwidth", "Mbit/s"), metavar="MBPS", keyed=False, column=False,
+                example=10, bad="fast", example_with=(("runtime", "processes"),)))
+
+
 # ============================================================================= run fields
 # The structure of a run (which data, which method, their options, hyper-parameters and model) is
 # held by the fields of vflbench.config.RunConfig, resolved by vflbench.config.resolve (the data's
@@ -500,17 +544,20 @@ def field_option(name: str, **overrides):
     return typer.Option(overrides.pop("default", default), f.cli_flag, help=f.help, metavar=f.metavar, **overrides)
 
 
-def field_parameters():
-    """``inspect.Parameter`` objects for ``vflbench run``: one typer option per field that has a flag."""
+def field_parameters(required: bool = True):
+    """``inspect.Parameter`` objects for ``vflbench run``: one typer option per field that has a flag
+    (``required=False``: none is required, for a command that may read the run from a file instead)."""
     import inspect
 
     out = []
     for name, f in FIELDS.items():
         if f.flag is None:
             continue
+        need = f.required and required
         annotation = {str: str, int: int, float: float, list: list[str]}[f.kind]
-        annotation = annotation if f.required or f.default is not None else annotation | None
-        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=field_option(name)))
+        annotation = annotation if need or f.default is not None else annotation | None
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                     default=field_option(name) if need or not f.required else field_option(name, default=None)))
     return out
 
 

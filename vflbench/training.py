@@ -238,13 +238,12 @@ class DirectStep:
         trains something, the loss as a float (else None)."""
         self.method.store.begin()  # fresh views of the flat parameters for this forward
         loss, active = self.method.loss(batches[0], stage)
-        if loss is None or not bool(active.any()):
-            return [loss], active, [None]
-        return [loss], active, [float(loss.detach())]
+        value = None if loss is None or not bool(active.any()) else float(loss.detach())
+        return [loss], active, [self.method.channel.agree(value, int(active.sum()))]  # one process: the value itself
 
     def backward(self, opt: MaskedOptimizer, losses: list[torch.Tensor]) -> None:
         opt.zero_grad()
-        losses[0].backward()
+        self.method.channel.backward(losses[0])  # across the boundary (vflbench.runtime: between processes)
 
     def commit(self, took: list[bool]) -> None:
         ch = self.method.channel
@@ -279,12 +278,12 @@ class _StageRun:
         for m, loop in zip(self.methods, self.loops, strict=True):
             m.train(True)
             m.channel.mode = "train"
-            loop.epoch = epoch
+            m.channel.epoch = loop.epoch = epoch
         t0 = time.perf_counter()
         if hp.schedule == "cosine":
             opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
-        orders = [epoch_order(p, d.blocks.n, w, policy.shuffle, g, device)
-                  for p, d, w, g in zip(self.pools, self.sets, self.weights, self.batching, strict=True)]
+        orders = [m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
+                  for m, p, d, w, g in zip(self.methods, self.pools, self.sets, self.weights, self.batching, strict=True)]
         if len({len(o) for o in orders}) != 1:
             raise ValueError("the members of a bank train on different numbers of samples")
         epochs = [Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks) for d, o in zip(self.sets, orders, strict=True)]

@@ -199,6 +199,7 @@ class Method:
     packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
     boundary_refusal: ClassVar[str | None] = None  # why a --mechanism cannot wrap this method's boundary (None: it can)
+    runtime_refusal: ClassVar[str | None] = None  # why the parties of this method cannot run as separate processes (None: they can; vflbench.runtime)
     sums_at_server: ClassVar[bool] = False  # the server reads only the sum of the parties' values (Channel.aggregate): secure aggregation can hide each one
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
     smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)

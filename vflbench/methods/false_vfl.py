@@ -94,6 +94,7 @@ class FalseVFL(Method):
     name, display, hp_key, f1_rule = "false1", "FALSE-VFL-I", "false", "single"
     paper = "FALSE-VFL (Hong, Park & Hwang, 2025)"
     boundary_refusal = "it sends several kinds of values per step (encodings, likelihood terms, indicator outputs), which one per-value mechanism and accountant do not cover"
+    runtime_refusal = "its parties compute likelihood terms from the latent draws of the server, a value that comes down outside Method.send (the boundary has no downward crossing yet)"
     needs_labeled = True
     stages = (Stage("pretrain", samples="all", labels=False, hp="stage1"), Stage("train", samples="labeled", labels=True, hp="stage2"))
     mask_model = False

@@ -73,6 +73,7 @@ def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.
 class FedHSSL(Method):
     name, display, hp_key, f1_rule = "fedhssl", "FedHSSL", "fedhssl", "single"
     boundary_refusal = "its self-supervised stages exchange projections between parties, outside the party-to-server boundary a mechanism wraps"
+    runtime_refusal = "its self-supervised stages exchange projections between parties, which the runtime does not route"
     paper = "FedHSSL (He et al., IEEE Trans. Big Data 2024), as a baseline of FALSE-VFL (App. D.1)"
     assumptions = (
         "FedHSSL: cross-party and local SimSiam alternate epoch by epoch for the preset's fedhssl.simsiam epochs each "

@@ -16,6 +16,7 @@ class Local(Method):
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     local_only = True
+    runtime_refusal = "each party trains alone with the labels and nothing crosses the boundary, so there is nothing to place in separate processes"
 
     def build(self) -> None:
         parties = list(range(self.k))

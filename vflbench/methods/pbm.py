@@ -40,6 +40,7 @@ class PBMVFL(SumVFL):
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
     boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
+    runtime_refusal = "its mechanism (per-party noise and SecAgg masks) is drawn in one process; across processes it needs the real key agreement, not built yet"
     option_specs = (
         Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
         Option("b", int, 32, "Binomial trials per value (PBM bit budget)", check=at_least_one),

@@ -1,0 +1,428 @@
+"""Where the party-to-server boundary runs: inside one process (``inprocess``, the default) or between
+processes (``processes``), one per party plus one for the server, over ``torch.distributed`` (gloo).
+
+The method code is the same in both. Under ``processes`` every process runs the same deterministic
+program (the method, the trainer, the seeded streams), but each holds only its share of the data:
+
+* party ``k`` (torch.distributed rank ``k + 1``) holds the columns of its own block; the other
+  parties' blocks and the labels are zeros in its memory;
+* the server (rank 0) holds the labels and no feature.
+
+What crosses is exactly what the method sends through :meth:`vflbench.methods.base.Method.send`:
+:class:`WireChannel` ships the rows a party sends (the ``sent`` rows of its own senders) to the
+server, which computes the loss from them alone; after the server's backward pass the gradient of
+each sent row goes back to its party, which back-propagates it through its own extractor. So a
+party's parameters are updated from the server's gradients only, and the server's output depends
+only on what crossed: the runtime checks by construction that a method reads nothing across the
+boundary it does not send. A control message per step carries the server's loss to the parties
+(they cannot compute it: they hold no labels), so the trainer's history and divergence checks agree.
+
+Traffic is measured on the wire: the payload bytes each party sent up and received down, by phase,
+next to the accounted ``comm_bytes_*``; control messages and message counts are reported apart.
+``--net-latency`` and ``--net-bandwidth`` add, per message, a one-way delay and a serialisation time
+on the sender's side (a WAN link per party); the manifest splits training time into communication
+(time inside send/receive calls) and computation.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from .channel import Channel
+from .errors import VFLBenchError
+
+RUNTIMES = ("inprocess", "processes")
+SERVER = 0  # torch.distributed rank of the server; party k is rank k + 1
+
+
+class PartyFailed(VFLBenchError):
+    """A party process stopped (died, or went silent past the timeout): exit status 3."""
+
+    exit_code = 3
+
+
+def refusal(mcls, run=None) -> str | None:
+    """Why a run cannot use the ``processes`` runtime (None: it can)."""
+    why = getattr(mcls, "runtime_refusal", None)
+    if why:
+        return why
+    if run is not None:
+        if len(mcls.stages_for(run.method_options)) > 1:
+            return "runs with a party-local stage (e.g. --method-opt pretrain=simsiam) do not run across processes yet: their loss never crosses the boundary"
+        mech = run.settings.get("mechanism")
+        if mech is not None and mech.name != "none":
+            return "a --mechanism at the boundary does not run across processes yet (the parties' noise and SecAgg masks are drawn in-process)"
+        if run.model.get("arch") != "mlp":
+            return "image data does not run across processes yet (tiles are cut from one tensor after augmentation)"
+    return None
+
+
+class Wire:
+    """The point-to-point links of one process, with measured traffic and an emulated WAN link."""
+
+    def __init__(self, rank: int, world: int, latency_ms: float = 0.0, bandwidth_mbps: float = 0.0, timeout_s: float = 60.0):
+        self.rank, self.world = rank, world
+        self.latency, self.bandwidth = latency_ms / 1e3, bandwidth_mbps
+        self.timeout_s = timeout_s
+        k = world - 1
+        self.payload = {f"{ph}_{d}": [0] * k for ph in ("train", "eval", "monitor") for d in ("up", "down")}
+        self.control_bytes = 0
+        self.messages = 0
+        self.comm_s = 0.0
+        self.epoch = 0
+
+    def party_of_rank(self, rank: int) -> int:
+        return rank - 1
+
+    def _delay(self, nbytes: int) -> None:
+        if self.latency or self.bandwidth:
+            time.sleep(self.latency + (nbytes * 8 / (self.bandwidth * 1e6) if self.bandwidth else 0.0))
+
+    def send(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None) -> None:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        nbytes = t.numel() * t.element_size()
+        self._delay(nbytes)
+        try:
+            dist.send(t.contiguous().cpu(), dst=dst)
+        except RuntimeError as e:
+            raise self._failed(dst, e) from None
+        self.comm_s += time.perf_counter() - t0
+        self.messages += 1
+        if book is None:
+            self.control_bytes += nbytes
+        else:
+            self.payload[book[0]][book[1]] += nbytes
+
+    def recv(self, shape, dtype, src: int, book: tuple[str, int] | None) -> torch.Tensor:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        buf = torch.empty(shape, dtype=dtype)
+        try:
+            dist.recv(buf, src=src)
+        except RuntimeError as e:
+            raise self._failed(src, e) from None
+        self.comm_s += time.perf_counter() - t0
+        self.messages += 1
+        nbytes = buf.numel() * buf.element_size()
+        if book is None:
+            self.control_bytes += nbytes
+        else:
+            self.payload[book[0]][book[1]] += nbytes
+        return buf
+
+    def _failed(self, peer: int, e: Exception) -> PartyFailed:
+        who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
+        text = str(e)
+        why = next((w for w in ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out") if w in text), text.splitlines()[0][:80])
+        return PartyFailed(f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({why.lower()}); nothing was written as a finished result.")
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"bytes_{key}_per_party": list(v) for key, v in self.payload.items()}
+        out.update({f"bytes_{key}": int(sum(v)) for key, v in self.payload.items()})
+        out.update({"control_bytes": self.control_bytes, "messages": self.messages, "comm_s": self.comm_s,
+                    "latency_ms": self.latency * 1e3, "bandwidth_mbps": self.bandwidth})
+        return out
+
+
+class WireChannel(Channel):
+    """The run's channel with the boundary on the wire: counts as :class:`Channel` does (the accounted
+    traffic), and moves the sent rows between the processes (the measured traffic)."""
+
+    def __init__(self, n_parties: int, wire: Wire):
+        self.wire = wire
+        super().__init__(n_parties)
+        self.crossings: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # this step's (values, sent, party_of)
+
+    @property
+    def is_server(self) -> bool:
+        return self.wire.rank == SERVER
+
+    def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
+        if reps.ndim != 3:
+            raise VFLBenchError(f"the processes runtime moves [senders, batch, width] tensors; this method sent {tuple(reps.shape)}")
+        owner = (torch.arange(reps.shape[0]) if party_of is None else party_of.cpu()).tolist()
+        rows = sent.cpu()
+        phase = self.mode
+        grad = torch.is_grad_enabled() and phase == "train"
+        if self.is_server:
+            got = torch.zeros(reps.shape, dtype=reps.dtype)
+            for m, k in enumerate(owner):
+                n = int(rows[m].sum())
+                if n:
+                    got[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, k + 1, (f"{phase}_up", k))
+            got = got.to(reps.device)
+            if grad:
+                got.requires_grad_(True)
+                self.crossings.append((got, rows, owner))
+            return got
+        me = self.wire.rank - 1
+        for m, k in enumerate(owner):
+            if k == me and bool(rows[m].any()):
+                self.wire.send(reps[m][rows[m].to(reps.device)].detach(), SERVER, (f"{phase}_up", k))
+        if grad and reps.requires_grad:
+            self.crossings.append((reps, rows, owner))
+        return reps.detach()  # what the rest of this party's copy computes is never used
+
+    @property
+    def epoch(self) -> int:
+        return self.wire.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.wire.epoch = value
+
+    # -- the step, around the trainer's forward and backward
+    def agree(self, value: float | None, n_active: int) -> float | None:
+        """The server's loss for this step, known to every process (a control message per party)."""
+        if self.is_server:
+            msg = torch.tensor([float("nan") if value is None else value, 0.0 if value is None else 1.0, float(n_active)], dtype=torch.float64)
+            for r in range(1, self.wire.world):
+                self.wire.send(msg, r, None)
+            return value
+        msg = self.wire.recv((3,), torch.float64, SERVER, None)
+        if int(msg[2]) != n_active:
+            raise VFLBenchError(f"party {self.wire.rank - 1} and the server disagree on the members this step trains ({n_active} vs {int(msg[2])}): "
+                                "the processes do not run the same program (different flags or versions?)")
+        if not bool(msg[1]):
+            self.crossings = []
+        return float(msg[0]) if bool(msg[1]) else None
+
+    def agree_order(self, order: torch.Tensor) -> torch.Tensor:
+        """The server (the label holder) sends the epoch's sample order to every party (a control
+        message): a class-balanced sampler reads labels the parties do not hold."""
+        if self.is_server:
+            for r in range(1, self.wire.world):
+                self.wire.send(order.to(torch.int64), r, None)
+            return order
+        return self.wire.recv(tuple(order.shape), torch.int64, SERVER, None).to(order.device, order.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Server: back-propagate the loss and send each sent row's gradient to its party. Party:
+        receive the gradients of the rows it sent and back-propagate them through its own models."""
+        crossings, self.crossings = self.crossings, []
+        if self.is_server:
+            loss.backward()
+            for got, rows, owner in crossings:
+                g = got.grad if got.grad is not None else torch.zeros_like(got)
+                g = g.detach().cpu()
+                for m, k in enumerate(owner):
+                    if bool(rows[m].any()):
+                        self.wire.send(g[m][rows[m]], k + 1, ("train_down", k))
+            return
+        me = self.wire.rank - 1
+        outs, grads = [], []
+        for reps, rows, owner in crossings:
+            g = torch.zeros(reps.shape, dtype=reps.dtype)
+            for m, k in enumerate(owner):
+                n = int(rows[m].sum())
+                if k == me and n:
+                    g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
+            outs.append(reps)
+            grads.append(g.to(reps.device))
+        if outs:
+            torch.autograd.backward(outs, grads)
+
+    def discard(self) -> None:
+        super().discard()
+        self.crossings = []
+
+
+# ----------------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def connect(rank: int, world: int, rendezvous: str, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    if not rendezvous.startswith("tcp://"):
+        raise VFLBenchError(f"--rendezvous takes tcp://HOST:PORT (the server's address), got {rendezvous!r}.")
+    try:
+        dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as e:
+        raise VFLBenchError(f"Could not join the federation at {rendezvous} as rank {rank} of {world} within {timeout_s:.0f}s: "
+                            f"{str(e).splitlines()[0][:160]}. Start the server and every party with the same --rendezvous.") from None
+
+
+def check_same_run(wire: Wire, key: str) -> None:
+    """Every process must run the same resolved run: the parties send their run key to the server."""
+    code = torch.tensor([int(key, 16)], dtype=torch.int64)
+    if wire.rank == SERVER:
+        for r in range(1, wire.world):
+            got = wire.recv((1,), torch.int64, r, None)
+            if int(got) != int(code):
+                msg = torch.tensor([0], dtype=torch.int64)
+                for q in range(1, wire.world):
+                    wire.send(msg, q, None)
+                raise VFLBenchError(f"party {r - 1} resolved another run (run key {int(got):012x}, the server's {key}); "
+                                    "give every process the same flags.")
+        for q in range(1, wire.world):
+            wire.send(torch.tensor([1], dtype=torch.int64), q, None)
+        return
+    wire.send(code, SERVER, None)
+    if not int(wire.recv((1,), torch.int64, SERVER, None)):
+        raise VFLBenchError("the server resolved another run than this party; give every process the same flags.")
+
+
+def place(inputs, rank: int) -> None:
+    """Keep only this process's share of the data: a party its own block (no labels), the server the
+    labels (no feature)."""
+    keep = rank - 1  # -1 for the server: no block
+    for data in (inputs.train.blocks, inputs.test, inputs.val):
+        if data is None:
+            continue
+        for k in range(data.x.shape[0]):
+            if k != keep:
+                data.x[k].zero_()
+    if rank != SERVER:
+        inputs.train.y = torch.zeros_like(inputs.train.y)
+        inputs.y_test = inputs.y_test * 0
+        if inputs.y_val is not None:
+            inputs.y_val = inputs.y_val * 0
+
+
+def launch_parties(run, rendezvous: str, timeout_s: float) -> list[subprocess.Popen]:
+    """Start one ``vflbench party`` process per party on this machine, each given the resolved run."""
+    import json
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="vflbench-run-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"config": run.to_dict()}, f, default=str)
+    procs = []
+    for k in range(run.parties):
+        cmd = [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", rendezvous, "--run-file", path,
+               "--timeout", str(timeout_s)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    procs[0].run_file = path  # type: ignore[attr-defined]
+    return procs
+
+
+def check(run) -> None:
+    from .methods import METHODS
+
+    mcls = METHODS.get(run.method)
+    why = refusal(mcls, run)
+    if why:
+        raise VFLBenchError(f"{mcls.display} cannot run with --runtime processes: {why}.")
+
+
+def _finish(wire: Wire, method_summary: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """The manifest's ``runtime`` block: measured traffic beside the accounted, and the time split."""
+    measured = wire.summary()
+    keys = [f"bytes_{ph}_{d}_per_party" for ph in ("train", "eval", "monitor") for d in ("up", "down")]
+    agrees = {k: measured[k] == method_summary.get(k) for k in keys}
+    tm = manifest["timings"]
+    busy = tm.get("train_s", 0.0) + tm.get("eval_s", 0.0)
+    manifest["runtime"] = {
+        "name": "processes", "world_size": wire.world, "backend": "gloo",
+        "measured": measured, "measured_equals_accounted": all(agrees.values()),
+        "mismatch": [k for k, ok in agrees.items() if not ok],
+        "framing": {"messages": measured["messages"], "control_bytes": measured["control_bytes"],
+                    "note": "payload bytes are the tensors' own; gloo's per-message transport header is not observable from Python and is not included"},
+    }
+    tm["comm_s"] = measured["comm_s"]  # the server's time inside send/receive calls (waiting for the parties included)
+    tm["compute_s"] = max(busy - measured["comm_s"], 0.0)
+
+
+def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", callbacks=()):
+    """This process is the server (rank 0) of a run whose parties are processes: wait for the
+    parties, check they run the same run, train and evaluate; returns (CSV rows, manifest)."""
+    import torch.distributed as dist
+
+    from .pipeline import execute
+
+    check(run)
+    world = run.parties + 1
+    connect(SERVER, world, rendezvous, timeout_s)
+    try:
+        wire = Wire(SERVER, world, run.net_latency, run.net_bandwidth, timeout_s)
+        check_same_run(wire, run.key)
+        rows, manifest = execute(run, device, callbacks, wire)
+        _finish(wire, manifest["communication"], manifest)
+        return rows, manifest
+    finally:
+        dist.destroy_process_group()
+
+
+def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu") -> dict[str, Any]:
+    """This process is party ``party`` (rank ``party + 1``): it trains its own models from the
+    server's gradients; returns its measured traffic."""
+    import torch.distributed as dist
+
+    from .pipeline import execute
+
+    check(run)
+    if not 0 <= party < run.parties:
+        raise VFLBenchError(f"--rank {party} is not a party of this run (0 .. {run.parties - 1}).")
+    world = run.parties + 1
+    connect(party + 1, world, rendezvous, timeout_s)
+    try:
+        wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, timeout_s)
+        check_same_run(wire, run.key)
+        execute(run, device, (), wire)
+        return wire.summary()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_processes(run, device: str = "cpu", callbacks=(), timeout_s: float = 60.0):
+    """``vflbench run --runtime processes``: start the parties on this machine, serve them, and
+    return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3)."""
+    check(run)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    procs = launch_parties(run, url, timeout_s)
+    try:
+        try:
+            out = serve(run, url, timeout_s, device, callbacks)
+        except (PartyFailed, VFLBenchError) as e:
+            raise _with_party_error(e, procs) from None
+        for k, p in enumerate(procs):
+            try:
+                code = p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise PartyFailed(f"party {k} did not stop within {timeout_s:.0f}s after the run.") from None
+            if code != 0:
+                raise PartyFailed(f"party {k} exited with status {code}: {_last_line(p)}")
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        try:
+            os.unlink(procs[0].run_file)  # type: ignore[attr-defined]
+        except OSError:
+            pass
+
+
+def _last_line(p: subprocess.Popen) -> str:
+    try:
+        err = p.stderr.read() if p.stderr is not None and p.poll() is not None else ""
+    except (OSError, ValueError):
+        err = ""
+    lines = [ln for ln in (err or "").splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "no message"
+
+
+def _with_party_error(e: VFLBenchError, procs: list[subprocess.Popen]) -> VFLBenchError:
+    """A failure seen by the server, with what a party that stopped said (if one did)."""
+    time.sleep(0.2)
+    dead = [(k, p.poll()) for k, p in enumerate(procs) if p.poll() not in (None, 0)]
+    if isinstance(e, PartyFailed) or dead:
+        extra = "; ".join(f"party {k} exited with status {code}: {_last_line(procs[k])}" for k, code in dead)
+        return PartyFailed(f"{e}{' (' + extra + ')' if extra else ''}")
+    return e
