@@ -446,9 +446,9 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
-    t = Table(title="vflbench methods (set options with --method-opt key=value)")
-    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "--runtime processes"):
-        t.add_column(col)
+    t = Table(title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes)")
+    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "processes"):
+        t.add_column(col, no_wrap=col in ("name", "display", "processes"))
     for r in rows:
         opts = "\n".join(
             f"{o['name']}={o['default']}" + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
@@ -459,7 +459,7 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
 
         t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts),
                   escape("yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "") if r["mechanisms"] else f"no: {r['boundary_refusal']}"),
-                  escape("yes" if r["processes"] else f"no: {r['runtime_refusal']}"))
+                  "yes" if r["processes"] else "no")  # why not: --format json (runtime_refusal), or the refusal of --runtime processes
     console.print(t)
     m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")
     for col in ("name", "what", "parameters"):

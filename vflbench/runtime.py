@@ -78,6 +78,7 @@ class Wire:
         self.messages = 0
         self.comm_s = 0.0
         self.epoch = 0
+        self.pending: list[tuple[torch.Tensor, int, tuple[str, int] | None]] = []
 
     def party_of_rank(self, rank: int) -> int:
         return rank - 1
@@ -87,25 +88,43 @@ class Wire:
             time.sleep(self.latency + (nbytes * 8 / (self.bandwidth * 1e6) if self.bandwidth else 0.0))
 
     def send(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None) -> None:
+        """Send now (after the emulated link's delay for this message)."""
+        self.post(t, dst, book)
+        self.flush()
+
+    def post(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None) -> None:
+        """Queue a message: :meth:`flush` sends the queue together, as over parallel links (one delay: the
+        latency plus the serialisation time of the busiest link)."""
+        self.pending.append((t.detach().contiguous().cpu(), dst, book))
+
+    def flush(self) -> None:
         import torch.distributed as dist
 
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
         t0 = time.perf_counter()
-        nbytes = t.numel() * t.element_size()
-        self._delay(nbytes)
-        try:
-            dist.send(t.contiguous().cpu(), dst=dst)
-        except RuntimeError as e:
-            raise self._failed(dst, e) from None
+        per_link: dict[int, int] = {}
+        for t, dst, _ in pending:
+            per_link[dst] = per_link.get(dst, 0) + t.numel() * t.element_size()
+        self._delay(max(per_link.values()))  # the links run in parallel; a link carries its messages one after the other
+        for t, dst, book in pending:
+            try:
+                dist.send(t, dst=dst)
+            except RuntimeError as e:
+                raise self._failed(dst, e) from None
+            nbytes = t.numel() * t.element_size()
+            self.messages += 1
+            if book is None:
+                self.control_bytes += nbytes
+            else:
+                self.payload[book[0]][book[1]] += nbytes
         self.comm_s += time.perf_counter() - t0
-        self.messages += 1
-        if book is None:
-            self.control_bytes += nbytes
-        else:
-            self.payload[book[0]][book[1]] += nbytes
 
     def recv(self, shape, dtype, src: int, book: tuple[str, int] | None) -> torch.Tensor:
         import torch.distributed as dist
 
+        self.flush()  # what this process queued goes first (nobody waits on a message never sent)
         t0 = time.perf_counter()
         buf = torch.empty(shape, dtype=dtype)
         try:
@@ -169,7 +188,8 @@ class WireChannel(Channel):
         me = self.wire.rank - 1
         for m, k in enumerate(owner):
             if k == me and bool(rows[m].any()):
-                self.wire.send(reps[m][rows[m].to(reps.device)].detach(), SERVER, (f"{phase}_up", k))
+                self.wire.post(reps[m][rows[m].to(reps.device)], SERVER, (f"{phase}_up", k))
+        self.wire.flush()  # this party's rows of the crossing, as one transfer
         if grad and reps.requires_grad:
             self.crossings.append((reps, rows, owner))
         return reps.detach()  # what the rest of this party's copy computes is never used
@@ -188,7 +208,7 @@ class WireChannel(Channel):
         if self.is_server:
             msg = torch.tensor([float("nan") if value is None else value, 0.0 if value is None else 1.0, float(n_active)], dtype=torch.float64)
             for r in range(1, self.wire.world):
-                self.wire.send(msg, r, None)
+                self.wire.post(msg, r, None)  # goes down with the gradients (or before the next message the server waits for)
             return value
         msg = self.wire.recv((3,), torch.float64, SERVER, None)
         if int(msg[2]) != n_active:
@@ -203,7 +223,8 @@ class WireChannel(Channel):
         message): a class-balanced sampler reads labels the parties do not hold."""
         if self.is_server:
             for r in range(1, self.wire.world):
-                self.wire.send(order.to(torch.int64), r, None)
+                self.wire.post(order.to(torch.int64), r, None)
+            self.wire.flush()
             return order
         return self.wire.recv(tuple(order.shape), torch.int64, SERVER, None).to(order.device, order.dtype)
 
@@ -218,7 +239,8 @@ class WireChannel(Channel):
                 g = g.detach().cpu()
                 for m, k in enumerate(owner):
                     if bool(rows[m].any()):
-                        self.wire.send(g[m][rows[m]], k + 1, ("train_down", k))
+                        self.wire.post(g[m][rows[m]], k + 1, ("train_down", k))
+            self.wire.flush()  # the step's control message and gradients, to every party at once
             return
         me = self.wire.rank - 1
         outs, grads = [], []
@@ -352,6 +374,7 @@ def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", ca
         wire = Wire(SERVER, world, run.net_latency, run.net_bandwidth, timeout_s)
         check_same_run(wire, run.key)
         rows, manifest = execute(run, device, callbacks, wire)
+        wire.flush()
         _finish(wire, manifest["communication"], manifest)
         return rows, manifest
     finally:
