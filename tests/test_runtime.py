@@ -31,8 +31,8 @@ FLAGS = ["--dataset", "credit", "--epochs", "2", "--seed", "1", "--train-missing
 
 
 def test_the_methods_the_issue_names_claim_support():
-    assert {"svfl", "combinatorial", "plug", "laser", "sum"} <= set(SUPPORTED)
-    for m in ("local", "ensemble", "pbm", "false1", "false2", "fedhssl"):  # not yet: each says why (vflbench methods)
+    assert {"svfl", "combinatorial", "plug", "laser", "sum", "pbm"} <= set(SUPPORTED)
+    for m in ("local", "ensemble", "false1", "false2", "fedhssl"):  # not yet: each says why (vflbench methods)
         assert refusal(METHODS.get(m)), m
 
 
@@ -41,12 +41,18 @@ def _one(out: Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(d / "results.csv"), json.loads((d / "manifest.json").read_text())
 
 
+CASES = [*[(m, ()) for m in SUPPORTED if m != "pbm"],
+         ("pbm", ("--method-opt", "noise=party")),  # PBM-VFL: each party draws its own noise
+         ("pbm", ("--method-opt", "noise=party", "--method-opt", "secagg=masked")),  # with SecAgg keys from X25519 across processes
+         ("sum", ("--mechanism", "pbm:b=32,beta=0.2,noise=party", "--secagg", "masked"))]
+
+
 @needs_mirror
-@pytest.mark.parametrize("method", SUPPORTED)
-def test_processes_give_the_numbers_of_one_process(method, tmp_path):
-    a = runner.invoke(app, ["run", "--method", method, *FLAGS, "--out", str(tmp_path / "in")])
+@pytest.mark.parametrize("method,extra", CASES, ids=[f"{m}{'-' + '-'.join(e[1::2]) if e else ''}" for m, e in CASES])
+def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
+    a = runner.invoke(app, ["run", "--method", method, *FLAGS, *extra, "--out", str(tmp_path / "in")])
     assert a.exit_code == 0, a.output
-    b = runner.invoke(app, ["run", "--method", method, *FLAGS, "--runtime", "processes", "--out", str(tmp_path / "pr")])
+    b = runner.invoke(app, ["run", "--method", method, *FLAGS, *extra, "--runtime", "processes", "--out", str(tmp_path / "pr")])
     assert b.exit_code == 0, b.output
     (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
     assert ma["run_key"] == mb["run_key"]
@@ -61,6 +67,42 @@ def test_processes_give_the_numbers_of_one_process(method, tmp_path):
         assert rt["measured"][f"bytes_{key}_per_party"] == mb["communication"][f"bytes_{key}_per_party"]
     assert rt["measured"]["bytes_train_up"] > 0 and rt["framing"]["messages"] > 0
     assert "runtime=processes" not in ",".join(rb.columns) and mb["config"]["settings"]["runtime"] == "processes"
+
+
+@needs_mirror
+def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp_path, monkeypatch):
+    runs = {}
+    for mode in ("plain", "masked"):
+        trace = tmp_path / f"trace_{mode}"
+        trace.mkdir()
+        monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(trace))
+        r = runner.invoke(app, ["run", "--method", "pbm", *FLAGS, "--method-opt", "noise=party", "--method-opt", f"secagg={mode}",
+                                "--runtime", "processes", "--out", str(tmp_path / mode)])
+        assert r.exit_code == 0, r.output
+        runs[mode] = _one(tmp_path / mode)
+        import torch
+
+        got = torch.load(trace / "server_release0_train.pt")
+        plain = torch.stack([torch.load(trace / f"party{k}_release0_train.pt")["values"] for k in range(4)])
+        sent = got["sent"]  # [K, B]
+        received = got["values"]  # [K, B, P]: what the server process received from each party
+        assert torch.equal(received.sum(0) % 256, plain.sum(0) % 256)  # the sums agree (R = 256 for b=32, four parties)
+        shared = sent.sum(0) >= 2  # samples at least two parties took part in: their uploads are masked
+        if mode == "plain":
+            assert torch.equal(received, plain)
+        else:
+            for k in range(4):
+                rows = sent[k] & shared
+                same = (received[k][rows] == plain[k][rows]).float().mean()
+                assert same < 0.05, (k, same)  # masked: equal to the plain count about 1/256 of the time, by chance
+                assert received[k][rows].float().mean() > 100  # spread over Z_256, not counts in 0..32
+    (rp, mp), (rm, mm) = runs["plain"], runs["masked"]
+    assert rp["value"].tolist() == rm["value"].tolist() and mp["history"]["loss"] == mm["history"]["loss"]  # bit-identical to plain
+
+
+def test_pbm_across_processes_needs_each_party_to_draw_its_own_noise(tmp_path):
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "pbm", "--runtime", "processes", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "noise=party" in r.output and len(r.output.strip().splitlines()) == 1
 
 
 def test_a_method_that_cannot_run_distributed_is_refused_in_one_line(tmp_path):

@@ -89,6 +89,17 @@ class Channel:
         """Back-propagate the step's loss through both sides of the boundary."""
         loss.backward()
 
+    def exact_sum(self, reps: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+        """The exact sum ``sum_m sent[m] * reps[m]`` (``[B, D]``) of float values sent up as they are,
+        whatever mechanism the channel carries otherwise (e.g. PBM-VFL's ``exact`` evaluation variant):
+        counted at the values' own size."""
+        self.count(reps, sent, up_bytes=reps.element_size())
+        return (self.transform_exact(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
+
+    def transform_exact(self, reps: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+        """What the server receives of values sent exactly (the identity in one process)."""
+        return reps
+
     # -- bookkeeping, called by the trainer and the evaluator
     def commit(self, phase: str, backward: bool) -> None:
         """Close a step: its traffic counts as ``phase`` ("train" or "eval"); gradients come down only

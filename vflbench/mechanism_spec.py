@@ -50,12 +50,17 @@ _BOUND = {
     "C": Param(float, 1.0, "values are bounded to [-C, C] before release", check=positive_finite),
     "bound": Param(str, "clip", "how values are bounded: clip (clamp to [-C, C]; the gradient passes straight through) or tanh (C*tanh)", ("clip", "tanh")),
 }
+_NOISE = {
+    "noise": Param(str, "shared", "whose stream draws the noise: shared (one seeded stream draws every party's, the in-process simulation "
+                   "of the committed results) or party (each party its own seeded stream, as separate processes draw it: --runtime processes)",
+                   ("shared", "party")),
+}
 MECHANISM_PARAMS: dict[str, dict[str, Param]] = {
     "none": {},
     "npq": {},
     "pbm": {"b": Param(int, 32, "Binomial trials per value (the bit budget)", check=at_least_one),
-            "beta": Param(float, 0.1, "privacy parameter in (0, 1/4]; smaller is more private", check=beta_in_range), **_BOUND, **_ACCOUNTING},
-    "ldp": {"sigma": Param(float, 1.0, "Gaussian noise std added by each party", check=positive_finite), **_BOUND, **_ACCOUNTING},
+            "beta": Param(float, 0.1, "privacy parameter in (0, 1/4]; smaller is more private", check=beta_in_range), **_BOUND, **_ACCOUNTING, **_NOISE},
+    "ldp": {"sigma": Param(float, 1.0, "Gaussian noise std added by each party", check=positive_finite), **_BOUND, **_ACCOUNTING, **_NOISE},
 }
 MECHANISM_HELP = {
     "none": "nothing at the boundary (exact float32 values)",

@@ -29,6 +29,7 @@ this mechanism attached from its own options.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -63,9 +64,11 @@ class AccountedChannel(Channel):
     changes the noise that training draws. The accountant is made at the first charged release
     (it learns the values per release and whether they were summed or sent one by one)."""
 
-    def __init__(self, n_parties: int, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None):
+    def __init__(self, n_parties: int, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None,
+                 party_gens: dict[str, list[torch.Generator]] | None = None):
         super().__init__(n_parties)
         self.gens = gens
+        self.party_gens = party_gens  # noise=party: each party's own stream per phase (None: one stream draws every party's)
         self.spec = spec
         self.accountant: NoisySumAccountant | None = None
         self.n_samples: int | None = None  # the training set's size (set by the Boundary before training)
@@ -76,6 +79,17 @@ class AccountedChannel(Channel):
     @property
     def gen(self) -> torch.Generator:
         return self.gens[self.mode]
+
+    def draw(self, shape_like: torch.Tensor, one: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+             rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Noise for ``shape_like`` ``[K, ...]``: ``one(part, generator)`` draws for a part; from one
+        stream for every party (noise=shared), or row k from party k's own (noise=party; ``rows``: only
+        these parties' rows are drawn, the others are zeros, as in party k's own process)."""
+        if self.party_gens is None:
+            return one(shape_like, self.gen)
+        gens = self.party_gens[self.mode]
+        return torch.stack([one(shape_like[k], gens[k]) if rows is None or k in rows else torch.zeros_like(shape_like[k])
+                            for k in range(shape_like.shape[0])])
 
     def note_release(self, idx: torch.Tensor | None, sent: torch.Tensor, dim: int, kind: str) -> None:
         if self.release is None:
@@ -108,8 +122,9 @@ class AccountedChannel(Channel):
 class LDPChannel(AccountedChannel):
     """Local DP: Gaussian noise of std ``sigma`` on every coordinate a party sends."""
 
-    def __init__(self, n_parties: int, sigma: float, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None):
-        super().__init__(n_parties, gens, spec)
+    def __init__(self, n_parties: int, sigma: float, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None,
+                 party_gens: dict[str, list[torch.Generator]] | None = None):
+        super().__init__(n_parties, gens, spec, party_gens)
         self.sigma = float(sigma)
         self.C = spec["C"] if spec is not None else 1.0
         self.bound = spec["bound"] if spec is not None else "clip"
@@ -120,7 +135,7 @@ class LDPChannel(AccountedChannel):
                               release=self.release)
 
     def _noisy(self, reps: torch.Tensor) -> torch.Tensor:
-        return reps + torch.randn(reps.shape, generator=self.gen, device=reps.device, dtype=reps.dtype) * self.sigma
+        return reps + self.draw(reps, lambda r, g: torch.randn(r.shape, generator=g, device=r.device, dtype=r.dtype)) * self.sigma
 
     def transform(self, reps, sent, party_of):
         if party_of is not None:
@@ -140,8 +155,8 @@ class PBMChannel(AccountedChannel):
     bytes_down_per_value = F_BITS / 8
 
     def __init__(self, n_parties: int, b: int, beta: float, C: float, gens: dict[str, torch.Generator], secagg: PairwiseMasking | None = None,
-                 spec: MechanismSpec | None = None):
-        super().__init__(n_parties, gens, spec)
+                 spec: MechanismSpec | None = None, party_gens: dict[str, list[torch.Generator]] | None = None):
+        super().__init__(n_parties, gens, spec, party_gens)
         self.b, self.beta, self.C = int(b), float(beta), float(C)
         self.bound = spec["bound"] if spec is not None else "clip"
         self.secagg = secagg
@@ -155,10 +170,10 @@ class PBMChannel(AccountedChannel):
         return AccountantSpec("pbm", self.k, self.dim, b=self.b, beta=self.beta, C=self.C, c0=s["c0"], mode=s["accountant"],
                               conversion=s["conversion"], release=self.release)
 
-    def quantise(self, reps: torch.Tensor) -> torch.Tensor:
-        """Binomial(b, 1/2 + beta*h/C) counts per coordinate (h clamped to [-C, C])."""
+    def quantise(self, reps: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Binomial(b, 1/2 + beta*h/C) counts per coordinate (h clamped to [-C, C]); ``rows``: see :meth:`draw`."""
         p = 0.5 + (self.beta / self.C) * reps.detach().clamp(-self.C, self.C)
-        return torch.binomial(torch.full_like(p, float(self.b)), p, generator=self.gen)
+        return self.draw(p, lambda q, g: torch.binomial(torch.full_like(q, float(self.b)), q, generator=g), rows)
 
     def up(self, reps, sent, party_of=None):
         # one count in {0..b} per value: ceil(log2(b+1)) bits up
@@ -245,17 +260,30 @@ class Boundary:
                 "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
 
 
+def party_generators(streams, device, k: int) -> dict[str, list[torch.Generator]]:
+    """noise=party: party k's own noise stream per phase (``mechanism/party<k>``, ``.../eval``, ``.../monitor``)."""
+    out: dict[str, list[torch.Generator]] = {}
+    for phase in PHASES:
+        out[phase] = []
+        for j in range(k):
+            g = torch.Generator(device=device)
+            g.manual_seed(streams.seed_for(f"mechanism/party{j}" + ("" if phase == "train" else f"/{phase}")))
+            out[phase].append(g)
+    return out
+
+
 def make_channel(spec: MechanismSpec, k: int, streams, device, secagg: str = "plain", sigma: float | None = None) -> Channel:
     """The channel that carries ``spec`` for ``k`` parties (``sigma`` overrides the LDP noise)."""
     if spec.name in ("none", "npq"):
         return Channel(k)
     gens = phase_generators(streams, device)
+    per_party = party_generators(streams, device, k) if spec["noise"] == "party" else None
     if spec.name == "pbm":
         sec = PairwiseMasking(k, spec["b"], streams.seed_for("secagg"), device) if secagg == "masked" else None
-        return PBMChannel(k, spec["b"], spec["beta"], spec["C"], gens, sec, spec)
+        return PBMChannel(k, spec["b"], spec["beta"], spec["C"], gens, sec, spec, per_party)
     if secagg == "masked":
         raise VFLBenchError("--secagg masked carries integer counts (pbm); ldp sends noisy floats. Use --secagg plain.")
-    return LDPChannel(k, spec["sigma"] if sigma is None else sigma, gens, spec)
+    return LDPChannel(k, spec["sigma"] if sigma is None else sigma, gens, spec, per_party)
 
 
 def attach(method, spec: MechanismSpec, secagg: str = "plain", sigma: float | None = None) -> Boundary:

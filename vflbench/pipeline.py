@@ -428,12 +428,12 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
     torch.set_num_threads(intra_op_threads(run))
     inputs = prepare(run, device)
     if wire is not None:
-        from .runtime import WireChannel, place
+        from .runtime import place, wire_channel
 
         place(inputs, wire.rank)
     method = build(run, inputs)
     if wire is not None:
-        method.channel = WireChannel(method.k, wire)
+        method.channel = wire_channel(method, wire)
     callbacks = list(callbacks)
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))

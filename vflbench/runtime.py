@@ -50,18 +50,28 @@ class PartyFailed(VFLBenchError):
 
 
 def refusal(mcls, run=None) -> str | None:
-    """Why a run cannot use the ``processes`` runtime (None: it can)."""
+    """Why a method (or, given ``run``, a resolved run) cannot use the ``processes`` runtime (None: it can)."""
     why = getattr(mcls, "runtime_refusal", None)
-    if why:
+    if why or run is None:
         return why
-    if run is not None:
-        if len(mcls.stages_for(run.method_options)) > 1:
-            return "runs with a party-local stage (e.g. --method-opt pretrain=simsiam) do not run across processes yet: their loss never crosses the boundary"
-        mech = run.settings.get("mechanism")
-        if mech is not None and mech.name != "none":
-            return "a --mechanism at the boundary does not run across processes yet (the parties' noise and SecAgg masks are drawn in-process)"
-        if run.model.get("arch") != "mlp":
-            return "image data does not run across processes yet (tiles are cut from one tensor after augmentation)"
+    if len(mcls.stages_for(run.method_options)) > 1:
+        return "runs with a party-local stage (e.g. --method-opt pretrain=simsiam) do not run across processes yet: their loss never crosses the boundary"
+    if run.model.get("arch") != "mlp":
+        return "image data does not run across processes yet (tiles are cut from one tensor after augmentation)"
+    opts = run.method_options
+    if "mechanism" in opts and "noise" in opts:  # PBM-VFL's own mechanism, from its options
+        name, noise, how = opts["mechanism"], opts["noise"], "--method-opt noise=party"
+    else:
+        spec = run.settings.get("mechanism")
+        if spec is None or spec.name == "none":
+            return None
+        name, noise, how = spec.name, dict(spec.params).get("noise"), f"--mechanism {spec.name}:...,noise=party"
+    if name == "npq":
+        return None
+    if name != "pbm" or not mcls.sums_at_server:
+        return "across processes, a mechanism runs as PBM's summed release (--method pbm, or --method sum --mechanism pbm:...) only"
+    if noise != "party":
+        return f"each party process draws its own noise: give {how} (noise=shared simulates one stream for every party)"
     return None
 
 
@@ -193,6 +203,9 @@ class WireChannel(Channel):
         if grad and reps.requires_grad:
             self.crossings.append((reps, rows, owner))
         return reps.detach()  # what the rest of this party's copy computes is never used
+
+    def transform_exact(self, reps: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+        return WireChannel.transform(self, reps, sent, None)
 
     @property
     def epoch(self) -> int:
@@ -449,3 +462,202 @@ def _with_party_error(e: VFLBenchError, procs: list[subprocess.Popen]) -> VFLBen
         extra = "; ".join(f"party {k} exited with status {code}: {_last_line(procs[k])}" for k, code in dead)
         return PartyFailed(f"{e}{' (' + extra + ')' if extra else ''}")
     return e
+
+
+# ----------------------------------------------------------------------------- PBM across processes
+def _trace(name: str, values: torch.Tensor, rows: torch.Tensor) -> None:
+    """Test hook: with $VFLBENCH_TRACE_DIR set, the first training release's values are saved there
+    (a party's plain counts, what the server received), so that a test can inspect both sides."""
+    where = os.environ.get("VFLBENCH_TRACE_DIR")
+    if where and "_release0_train" in name:
+        torch.save({"values": values.cpu(), "sent": rows.cpu()}, os.path.join(where, name + ".pt"))
+
+
+def uint_dtype(bits: int) -> torch.dtype:
+    """The smallest integer dtype that carries ``bits``-bit values on the wire."""
+    return torch.uint8 if bits <= 8 else torch.int16 if bits <= 15 else torch.int32 if bits <= 31 else torch.int64
+
+
+class KeyedMasking:
+    """Pairwise masking (Bonawitz et al.'s Protocol 0) with real keys: party ``me`` shares with every
+    other party a 32-byte key from an X25519 agreement (:func:`agree_pair_keys`). The masks of release
+    ``t`` for the pair (i, j), i < j, are the ChaCha20 keystream of that key with nonce ``t`` (64-bit
+    little-endian, then 8 zero bytes), read as little-endian uint32 words reduced mod R (R a power of
+    two): the first B*P words are u[i, j], the next B*P u[j, i]. Party m uploads
+    ``(q_m + sum_{m'} u[m, m'] - u[m', m]) mod R`` over the parties that take part in each sample, so
+    the masks cancel in the server's sum and each upload on its own is uniform on Z_R."""
+
+    def __init__(self, me: int, k: int, bits: int, pair_keys: dict[int, bytes]):
+        self.me, self.k, self.bits, self.R = me, k, bits, 1 << bits
+        self.keys = pair_keys  # other party -> 32-byte key shared with it
+
+    def _masks(self, other: int, t: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u[lo, hi], u[hi, lo]) of the pair {me, other} for release ``t``."""
+        import numpy as np
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+        n = int(np.prod(shape))
+        nonce = int(t).to_bytes(8, "little") + bytes(8)
+        stream = Cipher(algorithms.ChaCha20(self.keys[other], nonce), mode=None).encryptor().update(bytes(8 * n))
+        words = np.frombuffer(stream, dtype="<u4").astype(np.int64) & (self.R - 1)
+        return torch.from_numpy(words[:n].reshape(shape).copy()), torch.from_numpy(words[n:].reshape(shape).copy())
+
+    def upload(self, q: torch.Tensor, sent: torch.Tensor, t: int) -> torch.Tensor:
+        """``q`` ``[B, P]`` this party's counts, ``sent`` ``[K, B]`` -> its masked upload ``[B, P]`` in Z_R."""
+        pert = torch.zeros(q.shape, dtype=torch.int64)
+        for other in range(self.k):
+            if other == self.me:
+                continue
+            lo = min(self.me, other)
+            u_lohi, u_hilo = self._masks(other, t, tuple(q.shape))
+            both = (sent[self.me] & sent[other]).cpu()[:, None]
+            mine, theirs = (u_lohi, u_hilo) if self.me == lo else (u_hilo, u_lohi)
+            pert += (mine - theirs) * both
+        return torch.remainder(q.cpu().to(torch.int64) + pert, self.R) * sent[self.me].cpu()[:, None]
+
+
+def agree_pair_keys(wire: Wire) -> dict[int, bytes]:
+    """X25519 between every pair of parties, the server relaying the public keys (it learns nothing
+    from them). Party side: returns other party -> 32-byte key (HKDF-SHA256 of the shared secret,
+    bound to the pair). The server returns {}."""
+    import numpy as np
+
+    k = wire.world - 1
+    if wire.rank == SERVER:
+        pubs = torch.stack([wire.recv((32,), torch.uint8, r, None) for r in range(1, wire.world)])
+        for r in range(1, wire.world):
+            wire.post(pubs, r, None)
+        wire.flush()
+        return {}
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    me = wire.rank - 1
+    private = X25519PrivateKey.generate()
+    raw = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    wire.send(torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()), SERVER, None)
+    pubs = wire.recv((k, 32), torch.uint8, SERVER, None)
+    keys = {}
+    for other in range(k):
+        if other == me:
+            continue
+        shared = private.exchange(X25519PublicKey.from_public_bytes(bytes(pubs[other].numpy().tobytes())))
+        lo, hi = min(me, other), max(me, other)
+        keys[other] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=f"vflbench secagg pair {lo}-{hi}".encode()).derive(shared)
+    return keys
+
+
+def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes]):
+    """PBM-VFL's summed release across processes: each party quantises its own values with its own
+    noise stream, masks them with keys only it and each peer hold (secagg=masked), and sends integers
+    in Z_R; the server sums them and unbiases the sum. Gradients of the sum come back to each party."""
+    from .mechanisms import PBMChannel
+
+    class WirePBMChannel(PBMChannel):
+        def aggregate(self, reps, sent, idx=None):
+            self.count(reps, sent)
+            self.note_release(idx, sent, reps.shape[-1], "sum")
+            t, self.released = self.released, self.released + 1
+            phase = self.mode
+            rows = sent.cpu()
+            dtype = uint_dtype(self.bits)
+            grad = torch.is_grad_enabled() and phase == "train"
+            n = sent.sum(0).to(reps.dtype)[:, None]
+            if wire.rank == SERVER:
+                total = torch.zeros(reps.shape[1:], dtype=torch.int64)
+                uploads = []
+                for kk in range(self.k):
+                    m = int(rows[kk].sum())
+                    y = torch.zeros(reps.shape[1:], dtype=torch.int64)
+                    if m:
+                        y[rows[kk]] = wire.recv((m, reps.shape[2]), dtype, kk + 1, (f"{phase}_up", kk)).to(torch.int64)
+                    uploads.append(y)
+                    total += y
+                self.last_upload = torch.stack(uploads)  # what the server received (masked under secagg), for tests
+                _trace(f"server_release{t}_{phase}", self.last_upload, rows)
+                qsum = (torch.remainder(total, self.R) if self.secagg_keys is not None else total).to(reps.dtype).to(reps.device)
+                est = self.C / (self.beta * self.b) * (qsum - self.b * n / 2)
+                if not grad:
+                    return est
+                exact = torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device, requires_grad=True)
+                self.crossings.append((exact, rows))
+                return est + (exact - exact.detach())  # the gradient of the sum goes back to every party that took part
+            me = wire.rank - 1
+            q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
+            _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows)
+            if self.secagg_keys is not None:
+                q = self.masking.upload(q, rows, t)
+            m = int(rows[me].sum())
+            if m:
+                wire.send(q[rows[me].to(q.device)].to(dtype), SERVER, (f"{phase}_up", me))
+            if grad:
+                self.crossings.append((reps, rows))
+            return torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device)  # this party's copy never learns the sum
+
+        def transform_exact(self, reps, sent):
+            return WireChannel.transform(self, reps, sent, None)
+
+        def up(self, reps, sent, party_of=None):
+            raise VFLBenchError("across processes, PBM runs as a summed release (--method sum or pbm); per-party releases are not built yet")
+
+        def agree(self, value, n_active):
+            return WireChannel.agree(self, value, n_active)
+
+        def agree_order(self, order):
+            return WireChannel.agree_order(self, order)
+
+        def backward(self, loss):
+            crossings, self.crossings = self.crossings, []
+            if wire.rank == SERVER:
+                loss.backward()
+                for exact, rows in crossings:
+                    g = (exact.grad if exact.grad is not None else torch.zeros_like(exact)).detach().cpu()
+                    for kk in range(self.k):
+                        if bool(rows[kk].any()):
+                            wire.post(g[rows[kk]], kk + 1, ("train_down", kk))
+                wire.flush()
+                return
+            me = wire.rank - 1
+            outs, grads = [], []
+            for reps, rows in crossings:
+                g = torch.zeros(reps.shape, dtype=reps.dtype)
+                m = int(rows[me].sum())
+                if m:
+                    g[me][rows[me]] = wire.recv((m, reps.shape[2]), reps.dtype, SERVER, ("train_down", me))
+                outs.append(reps)
+                grads.append(g.to(reps.device))
+            if outs:
+                torch.autograd.backward(outs, grads)
+
+        def discard(self):
+            super().discard()
+            self.crossings = []
+
+        @property
+        def is_server(self):
+            return wire.rank == SERVER
+
+    ch = WirePBMChannel.__new__(WirePBMChannel)
+    ch.__dict__.update(base.__dict__)
+    ch.wire, ch.crossings, ch.R = wire, [], 1 << base.bits
+    ch.secagg_keys = pair_keys if base.secagg is not None else None
+    ch.masking = KeyedMasking(wire.rank - 1, base.k, base.bits, pair_keys) if (base.secagg is not None and wire.rank != SERVER) else None
+    ch.secagg = None  # the simulated masking is replaced by the keyed one
+    return ch
+
+
+def wire_channel(method, wire: Wire):
+    """The channel a process of a processes run installs on ``method`` (before training)."""
+    from .mechanisms import PBMChannel
+
+    ch = method.channel
+    if type(ch) is Channel:
+        return WireChannel(method.k, wire)
+    if isinstance(ch, PBMChannel) and method.sums_at_server:
+        keys = agree_pair_keys(wire) if ch.secagg is not None else {}
+        new = wire_pbm_channel(ch, wire, keys)
+        if method.boundary is not None:
+            method.boundary.channel = new
+        return new
+    raise VFLBenchError(f"{type(ch).__name__} does not run across processes yet.")

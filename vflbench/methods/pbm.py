@@ -40,7 +40,6 @@ class PBMVFL(SumVFL):
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
     boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
-    runtime_refusal = "its mechanism (per-party noise and SecAgg masks) is drawn in one process; across processes it needs the real key agreement, not built yet"
     option_specs = (
         Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
         Option("b", int, 32, "Binomial trials per value (PBM bit budget)", check=at_least_one),
@@ -55,6 +54,8 @@ class PBMVFL(SumVFL):
         Option("accountant", str, "pld", "privacy accounting: pld (certified: pessimistic privacy-loss distributions, exact Gaussian for LDP), exact (certified, looser: numeric RDP), paper (closed forms with c0; NOT an upper bound)", choices=("pld", "exact", "paper")),
         Option("conversion", str, "mironov", "RDP to (epsilon, delta): mironov or cks", choices=("mironov", "cks")),
         Option("delta", float, 1e-5, "delta of the reported (epsilon, delta)", check=delta_in_range),
+        Option("noise", str, "shared", "whose stream draws the parties' noise: shared (one seeded stream, the simulation of the committed "
+               "results) or party (each party its own, as separate processes draw it; needed by --runtime processes)", choices=("shared", "party")),
     )
     assumptions = (
         *SumVFL.assumptions[:2],
@@ -78,7 +79,7 @@ class PBMVFL(SumVFL):
     def mechanism(self):
         """The paper's configuration as the boundary mechanism this method attaches."""
         o = self.options
-        acct = {k: o[k] for k in ("accountant", "conversion", "delta", "c0")}
+        acct = {k: o[k] for k in ("accountant", "conversion", "delta", "c0", "noise")}
         if o["mechanism"] == "pbm":
             return make_mechanism("pbm", b=o["b"], beta=o["beta"], C=o["C"], **acct)
         if o["mechanism"] == "ldp":

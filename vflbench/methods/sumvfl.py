@@ -75,8 +75,7 @@ class SumVFL(Method):
         emb = self.embed(batch.blocks)
         if mechanism:
             return self.channel.aggregate(emb, sent, batch.idx)
-        self.channel.count(emb, sent)  # exact sums: the traffic is counted, nothing is released
-        return (emb * sent[..., None].to(emb.dtype)).sum(0)
+        return self.channel.exact_sum(emb, sent)  # exact float sums (no mechanism): counted, nothing is released
 
     def loss(self, batch: Batch, stage: Stage):
         any_obs = batch.obs.any(1)
