@@ -81,26 +81,21 @@ class LabelSide:
 
 
 def label_side(df, id_col: str, opts: dict[str, Any], path: str) -> LabelSide:
-    """The samples (IDs with a label, sorted), their classes and the stratified split."""
-    import pandas as pd
+    """The samples (IDs with a label, in ID order), their classes, and the stratified split, exactly
+    as the table loader makes them for the joined table (vflbench.datasets.table)."""
     from sklearn.model_selection import train_test_split
 
+    from .datasets.table import Table, resolve_target
+
     target = str(opts["target"]).strip()
-    df = df[df[target].notna()].sort_values(id_col, kind="stable")
-    values = df[target].astype(str).str.strip() if not pd.api.types.is_numeric_dtype(df[target]) else df[target]
-    classes = sorted(values.unique().tolist(), key=lambda v: (str(type(v)), v))
-    if len(classes) < 2:
-        raise VFLBenchError(f"{path}: the target {target!r} has {len(classes)} class(es); a classification needs two or more.")
-    mapping = {c: i for i, c in enumerate(classes)}
-    y = values.map(mapping).to_numpy(np.int64)
-    counts = np.bincount(y, minlength=len(classes))
-    positive = int(np.argmin(counts)) if len(classes) == 2 else None
-    idx = np.arange(len(y))
+    df = df[df[target].notna()].sort_values(id_col, kind="stable").reset_index(drop=True)
+    tgt = resolve_target(Table(path, df, None), {"target": target, "positive": ""})
+    y = tgt.y_text.map(tgt.mapping).to_numpy(np.int64)
     try:
-        tr, te = train_test_split(idx, test_size=float(opts["test_size"]), random_state=int(opts["split_seed"]), stratify=y)
+        tr, te = train_test_split(np.arange(len(y)), test_size=float(opts["test_size"]), random_state=int(opts["split_seed"]), stratify=y)
     except ValueError as e:
         raise VFLBenchError(f"{path}: cannot split the labelled samples ({e}).") from None
-    return LabelSide(df[id_col].tolist(), y, [str(c) for c in classes], positive, np.sort(tr), np.sort(te))
+    return LabelSide(df[id_col].tolist(), y, list(tgt.classes), tgt.positive, tr, te)
 
 
 def party_block(df, id_col: str, exclude: set[str], sample_ids: list[str], train: np.ndarray, test: np.ndarray, scaler: str):
@@ -118,7 +113,7 @@ def party_block(df, id_col: str, exclude: set[str], sample_ids: list[str], train
     if not feats:
         raise VFLBenchError("a party file has no feature column besides the ID (and the target)")
     frame = df.set_index(id_col)[feats].reindex(pd.Index(sample_ids, name=id_col)).reset_index(drop=True)
-    kinds = column_kinds(frame.iloc[train], [])
+    kinds = column_kinds(frame, [])  # on every sample, as the table loader does
     num = [c for c in feats if kinds[c] == "numeric"]
     cat = [c for c in feats if kinds[c] == "categorical"]
     for c in cat:
@@ -269,16 +264,22 @@ def aligned_spec(name: str):
         return load_aligned(name, opts) if wire is None else load_distributed(name, opts, wire)
 
     def probe(opts):
-        from .runtime import current_wire
+        from .runtime import federated
 
-        if current_wire() is not None:  # resolving inside a party or server process: the shapes come with the alignment
+        if federated():  # a party or server process may hold its own file only: the shapes come with the alignment
             return info
         return load_aligned(name, opts).info
 
     from .paths import user_path
 
     return DatasetSpec(info, load, (), dict(DEFAULTS), dict(HELP), fetcher=lambda _dir, download: {},
-                       available_fn=lambda _dir: all(user_path(p).exists() for _, p in files), prober=probe)
+                       available_fn=lambda _dir: _federated() or all(user_path(p).exists() for _, p in files), prober=probe)
+
+
+def _federated() -> bool:
+    from .runtime import federated
+
+    return federated()
 
 
 # ----------------------------------------------------------------------------- across processes
@@ -336,12 +337,10 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
             else:  # plain: the party's IDs in clear (not private)
                 have = set(json.loads(_recv_bytes(wire, j + 1).decode()))
                 held[:, j] = [i in have for i in side.ids]
-        is_train = np.zeros(len(side.ids), dtype=bool)
-        is_train[side.train] = True
         for j in range(k):  # which of party j's own IDs are samples, where, and which are training samples
             at = np.flatnonzero(held[:, j])
             mine = {"ids": [side.ids[i] for i in at], "positions": at.tolist(), "n": len(side.ids),
-                    "train": np.flatnonzero(is_train).tolist(), "classes": side.classes, "positive": side.positive}
+                    "train": side.train.tolist(), "test": side.test.tolist(), "classes": side.classes, "positive": side.positive}
             _send_bytes(wire, json.dumps(mine).encode(), j + 1)
         widths = [int(wire.recv((1,), torch.int64, j + 1, None)) for j in range(k)]
         for j in range(k):
@@ -364,10 +363,7 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
         _send_bytes(wire, json.dumps(ids).encode(), SERVER)
     mine = json.loads(_recv_bytes(wire, SERVER).decode())
     n = int(mine["n"])
-    train = np.asarray(mine["train"], dtype=np.int64)
-    is_train = np.zeros(n, dtype=bool)
-    is_train[train] = True
-    test = np.flatnonzero(~is_train)
+    train, test = np.asarray(mine["train"], dtype=np.int64), np.asarray(mine["test"], dtype=np.int64)  # the split, in the server's order
     # the party's view of the samples: its own IDs where it holds them, placeholders elsewhere (imputed)
     sample_ids = [f"\x00not-held-{i}" for i in range(n)]
     for pos, ident in zip(mine["positions"], mine["ids"], strict=True):

@@ -374,17 +374,17 @@ def run(
 def _run_from(given: dict, run_file: Path | None):
     """The resolved run of a party or server command: the flags, or the run file the launcher wrote."""
     from .config import RunConfig, config_from_manifest, resolve
+    from .runtime import set_federated
     from .settings import request
 
+    set_federated()  # this process may hold its own party file only (vflbench.alignment)
     if run_file is not None:
         try:
             cfg = config_from_manifest(json.loads(Path(run_file).read_text()))
         except (OSError, ValueError, KeyError) as e:
             raise VFLBenchError(f"--run-file {run_file}: not a run file written by vflbench ({e}).") from None
         return resolve(cfg)
-    if not given.get("dataset") or not given.get("method"):
-        raise VFLBenchError("Give the run's flags (at least --dataset and --method, the same as the server's), or --run-file.")
-    return resolve(RunConfig(**request(given)))
+    return resolve(RunConfig(**request(given)))  # the same run flags as the server's (at least --dataset or --party-data, and --method)
 
 
 RENDEZVOUS_OPT = typer.Option(..., help="tcp://HOST:PORT of the server (rank 0), the same for every process")

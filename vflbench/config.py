@@ -216,7 +216,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     train_missing = settings["train_missing"]  # parsed once (a MissingSpec), as test_missing
     from .partitioners import check_options
 
-    partitioner = cfg.partitioner or ("tiles" if info.kind == "image" else "contiguous")
+    partitioner = cfg.partitioner or ("files" if cfg.dataset.startswith("aligned:") else "tiles" if info.kind == "image" else "contiguous")
     check_options(partitioner, cfg.partition_options)
     partition_options = dict(cfg.partition_options)
     if partitioner == "columns":  # the parties file is checked now, and its content is part of the run

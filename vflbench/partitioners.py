@@ -411,6 +411,20 @@ def typed_options(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@PARTITIONERS.register("files")
+def files(shape, k: int, rng: np.random.Generator, data=None, **_) -> Partition:
+    """Each party holds the columns of its own file (``--party-data``): the blocks are the parties'
+    column ranges, in the order the files were named."""
+    widths = getattr(data, "party_widths", None)
+    if widths is None:
+        raise VFLBenchError("Partitioner 'files' is for parties that bring their own files: use --party-data name=path,... .")
+    if len(widths) != k:
+        raise VFLBenchError(f"--party-data names {len(widths)} parties; give --parties {len(widths)}.")
+    ends = np.cumsum(widths)
+    blocks = [np.arange(e - w, e) for e, w in zip(ends, widths, strict=True)]
+    return Partition("features", blocks, "files", {"parties": list(data.party_names)})
+
+
 def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, data=None, **params) -> Partition:
     """``data``: the loaded :class:`~vflbench.datasets.Dataset`, for partitioners that read column
     names (``columns``) or the training values (``correlation``)."""

@@ -75,6 +75,12 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
                              all_missing=proto.all_missing, labeled=run.labeled, aligned=run.aligned)
     test_masks = {s: draw_masks(prep, s, split="test", granularity=proto.test_granularity, batch_size=bs, all_missing=proto.all_missing)
                   for s in run.test_missing}
+    structural = getattr(data, "structural", None)
+    if structural is not None:  # parties' own files: a block the party does not hold is missing (vflbench.alignment)
+        train_masks.observed = train_masks.observed & structural["train"]
+        for m in test_masks.values():
+            m.observed = m.observed & structural["test"]
+        train_masks.info["alignment"] = "blocks whose party does not hold the sample's ID are missing, under the drawn mask"
     for s, m in test_masks.items():
         if not m.observed.any():
             raise VFLBenchError(f"The test setting '{s}' observes no block of any test sample, so nothing can be evaluated; lower its missing probability or drop it from --test-missing.")
@@ -399,6 +405,8 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "history": {"loss": hist.loss, "lr": hist.lr, "seconds": hist.seconds, "stage": hist.stage, "skipped_batches": hist.skipped_batches,
                     **{f"train_{cb.metric}": cb.curve for cb in callbacks if isinstance(cb, TargetMonitor)}},
     }
+    if "alignment" in prep.data.preprocessing:
+        manifest["alignment"] = prep.data.preprocessing["alignment"]  # intersection sizes (vflbench.alignment)
     privacy = method.boundary.manifest() if method.boundary is not None else None
     if privacy is not None:
         manifest["privacy"] = {**privacy, **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {})}
@@ -430,6 +438,7 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
     if wire is not None:
         from .runtime import place, wire_channel
 
+        inputs.timings["setup_comm_s"], wire.comm_s = wire.comm_s, 0.0  # e.g. entity alignment, apart from training's
         place(inputs, wire.rank)
     method = build(run, inputs)
     if wire is not None:

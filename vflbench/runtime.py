@@ -41,6 +41,21 @@ from .errors import VFLBenchError
 
 RUNTIMES = ("inprocess", "processes")
 SERVER = 0  # torch.distributed rank of the server; party k is rank k + 1
+_CURRENT: dict[str, Any] = {"wire": None, "federated": False}
+
+
+def current_wire():
+    """The wire of this process when it is a party or the server of a processes run (else None)."""
+    return _CURRENT["wire"]
+
+
+def federated() -> bool:
+    """True in a ``vflbench party`` / ``server`` process: it may not hold every party's file."""
+    return bool(_CURRENT["federated"])
+
+
+def set_federated(value: bool = True) -> None:
+    _CURRENT["federated"] = value
 
 
 class PartyFailed(VFLBenchError):
@@ -386,11 +401,14 @@ def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", ca
     try:
         wire = Wire(SERVER, world, run.net_latency, run.net_bandwidth, timeout_s)
         check_same_run(wire, run.key)
+        wire.comm_s = 0.0  # communication of the run itself (alignment, training, evaluation)
+        _CURRENT["wire"] = wire
         rows, manifest = execute(run, device, callbacks, wire)
         wire.flush()
         _finish(wire, manifest["communication"], manifest)
         return rows, manifest
     finally:
+        _CURRENT["wire"] = None
         dist.destroy_process_group()
 
 
@@ -409,9 +427,11 @@ def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str 
     try:
         wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, timeout_s)
         check_same_run(wire, run.key)
+        _CURRENT["wire"] = wire
         execute(run, device, (), wire)
         return wire.summary()
     finally:
+        _CURRENT["wire"] = None
         dist.destroy_process_group()
 
 

@@ -456,7 +456,8 @@ class Field:
     help: str
     kind: type = str  # the CLI value's type: str, int, float, or list (a repeatable option)
     flag: str | None = ""  # "" = --name; None = no flag of its own (filled by another flag, e.g. stage_hp by --hp)
-    into: str | None = None  # "hp" | "model": the flag sets one key of that RunConfig dict
+    into: str | None = None  # "hp" | "model" | "data_options": the flag sets one key of that RunConfig dict; "dataset": it names the dataset
+    key: str | None = None  # the key it sets under ``into`` (default: its name)
     required: bool = False
     default: Any = None
     metavar: str | None = None
@@ -504,7 +505,13 @@ def _protocol_name(value: Any, flag: str = "--protocol") -> str:
     return "false" if value is False else str(value)  # YAML 1.1 reads an unquoted `protocol: false` as a boolean
 
 
-declare_field(Field("dataset", "dataset name (see `vflbench datasets`), csv:PATH or openml:ID", required=True, yaml="datasets", levels=("top",)))
+declare_field(Field("dataset", "dataset name (see `vflbench datasets`), csv:PATH or openml:ID (or --party-data) [required]", yaml="datasets", levels=("top",)))
+declare_field(Field("party_data", "parties' own files keyed by an ID column, name=path,... (e.g. party0=a.csv,party1=b.csv); the file with "
+                    "--data-opt target=COLUMN gives the labels; a block whose party lacks the sample's ID is missing (docs/RUNTIME.md)",
+                    into="dataset", yaml=None, levels=(), metavar="NAME=PATH,..."))
+declare_field(Field("id_column", "the ID column of the --party-data files", into="data_options", key="id", yaml=None, levels=()))
+declare_field(Field("align", "how --party-data rows are aligned: psi (private set intersection) | plain (IDs in clear; not private)",
+                    into="data_options", key="align", yaml=None, levels=()))
 declare_field(Field("method", "method name (see `vflbench methods`)", required=True, yaml="methods"))
 declare_field(Field("partitioner", "contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)"))
 declare_field(Field("protocol", "clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)",
@@ -567,19 +574,32 @@ def request(given: dict[str, Any]) -> dict[str, Any]:
     refusing a disagreement, and each value's source is kept (precedence flag > --hp > experiment >
     preset, recorded in the manifest)."""
     out: dict[str, Any] = {"settings": {n: v for n, v in given.items() if n in SETTINGS and v is not None}}
-    flags: dict[str, dict[str, Any]] = {"hp": {}, "model": {}}
+    flags: dict[str, dict[str, Any]] = {"hp": {}, "model": {}, "data_options": {}}
     for name, f in FIELDS.items():
         if f.flag is None or given.get(name) is None:
             continue
         value = f.value(given[name])
-        if f.into is not None:
-            flags[f.into][name] = value
+        if f.into == "dataset":
+            if given.get("dataset"):
+                raise VFLBenchError(f"Give --dataset or {f.cli_flag}, not both.")
+            out["dataset"] = f"aligned:{value}"
+        elif f.into is not None:
+            flags[f.into][f.key or name] = value
         elif name == "hp":
             every, out["stage_hp"] = parse_hp(given[name])
             out["hp_sources"] = dict.fromkeys(every, "--hp")
             out["hp"] = every
         else:
             out[name] = value
+    if not out.get("dataset"):
+        raise VFLBenchError("Give --dataset NAME (see `vflbench datasets`), csv:PATH, or --party-data name=path,... .")
+    if not out.get("method"):
+        raise VFLBenchError("Give --method NAME (see `vflbench methods`).")
+    if flags["data_options"]:
+        clash = set(flags["data_options"]) & set(out.get("data_options", {}))
+        if clash:
+            raise VFLBenchError(f"--data-opt {sorted(clash)[0]}=... and its own flag are both given; give one.")
+        out["data_options"] = {**out.get("data_options", {}), **flags["data_options"]}
     every = out.get("hp", {})
     out["hp"] = merge_hp_flags(every, flags["hp"])
     out["hp_sources"] = {**out.get("hp_sources", {}), **dict.fromkeys(flags["hp"], "flag")}

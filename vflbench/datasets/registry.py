@@ -77,6 +77,10 @@ class DatasetRegistry(Registry[DatasetSpec]):
     made for each such name on first use; :mod:`vflbench.datasets.table`)."""
 
     def get(self, name: str) -> DatasetSpec:
+        if isinstance(name, str) and name.startswith("aligned:"):  # parties' own files (--party-data): vflbench.alignment
+            from ..alignment import aligned_spec
+
+            return aligned_spec(name)
         if is_table_name(name):
             from .table import table_spec  # pandas: only for users' tables
 
@@ -87,7 +91,7 @@ class DatasetRegistry(Registry[DatasetSpec]):
             raise VFLBenchError(f"{e} Your own table: csv:PATH (or openml:ID).") from None
 
     def __contains__(self, name: str) -> bool:
-        return is_table_name(name) or super().__contains__(name)
+        return is_table_name(name) or (isinstance(name, str) and name.startswith("aligned:")) or super().__contains__(name)
 
 
 DATASETS: DatasetRegistry = DatasetRegistry("dataset")

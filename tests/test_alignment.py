@@ -1,0 +1,118 @@
+"""Entity alignment (vflbench.alignment): three parties bring their own files with overlapping IDs.
+The samples are the labelled IDs; a block whose party lacks the ID is missing. PSI and plain
+intersection agree, the manifest records the intersection sizes, and a run across processes (each
+party reading only its own file, the server only the labels) equals the in-process run on the joined
+table with the same mask."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.alignment import intersect, load_aligned, parse_party_data
+from vflbench.cli import app
+from vflbench.errors import VFLBenchError
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def party_files(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 600
+    ids = np.array([f"u{i:04d}" for i in range(n)])
+    x = rng.normal(size=(n, 8))
+    y = (x[:, 0] + x[:, 3] - x[:, 6] + 0.5 * rng.normal(size=n) > 0)
+    a = pd.DataFrame({"ID": ids, "a1": x[:, 0], "a2": x[:, 1], "label": np.where(y, "yes", "no")})
+    a = a[rng.random(n) < 0.95]  # 5% of the IDs have no label: not samples
+    keep_b, keep_c = rng.random(n) < 0.8, rng.random(n) < 0.7
+    b = pd.concat([pd.DataFrame({"ID": ids, "b1": x[:, 3], "b2": x[:, 4]})[keep_b],
+                   pd.DataFrame({"ID": [f"only-b{i}" for i in range(25)], "b1": 0.0, "b2": 1.0})])  # IDs no label file has
+    c = pd.DataFrame({"ID": ids, "c1": x[:, 6], "color": np.array(["red", "green", "blue"])[rng.integers(0, 3, n)]})[keep_c]
+    paths = {}
+    for name, df, seed in (("a", a, 1), ("b", b, 2), ("c", c, 3)):
+        paths[name] = tmp_path / f"{name}.csv"
+        df.sample(frac=1, random_state=seed).to_csv(paths[name], index=False)  # rows in any order
+    truth = {"samples": set(a["ID"]), "b": set(b["ID"]), "c": set(c["ID"])}
+    spec = f"party0={paths['a']},party1={paths['b']},party2={paths['c']}"
+    return spec, truth
+
+
+def _one(out):
+    (d,) = [p for p in out.iterdir() if p.is_dir()]
+    return pd.read_csv(d / "results.csv"), json.loads((d / "manifest.json").read_text())
+
+
+def test_psi_and_plain_find_the_same_intersection():
+    label = [f"id{i}" for i in range(50)]
+    party = [f"id{i}" for i in range(0, 80, 3)] + ["stranger"]
+    psi, plain = intersect(label, party, "psi"), intersect(label, party, "plain")
+    assert np.array_equal(psi, plain) and psi.sum() == len(range(0, 50, 3))
+
+
+def test_the_aligned_dataset_holds_each_partys_rows_and_the_alignment_mask(party_files):
+    spec, truth = party_files
+    opts = {"id": "ID", "target": "label", "align": "psi", "test_size": 0.2, "split_seed": 0, "scaler": "standard"}
+    ds = load_aligned(f"aligned:{spec}", opts)
+    al = ds.preprocessing["alignment"]
+    samples = truth["samples"]
+    assert al["samples"] == len(samples) and al["private"]
+    assert al["held_per_party"] == {"party0": len(samples), "party1": len(samples & truth["b"]), "party2": len(samples & truth["c"])}
+    assert al["held_by_all"] == len(samples & truth["b"] & truth["c"])
+    held = np.concatenate([ds.structural["train"], ds.structural["test"]])
+    assert held[:, 1].sum() == len(samples & truth["b"]) and held[:, 0].all()
+    assert ds.party_widths == [2, 2, 4]  # a1 a2 | b1 b2 | c1 + color one-hot (3)
+    plain = load_aligned(f"aligned:{spec}", {**opts, "align": "plain"})
+    assert np.array_equal(plain.x_train, ds.x_train) and np.array_equal(plain.y_train, ds.y_train)
+
+
+def test_the_aligned_dataset_is_the_joined_table_as_the_table_loader_encodes_it(party_files, tmp_path):
+    from vflbench.datasets.table import DEFAULTS, load_table_dataset
+
+    spec, _ = party_files
+    files = dict(parse_party_data(spec))
+    frames = [pd.read_csv(files[p]) for p in ("party0", "party1", "party2")]
+    joined = frames[0]
+    for f in frames[1:]:
+        joined = joined.merge(f, on="ID", how="left")  # the labelled IDs, each party's columns where it holds the ID
+    joined = joined.sort_values("ID")
+    joined = joined[["ID", "a1", "a2", "b1", "b2", "c1", "color", "label"]]
+    joined.to_csv(tmp_path / "joined.csv", index=False)
+    table = load_table_dataset(f"csv:{tmp_path / 'joined.csv'}", {**DEFAULTS, "target": "label", "drop": "ID"})
+    ds = load_aligned(f"aligned:{spec}", {"id": "ID", "target": "label", "align": "plain", "test_size": 0.2, "split_seed": 0, "scaler": "standard"})
+    assert np.array_equal(table.y_train, ds.y_train) and np.array_equal(table.y_test, ds.y_test)
+    assert np.array_equal(table.x_train.astype(np.float32), ds.x_train) and np.array_equal(table.x_test.astype(np.float32), ds.x_test)
+
+
+def test_bad_party_data_is_refused_in_one_line(party_files, tmp_path):
+    spec, _ = party_files
+    with pytest.raises(VFLBenchError, match="name=path"):
+        parse_party_data("a.csv,b.csv")
+    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "NOPE", "--data-opt", "target=label", "--parties", "3",
+                            "--method", "laser", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "ID column 'NOPE'" in r.output
+    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "4",
+                            "--method", "laser", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "--parties 3" in r.output
+
+
+def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(party_files, tmp_path):
+    spec, truth = party_files
+    flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "3", "--method", "laser",
+             "--epochs", "3", "--seed", "0", "--train-missing", "mcar:0.2", "--quiet"]
+    a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
+    assert a.exit_code == 0, a.output
+    b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
+    assert b.exit_code == 0, b.output
+    (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
+    assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
+    assert ma["masks"]["train"]["observed_rate_per_block"] == mb["masks"]["train"]["observed_rate_per_block"]
+    assert mb["alignment"]["method"] == "psi" and ma["alignment"]["method"] == "plain"
+    assert {k: v for k, v in ma["alignment"].items() if k not in ("method", "private")} == \
+        {k: v for k, v in mb["alignment"].items() if k not in ("method", "private")}
+    assert mb["alignment"]["held_per_party"]["party2"] == len(truth["samples"] & truth["c"])
+    assert mb["runtime"]["measured_equals_accounted"]
