@@ -31,8 +31,8 @@ FLAGS = ["--dataset", "credit", "--epochs", "2", "--seed", "1", "--train-missing
 
 
 def test_the_methods_the_issue_names_claim_support():
-    assert {"svfl", "combinatorial", "plug", "laser", "sum", "pbm"} <= set(SUPPORTED)
-    for m in ("local", "ensemble", "false1", "false2", "fedhssl"):  # not yet: each says why (vflbench methods)
+    assert {"local", "svfl", "ensemble", "combinatorial", "plug", "laser", "sum", "pbm"} <= set(SUPPORTED)
+    for m in ("false1", "false2", "fedhssl"):  # not yet: each says why (vflbench methods)
         assert refusal(METHODS.get(m)), m
 
 
@@ -60,13 +60,15 @@ def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     assert ma["history"]["loss"] == mb["history"]["loss"]  # and losses
     drop = lambda c: {k: v for k, v in c.items() if k != "model"}  # noqa: E731  (the channel's class name)
     assert drop(ma["communication"]) == drop(mb["communication"])  # and accounted traffic
-    assert ma["extras"]["comm_bytes_up"] == mb["extras"]["comm_bytes_up"] > 0
+    trains_alone = method in ("local", "ensemble")  # nothing crosses in training
+    assert ma["extras"]["comm_bytes_up"] == mb["extras"]["comm_bytes_up"] and (mb["extras"]["comm_bytes_up"] > 0) != trains_alone
     rt = mb["runtime"]
     assert rt["measured_equals_accounted"], rt["mismatch"]
     for key in ("train_up", "train_down", "eval_up"):
         assert rt["measured"][f"bytes_{key}_per_party"] == mb["communication"][f"bytes_{key}_per_party"]
-    assert rt["measured"]["bytes_train_up"] > 0 and rt["framing"]["messages"] > 0
+    assert (rt["measured"]["bytes_train_up"] > 0) != trains_alone and rt["framing"]["messages"] > 0
     assert "runtime=processes" not in ",".join(rb.columns) and mb["config"]["settings"]["runtime"] == "processes"
+    assert rt["labels_at_parties"] == trains_alone  # parties that train alone hold the labels
 
 
 @needs_mirror
@@ -106,12 +108,13 @@ def test_pbm_across_processes_needs_each_party_to_draw_its_own_noise(tmp_path):
 
 
 def test_a_method_that_cannot_run_distributed_is_refused_in_one_line(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--runtime", "processes", "--out", str(tmp_path)])
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "fedhssl", "--runtime", "processes", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "cannot run with --runtime processes" in r.output and len(r.output.strip().splitlines()) == 1
     r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "laser", "--net-latency", "20", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "add --runtime processes" in r.output
     rows = {r["name"]: r for r in json.loads(runner.invoke(app, ["methods", "--format", "json"]).output)}
-    assert rows["laser"]["processes"] and not rows["local"]["processes"] and "trains alone" in rows["local"]["runtime_refusal"]
+    assert rows["laser"]["processes"] and rows["local"]["processes"] and not rows["false1"]["processes"]
+    assert "comes down outside Method.send" in rows["false1"]["runtime_refusal"]
 
 
 @needs_mirror

@@ -76,6 +76,15 @@ class Channel:
         return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
 
     # -- the step, as the trainer drives it (a runtime that puts the boundary between processes overrides these)
+    def step_loss(self, method, batch, stage):
+        """The step's ``(loss, active members)``: the method's loss (a runtime whose parties are
+        processes forms it from what crosses, :mod:`vflbench.runtime`)."""
+        return method.loss(batch, stage)
+
+    def report(self, method, prediction):
+        """A batch's predictions as the evaluating side holds them (here, in one process, as they are)."""
+        return prediction
+
     def agree(self, value: float | None, n_active: int) -> float | None:
         """The step's loss value as every process will use it (here, in one process, the value itself)."""
         return value

@@ -439,7 +439,11 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
         from .runtime import place, wire_channel
 
         inputs.timings["setup_comm_s"], wire.comm_s = wire.comm_s, 0.0  # e.g. entity alignment, apart from training's
-        place(inputs, wire.rank)
+        from .methods import METHODS
+        from .methods.base import Method as _Method
+
+        trains_alone = METHODS.get(run.method).party_losses is not _Method.party_losses
+        place(inputs, wire.rank, labels_at_parties=trains_alone)
     method = build(run, inputs)
     if wire is not None:
         method.channel = wire_channel(method, wire)

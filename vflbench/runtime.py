@@ -38,6 +38,7 @@ import torch
 
 from .channel import Channel
 from .errors import VFLBenchError
+from .methods.base import Method
 
 RUNTIMES = ("inprocess", "processes")
 SERVER = 0  # torch.distributed rank of the server; party k is rank k + 1
@@ -231,6 +232,46 @@ class WireChannel(Channel):
         self.wire.epoch = value
 
     # -- the step, around the trainer's forward and backward
+    def step_loss(self, method, batch, stage):
+        """A method whose parties train alone (``party_losses``): party k keeps its own term to
+        back-propagate and sends its value to the server (a control message), which sums the K terms
+        as the method does in one process. Any other method: its loss, from what crossed."""
+        self.local_term = None
+        if type(method).party_losses is Method.party_losses:
+            return method.loss(batch, stage)
+        terms, active = method.party_losses(batch, stage)
+        if self.is_server:
+            got = [self.wire.recv((1,), terms.dtype, r, None) for r in range(1, self.wire.world)]
+            return torch.cat(got).to(terms.device).sum(), active
+        me = self.wire.rank - 1
+        self.wire.send(terms[me].detach().reshape(1), SERVER, None)
+        self.local_term = terms[me]
+        return terms.detach().sum(), active  # replaced by the server's value (agree)
+
+    def report(self, method, prediction):
+        """Methods whose parties predict alone (``local_only``, e.g. Local: predictor k is party k):
+        each party reports its own row of predictions to the server, which scores them (control
+        messages: evaluation, not the method's traffic)."""
+        if not method.local_only:
+            return prediction
+        if self.is_server:
+            preds, valid = prediction.preds.clone(), prediction.valid.clone()
+            scores = None if prediction.scores is None else prediction.scores.clone()
+            b = preds.shape[1]
+            for k in range(self.k):
+                preds[k] = self.wire.recv((b,), torch.int64, k + 1, None).to(preds.device)
+                valid[k] = self.wire.recv((b,), torch.uint8, k + 1, None).bool().to(valid.device)
+                if scores is not None:
+                    scores[k] = self.wire.recv((b,), scores.dtype, k + 1, None).to(scores.device)
+            return type(prediction)(preds, valid, scores, prediction.counted)
+        me = self.wire.rank - 1
+        self.wire.post(prediction.preds[me].to(torch.int64), SERVER, None)
+        self.wire.post(prediction.valid[me].to(torch.uint8), SERVER, None)
+        if prediction.scores is not None:
+            self.wire.post(prediction.scores[me], SERVER, None)
+        self.wire.flush()
+        return prediction
+
     def agree(self, value: float | None, n_active: int) -> float | None:
         """The server's loss for this step, known to every process (a control message per party)."""
         if self.is_server:
@@ -243,7 +284,7 @@ class WireChannel(Channel):
             raise VFLBenchError(f"party {self.wire.rank - 1} and the server disagree on the members this step trains ({n_active} vs {int(msg[2])}): "
                                 "the processes do not run the same program (different flags or versions?)")
         if not bool(msg[1]):
-            self.crossings = []
+            self.crossings, self.local_term = [], None
         return float(msg[0]) if bool(msg[1]) else None
 
     def agree_order(self, order: torch.Tensor) -> torch.Tensor:
@@ -260,8 +301,10 @@ class WireChannel(Channel):
         """Server: back-propagate the loss and send each sent row's gradient to its party. Party:
         receive the gradients of the rows it sent and back-propagate them through its own models."""
         crossings, self.crossings = self.crossings, []
+        local, self.local_term = getattr(self, "local_term", None), None
         if self.is_server:
-            loss.backward()
+            if loss.requires_grad:  # (a sum of the parties' own terms has no graph here: they train at home)
+                loss.backward()
             for got, rows, owner in crossings:
                 g = got.grad if got.grad is not None else torch.zeros_like(got)
                 g = g.detach().cpu()
@@ -282,10 +325,12 @@ class WireChannel(Channel):
             grads.append(g.to(reps.device))
         if outs:
             torch.autograd.backward(outs, grads)
+        if local is not None:  # this party's own loss term (a method whose parties train alone)
+            local.backward()
 
     def discard(self) -> None:
         super().discard()
-        self.crossings = []
+        self.crossings, self.local_term = [], None
 
 
 # ----------------------------------------------------------------------------- processes
@@ -327,9 +372,9 @@ def check_same_run(wire: Wire, key: str) -> None:
         raise VFLBenchError("the server resolved another run than this party; give every process the same flags.")
 
 
-def place(inputs, rank: int) -> None:
-    """Keep only this process's share of the data: a party its own block (no labels), the server the
-    labels (no feature)."""
+def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
+    """Keep only this process's share of the data: a party its own block (and no label, unless the
+    method's parties train alone on the labels: Local, Ensemble), the server the labels (no feature)."""
     keep = rank - 1  # -1 for the server: no block
     for data in (inputs.train.blocks, inputs.test, inputs.val):
         if data is None:
@@ -337,7 +382,7 @@ def place(inputs, rank: int) -> None:
         for k in range(data.x.shape[0]):
             if k != keep:
                 data.x[k].zero_()
-    if rank != SERVER:
+    if rank != SERVER and not labels_at_parties:
         inputs.train.y = torch.zeros_like(inputs.train.y)
         inputs.y_test = inputs.y_test * 0
         if inputs.y_val is not None:
@@ -406,6 +451,9 @@ def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", ca
         rows, manifest = execute(run, device, callbacks, wire)
         wire.flush()
         _finish(wire, manifest["communication"], manifest)
+        from .methods import METHODS
+
+        manifest["runtime"]["labels_at_parties"] = METHODS.get(run.method).party_losses is not Method.party_losses  # Local, Ensemble: parties train alone on the labels
         return rows, manifest
     finally:
         _CURRENT["wire"] = None

@@ -237,7 +237,7 @@ class DirectStep:
         """``(losses, active, values)``: per member its loss tensor, active members and, when the step
         trains something, the loss as a float (else None)."""
         self.method.store.begin()  # fresh views of the flat parameters for this forward
-        loss, active = self.method.loss(batches[0], stage)
+        loss, active = self.method.channel.step_loss(self.method, batches[0], stage)
         value = None if loss is None or not bool(active.any()) else float(loss.detach())
         return [loss], active, [self.method.channel.agree(value, int(active.sum()))]  # one process: the value itself
 
@@ -397,7 +397,7 @@ def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int,
     for j, start in enumerate(range(0, data.n, batch_size)):
         idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)
         method.channel.batch_idx = idx
-        parts.append(method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j)))
+        parts.append(method.channel.report(method, method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j))))
         method.channel.commit(phase, backward=False)
     method.channel.mode = was_mode
     if was_training:  # a pass in the middle of training (a target monitor, an evaluation at a budget)

@@ -259,6 +259,13 @@ class Method:
     def predict(self, batch: Batch) -> BatchPrediction:
         raise NotImplementedError
 
+    def party_losses(self, batch: Batch, stage: Stage) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """For a method whose parties train alone (Local, Ensemble): each party's own loss term
+        ``[K]``, the training loss being their sum, and the active members; None (the default): the
+        method has one joint loss. A runtime that runs parties as processes trains each party on its
+        own term (:mod:`vflbench.runtime`)."""
+        return None
+
     def begin_epoch(self, epoch: Epoch) -> None:
         """Called before each epoch, so a method can draw an epoch's randomness in one call."""
 

@@ -27,7 +27,6 @@ class Ensemble(Local):
     name, display, hp_key, f1_rule = "ensemble", "Ensemble", "ensemble", "single"
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     local_only = False  # the votes cross at prediction time
-    runtime_refusal = "each party trains alone on the labels, so its training loss never crosses the boundary (the runtime trains parties from the server's gradients only)"
     boundary_refusal = ("no training value crosses the boundary (each party trains alone; only test-time votes cross), "
                         "so a mechanism would protect no training record")
 

@@ -16,7 +16,6 @@ class Local(Method):
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     local_only = True
-    runtime_refusal = "each party trains alone with the labels and nothing crosses the boundary, so there is nothing to place in separate processes"
 
     def build(self) -> None:
         parties = list(range(self.k))
@@ -26,11 +25,16 @@ class Local(Method):
     def logits(self, blocks, obs) -> torch.Tensor:
         return self.head(self.ext(blocks, need=obs.T))  # [K, B, C]
 
-    def loss(self, batch: Batch, stage: Stage):
+    def party_losses(self, batch: Batch, stage: Stage):
+        """Party k's own term: its model's mean cross-entropy over the samples that observe block k."""
         w = batch.obs.T  # model k learns from samples that observe block k
         used = w.any(1)
         active = torch.cat([used, used])  # extractor k and head k
-        return masked_mean_ce(self.logits(batch.blocks, batch.obs), batch.y, w).sum(), active
+        return masked_mean_ce(self.logits(batch.blocks, batch.obs), batch.y, w), active
+
+    def loss(self, batch: Batch, stage: Stage):
+        terms, active = self.party_losses(batch, stage)
+        return terms.sum(), active
 
     @torch.no_grad()
     def predict(self, batch: Batch):
