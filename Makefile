@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean
+.PHONY: install test lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,3 +75,6 @@ false-controlled: $(STAMP)  ## the controlled runs behind results/false/README.m
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+runtime-wan: $(STAMP)  ## parties as processes: LASER-VFL vs Standard VFL vs PBM-VFL over an emulated WAN (docs/RUNTIME.md), ~5 min
+	$(BIN)/python scripts/wan_table.py --epochs 1 --out results/runtime/wan
