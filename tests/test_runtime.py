@@ -143,3 +143,17 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "party 2" in lines[0] and "epoch" in lines[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("results.csv"))
+
+
+@needs_mirror
+def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, monkeypatch):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: dies\nruntime: processes\nseeds: [0]\nparties: [4]\ntrain_missing: [none]\ntest_missing: [none]\n"
+                   "hp: {epochs: 2}\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n")
+    monkeypatch.setenv("VFLBENCH_KILL_PARTY", "laser:1:1")  # party 1 of the LASER-VFL run dies when its second epoch starts
+    r = runner.invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    failed = summary["runs_failed"]
+    assert len(failed) == 1 and "laser" in failed[0]["run_id"] and "Lost party 1" in failed[0]["error"] and "epoch 2" in failed[0]["error"], r.output
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert set(rows["method"]) == {"svfl"}  # the other run finished; nothing of the failed one was written

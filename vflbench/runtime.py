@@ -106,6 +106,7 @@ class Wire:
         self.comm_s = 0.0
         self.epoch = 0
         self.pending: list[tuple[torch.Tensor, int, tuple[str, int] | None]] = []
+        self.die_at_epoch: int | None = None
 
     def party_of_rank(self, rank: int) -> int:
         return rank - 1
@@ -231,6 +232,8 @@ class WireChannel(Channel):
     @epoch.setter
     def epoch(self, value: int) -> None:
         self.wire.epoch = value
+        if self.wire.die_at_epoch is not None and value >= self.wire.die_at_epoch:  # fault-injection test hook (see join)
+            os._exit(9)
 
     # -- the step, around the trainer's forward and backward
     def step_loss(self, method, batch, stage):
@@ -475,6 +478,9 @@ def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str 
     connect(party + 1, world, rendezvous, timeout_s)
     try:
         wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, timeout_s)
+        fault = os.environ.get("VFLBENCH_KILL_PARTY", "")  # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
+        if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
+            wire.die_at_epoch = int(fault.split(":")[2])
         check_same_run(wire, run.key)
         _CURRENT["wire"] = wire
         execute(run, device, (), wire)
