@@ -54,6 +54,19 @@ def parse_party_data(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def _header(path: str) -> list[str]:
+    """A party file's column names (its first line), without reading the rest."""
+    import pandas as pd
+
+    from .datasets.table import read_table
+    from .paths import user_path
+
+    try:
+        return [str(c) for c in pd.read_csv(user_path(path), nrows=0, sep=None, engine="python").columns]
+    except (ValueError, OSError, pd.errors.ParserError):  # not plain CSV text (e.g. ARFF, gzip): read it the loader's way
+        return [str(c) for c in read_table(user_path(path)).columns]
+
+
 def read_party(path: str, id_col: str):
     """A party's file as a DataFrame with the ID column as text."""
     from .datasets.table import read_table
@@ -318,10 +331,9 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
     how, id_col, target = str(opts["align"]), str(opts["id"]), str(opts["target"]).strip()
     if wire.rank == SERVER:
         owner_path = None
-        for n, p in files:  # the server opens the party files only to find the label column's (the label holder's file)
-            head = read_party(p, id_col) if user_path(p).exists() else None
-            if head is not None and target in head.columns:
-                owner_path = (n, p, head[[id_col, target]])
+        for n, p in files:  # the server reads one file whole: the label holder's (it only looks at the others' header)
+            if user_path(p).exists() and target in _header(p):
+                owner_path = (n, p, read_party(p, id_col)[[id_col, target]])
                 break
         if owner_path is None:
             raise VFLBenchError(f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}.")

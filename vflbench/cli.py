@@ -319,6 +319,11 @@ def run(
     from .config import RunConfig, resolve
     from .settings import request
 
+    processes = str(given.get("runtime") or "").strip().lower() == "processes"
+    if processes or "vflbench.runtime" in sys.modules:  # (torch is imported only once the input is checked)
+        from .runtime import set_federated
+
+        set_federated(processes)  # then the parties' own files are read by their own processes, not here
     cfg = RunConfig(**request(given))  # the run fields and settings, as declared in vflbench.settings
     dataset, method = cfg.dataset, cfg.method
     resolved = resolve(cfg)  # every check before the heavy imports below

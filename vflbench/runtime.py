@@ -38,6 +38,7 @@ import torch
 
 from .channel import Channel
 from .errors import VFLBenchError
+from .mechanisms import PBMChannel
 from .methods.base import Method
 from .secagg import KeyedMasking, agree_pair_keys
 
@@ -313,8 +314,8 @@ class WireChannel(Channel):
                 g = got.grad if got.grad is not None else torch.zeros_like(got)
                 g = g.detach().cpu()
                 for m, k in enumerate(owner):
-                    if bool(rows[m].any()):
-                        self.wire.post(g[m][rows[m]], k + 1, ("train_down", k))
+                    if bool(rows[m].any()):  # a summed crossing ([B, D], PBM) sends every party the sum's gradient
+                        self.wire.post((g if g.ndim == 2 else g[m])[rows[m]], k + 1, ("train_down", k))
             self.wire.flush()  # the step's control message and gradients, to every party at once
             return
         me = self.wire.rank - 1
@@ -494,6 +495,13 @@ def run_processes(run, device: str = "cpu", callbacks=(), timeout_s: float = 60.
     """``vflbench run --runtime processes``: start the parties on this machine, serve them, and
     return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3)."""
     check(run)
+    if run.dataset.startswith("aligned:"):  # every party runs on this machine: its file must be here
+        from .alignment import parse_party_data
+        from .paths import user_path
+
+        for name, path in parse_party_data(run.dataset.split(":", 1)[1]):
+            if not user_path(path).exists():
+                raise VFLBenchError(f"--party-data {name}={path}: no such file; check the path.")
     url = f"tcp://127.0.0.1:{free_port()}"
     procs = launch_parties(run, url, timeout_s)
     try:
@@ -553,109 +561,66 @@ def uint_dtype(bits: int) -> torch.dtype:
     return torch.uint8 if bits <= 8 else torch.int16 if bits <= 15 else torch.int32 if bits <= 31 else torch.int64
 
 
-def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes]):
+class WirePBMChannel(WireChannel, PBMChannel):
     """PBM-VFL's summed release across processes: each party quantises its own values with its own
     noise stream, masks them with keys only it and each peer hold (secagg=masked), and sends integers
-    in Z_R; the server sums them and unbiases the sum. Gradients of the sum come back to each party."""
-    from .mechanisms import PBMChannel
+    in Z_R; the server sums them and unbiases the sum. The gradient of the sum goes back to every
+    party for the rows it sent (:meth:`WireChannel.backward`). Made from the run's
+    :class:`~vflbench.mechanisms.PBMChannel` by :func:`wire_pbm_channel`."""
 
-    class WirePBMChannel(PBMChannel):
-        def aggregate(self, reps, sent, idx=None):
-            self.count(reps, sent)
-            self.note_release(idx, sent, reps.shape[-1], "sum")
-            t, self.released = self.released, self.released + 1
-            phase = self.mode
-            rows = sent.cpu()
-            dtype = uint_dtype(self.bits)
-            grad = torch.is_grad_enabled() and phase == "train"
-            n = sent.sum(0).to(reps.dtype)[:, None]
-            if wire.rank == SERVER:
-                total = torch.zeros(reps.shape[1:], dtype=torch.int64)
-                uploads = []
-                for kk in range(self.k):
-                    m = int(rows[kk].sum())
-                    y = torch.zeros(reps.shape[1:], dtype=torch.int64)
-                    if m:
-                        y[rows[kk]] = wire.recv((m, reps.shape[2]), dtype, kk + 1, (f"{phase}_up", kk)).to(torch.int64)
-                    uploads.append(y)
-                    total += y
-                self.last_upload = torch.stack(uploads)  # what the server received (masked under secagg), for tests
-                _trace(f"server_release{t}_{phase}", self.last_upload, rows)
-                qsum = (torch.remainder(total, self.R) if self.secagg_keys is not None else total).to(reps.dtype).to(reps.device)
-                est = self.C / (self.beta * self.b) * (qsum - self.b * n / 2)
-                if not grad:
-                    return est
-                exact = torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device, requires_grad=True)
-                self.crossings.append((exact, rows))
-                return est + (exact - exact.detach())  # the gradient of the sum goes back to every party that took part
-            me = wire.rank - 1
-            q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
-            _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows)
-            if self.secagg_keys is not None:
-                q = self.masking.upload(q, rows, t)
-            m = int(rows[me].sum())
-            if m:
-                wire.send(q[rows[me].to(q.device)].to(dtype), SERVER, (f"{phase}_up", me))
-            if grad:
-                self.crossings.append((reps, rows))
-            return torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device)  # this party's copy never learns the sum
-
-        def transform_exact(self, reps, sent):
-            return WireChannel.transform(self, reps, sent, None)
-
-        def up(self, reps, sent, party_of=None):
-            raise VFLBenchError("across processes, PBM runs as a summed release (--method sum or pbm); per-party releases are not built yet")
-
-        def agree(self, value, n_active):
-            return WireChannel.agree(self, value, n_active)
-
-        def agree_order(self, order):
-            return WireChannel.agree_order(self, order)
-
-        def backward(self, loss):
-            crossings, self.crossings = self.crossings, []
-            if wire.rank == SERVER:
-                loss.backward()
-                for exact, rows in crossings:
-                    g = (exact.grad if exact.grad is not None else torch.zeros_like(exact)).detach().cpu()
-                    for kk in range(self.k):
-                        if bool(rows[kk].any()):
-                            wire.post(g[rows[kk]], kk + 1, ("train_down", kk))
-                wire.flush()
-                return
-            me = wire.rank - 1
-            outs, grads = [], []
-            for reps, rows in crossings:
-                g = torch.zeros(reps.shape, dtype=reps.dtype)
-                m = int(rows[me].sum())
+    def aggregate(self, reps, sent, idx=None):
+        self.count(reps, sent)
+        self.note_release(idx, sent, reps.shape[-1], "sum")
+        t, self.released = self.released, self.released + 1
+        phase, rows, wire = self.mode, sent.cpu(), self.wire
+        dtype = uint_dtype(self.bits)
+        grad = torch.is_grad_enabled() and phase == "train"
+        everyone = list(range(self.k))
+        if self.is_server:
+            uploads = torch.zeros((self.k, *reps.shape[1:]), dtype=torch.int64)
+            for kk in everyone:
+                m = int(rows[kk].sum())
                 if m:
-                    g[me][rows[me]] = wire.recv((m, reps.shape[2]), reps.dtype, SERVER, ("train_down", me))
-                outs.append(reps)
-                grads.append(g.to(reps.device))
-            if outs:
-                torch.autograd.backward(outs, grads)
+                    uploads[kk][rows[kk]] = wire.recv((m, reps.shape[2]), dtype, kk + 1, (f"{phase}_up", kk)).to(torch.int64)
+            self.last_upload = uploads  # what the server received (masked under secagg), for tests
+            _trace(f"server_release{t}_{phase}", uploads, rows)
+            total = uploads.sum(0)
+            qsum = (torch.remainder(total, self.R) if self.masked else total).to(reps.dtype).to(reps.device)
+            est = self.C / (self.beta * self.b) * (qsum - self.b * sent.sum(0).to(reps.dtype)[:, None] / 2)
+            if not grad:
+                return est
+            exact = torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device, requires_grad=True)
+            self.crossings.append((exact, rows, everyone))  # a summed crossing: one gradient [B, P] for every party
+            return est + (exact - exact.detach())
+        me = wire.rank - 1
+        q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
+        _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows)
+        if self.masking is not None:
+            q = self.masking.upload(q, rows, t)
+        if bool(rows[me].any()):
+            wire.send(q[rows[me].to(q.device)].to(dtype), SERVER, (f"{phase}_up", me))
+        if grad:
+            self.crossings.append((reps, rows, everyone))
+        return torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device)  # this party's copy never learns the sum
 
-        def discard(self):
-            super().discard()
-            self.crossings = []
+    def up(self, reps, sent, party_of=None):
+        raise VFLBenchError("across processes, PBM runs as a summed release (--method sum or pbm); per-party releases are not built yet")
 
-        @property
-        def is_server(self):
-            return wire.rank == SERVER
 
+def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes]) -> WirePBMChannel:
+    """The run's PBM channel (its noise streams, accountant state and parameters) on the wire; under
+    secagg=masked the simulated masking gives way to :class:`~vflbench.secagg.KeyedMasking`."""
     ch = WirePBMChannel.__new__(WirePBMChannel)
     ch.__dict__.update(base.__dict__)
-    ch.wire, ch.crossings, ch.R = wire, [], 1 << base.bits
-    ch.secagg_keys = pair_keys if base.secagg is not None else None
-    ch.masking = KeyedMasking(wire.rank - 1, base.k, base.bits, pair_keys) if (base.secagg is not None and wire.rank != SERVER) else None
-    ch.secagg = None  # the simulated masking is replaced by the keyed one
+    ch.wire, ch.crossings, ch.local_term, ch.R = wire, [], None, 1 << base.bits
+    ch.masked = base.secagg is not None
+    ch.masking = KeyedMasking(wire.rank - 1, base.k, base.bits, pair_keys) if (ch.masked and wire.rank != SERVER) else None
+    ch.secagg = None
     return ch
 
 
 def wire_channel(method, wire: Wire):
     """The channel a process of a processes run installs on ``method`` (before training)."""
-    from .mechanisms import PBMChannel
-
     ch = method.channel
     if type(ch) is Channel:
         return WireChannel(method.k, wire)

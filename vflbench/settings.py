@@ -510,8 +510,15 @@ declare_field(Field("party_data", "parties' own files keyed by an ID column, nam
                     "--data-opt target=COLUMN gives the labels; a block whose party lacks the sample's ID is missing (docs/RUNTIME.md)",
                     into="dataset", yaml=None, levels=(), metavar="NAME=PATH,..."))
 declare_field(Field("id_column", "the ID column of the --party-data files", into="data_options", key="id", yaml=None, levels=()))
+def _align(value: Any, flag: str) -> str:
+    v = str(value).strip().lower()
+    if v not in ("psi", "plain"):
+        raise VFLBenchError(f"{flag} takes psi or plain, got {value!r}.")
+    return v
+
+
 declare_field(Field("align", "how --party-data rows are aligned: psi (private set intersection) | plain (IDs in clear; not private)",
-                    into="data_options", key="align", yaml=None, levels=()))
+                    into="data_options", key="align", yaml=None, levels=(), to_value=_align))
 declare_field(Field("method", "method name (see `vflbench methods`)", required=True, yaml="methods"))
 declare_field(Field("partitioner", "contiguous | random | importance | correlation | columns | tiles | grid (default by data kind)"))
 declare_field(Field("protocol", "clean (default) | compat (the LASER-VFL authors' code) | false (the FALSE-VFL paper's baselines)",
