@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
@@ -26,8 +27,9 @@ from .conftest import needs_mirror
 
 runner = CliRunner()
 SUPPORTED = [m for m in METHODS if refusal(METHODS.get(m)) is None and METHODS.get(m).__module__.startswith("vflbench.methods")]  # not a test's plugin
+# --device: under VFLBENCH_TEST_DEVICE=cuda (make test-gpu) both runtimes compute on the GPU, every process of the processes run included
 FLAGS = ["--dataset", "credit", "--epochs", "2", "--seed", "1", "--train-missing", "mcar:0.3", "--train-samples", "3000",
-         "--test-missing", "none,mcar:0.5", "--quiet"]
+         "--test-missing", "none,mcar:0.5", "--quiet", "--device", TEST_DEVICE]
 
 
 def test_the_methods_the_issue_names_claim_support():
@@ -41,10 +43,11 @@ def _one(out: Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(d / "results.csv"), json.loads((d / "manifest.json").read_text())
 
 
+SEEDED = ("--noise-source", "seeded")  # reproducible party noise: the equivalence needs it (the default across processes is secret)
 CASES = [*[(m, ()) for m in SUPPORTED if m != "pbm"],
-         ("pbm", ("--method-opt", "noise=party")),  # PBM-VFL: each party draws its own noise
-         ("pbm", ("--method-opt", "noise=party", "--method-opt", "secagg=masked")),  # with SecAgg keys from X25519 across processes
-         ("sum", ("--mechanism", "pbm:b=32,beta=0.2,noise=party", "--secagg", "masked"))]
+         ("pbm", ("--method-opt", "noise=party", *SEEDED)),  # PBM-VFL: each party draws its own noise
+         ("pbm", ("--method-opt", "noise=party", "--method-opt", "secagg=masked", *SEEDED)),  # with SecAgg keys from X25519 across processes
+         ("sum", ("--mechanism", "pbm:b=32,beta=0.2,noise=party", "--secagg", "masked", *SEEDED))]
 
 
 @needs_mirror
@@ -69,6 +72,7 @@ def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     assert (rt["measured"]["bytes_train_up"] > 0) != trains_alone and rt["framing"]["messages"] > 0
     assert "runtime=processes" not in ",".join(rb.columns) and mb["config"]["settings"]["runtime"] == "processes"
     assert rt["labels_at_parties"] == trains_alone  # parties that train alone hold the labels
+    assert ma["device"] == mb["device"] == TEST_DEVICE and rt["party_devices"] == [TEST_DEVICE] * 4  # every process on one device
 
 
 @needs_mirror
@@ -79,7 +83,7 @@ def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp
         trace.mkdir()
         monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(trace))
         r = runner.invoke(app, ["run", "--method", "pbm", *FLAGS, "--method-opt", "noise=party", "--method-opt", f"secagg={mode}",
-                                "--runtime", "processes", "--out", str(tmp_path / mode)])
+                                "--runtime", "processes", *SEEDED, "--out", str(tmp_path / mode)])
         assert r.exit_code == 0, r.output
         runs[mode] = _one(tmp_path / mode)
         import torch
@@ -100,6 +104,27 @@ def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp
                 assert received[k][rows].float().mean() > 100  # spread over Z_256, not counts in 0..32
     (rp, mp), (rm, mm) = runs["plain"], runs["masked"]
     assert rp["value"].tolist() == rm["value"].tolist() and mp["history"]["loss"] == mm["history"]["loss"]  # bit-identical to plain
+
+
+@needs_mirror
+def test_secret_noise_is_drawn_inside_each_party_and_the_epsilon_says_whom_it_holds_against(tmp_path):
+    """The default across processes: each party reseeds its noise from the OS. The run is not the
+    seeded one (its numbers differ), the manifest and every row say so, no secret seed is recorded,
+    and with masked SecAgg the epsilon holds against the server; in one process it does not."""
+    flags = ["--dataset", "credit", "--epochs", "1", "--seed", "1", "--train-missing", "mcar:0.3", "--train-samples", "800",
+             "--test-missing", "none", "--quiet", "--method", "pbm", "--method-opt", "noise=party", "--method-opt", "secagg=masked"]
+    r = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "secret")])
+    assert r.exit_code == 0, r.output
+    s = runner.invoke(app, ["run", *flags, "--out", str(tmp_path / "seeded")])
+    assert s.exit_code == 0, s.output
+    (rs, ms), (rd, md) = _one(tmp_path / "secret"), _one(tmp_path / "seeded")
+    assert ms["config"]["settings"]["noise_source"] == "secret" and "noise_source" not in md["config"].get("settings", {})
+    assert ms["run_key"] != md["run_key"] and ms["history"]["loss"] != md["history"]["loss"]
+    assert set(rs["noise_source"]) == {"secret"} and set(rd["noise_source"]) == {"seeded"}
+    assert set(rs["epsilon_holds_against"]) == {"server,parties,observer"} and set(rd["epsilon_holds_against"]) == {"observer-without-seed"}
+    assert ms["privacy"]["holds_against"]["server"]["holds"] and not md["privacy"]["holds_against"]["server"]["holds"]
+    assert all(str(v).startswith("secret") for k, v in ms["seeds"]["streams"].items() if k.startswith("mechanism/party"))
+    assert len(ms["runtime"]["measured"]["secagg_key_fingerprint"]) == 19
 
 
 def test_pbm_across_processes_needs_each_party_to_draw_its_own_noise(tmp_path):

@@ -46,13 +46,19 @@ def test_every_setting_declares_a_flag_help_and_examples():
 def test_default_leaves_the_key_alone_and_the_example_moves_it(name):
     s = SETTINGS[name]
     needs = dict(s.example_with)
-    plain, at_default = _run(**needs), _run(**needs, **{name: s.text(s.default)})
+    plain = _run(**needs)
+    # the default a run gets when nobody sets it: the declared one, or (default_for) the one the other settings imply
+    at_default = _run(**needs, **{name: s.text(plain.settings[name] if s.default_for else s.default)})
     recorded = lambda run: (run.to_dict() if s.placement == "top" else run.to_dict().get("settings", {})).get(name)  # noqa: E731
     assert at_default.key == plain.key
     # a setting recorded always carries its resolved value (e.g. the protocol's preset); the others are absent at their default
-    assert recorded(at_default) == (s.text(plain.settings[name]) if s.always else None)
+    assert recorded(at_default) == (s.text(plain.settings[name]) if s.always or plain.settings[name] != s.default else None)
+    if s.default_for is not None:  # where the run implies the declared default, giving it changes no key
+        bare = _run()
+        assert _run(**{name: s.text(s.default)}).key == bare.key and bare.settings[name] == s.default
     other = _run(**_with(name))
-    assert (other.key != plain.key) == s.keyed
+    canonical = _run(**needs, **{name: s.text(s.default)}) if s.default_for else plain
+    assert (other.key != canonical.key) == s.keyed
     assert recorded(other) == s.text(other.settings[name]) and other.settings[name] != s.default
 
 

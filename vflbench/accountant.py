@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 import torch
 from scipy.special import log_ndtr, logsumexp
-from scipy.stats import binom
 
 from .errors import VFLBenchError
 
@@ -95,6 +94,10 @@ def log_convolve(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
 def feature_pmfs(b: int, beta: float, n: int, p_o: float) -> tuple[np.ndarray, np.ndarray]:
     """log PMFs of the revealed count sum when one of ``n`` parties moves from +C to -C and the other
     n-1 sit at probability ``p_o`` (their Binomials add up to one Binomial((n-1)b, p_o))."""
+    from scipy.stats import (
+        binom,  # scipy.stats costs every run's start 0.7 s; only privacy runs need it
+    )
+
     k = np.arange(b + 1)
     hi, lo = binom.logpmf(k, b, 0.5 + beta), binom.logpmf(k, b, 0.5 - beta)
     if n == 1:
@@ -233,6 +236,7 @@ def _pbm_feature_pld(spec: AccountantSpec, k: int, p_o: float):
 
 def _pbm_sample_pld(spec: AccountantSpec, k: int):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from scipy.stats import binom
 
     support = np.arange(k * spec.b + 1)
     la, lb = binom.logpmf(support, k * spec.b, 0.5 + spec.beta), binom.logpmf(support, k * spec.b, 0.5 - spec.beta)
@@ -460,4 +464,7 @@ def describe(extras: dict[str, Any]) -> list[str]:
                      f"[Thm 6.1 with c0={extras.get('c0', float('nan')):g}: for comparison, not an upper bound]")
     if "ldp_sigma" in extras:
         lines.append(f"  LDP noise std sigma = {extras['ldp_sigma']:.6g}")
+    if "epsilon_holds_against" in extras:
+        lines.append(f"  holds against: {extras['epsilon_holds_against']} (noise {extras.get('noise_source', '?')}; "
+                     "honest-but-curious, non-colluding; manifest privacy.holds_against says why)")
     return lines

@@ -304,7 +304,8 @@ def out_path(text: str | None, flag: str = "--out") -> Path | None:
 @friendly
 @with_settings
 def run(
-    device: str = typer.Option("auto", help="auto | cpu | cuda"),
+    device: str = typer.Option("auto", help="auto (per run: image extractors on CUDA when present, tabular MLPs on the CPU; "
+                               "the manifest says why) | cpu | cuda"),
     out: str = typer.Option("results/runs", help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
     threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
@@ -329,6 +330,7 @@ def run(
     resolved = resolve(cfg)  # every check before the heavy imports below
     from .outputs import check_output_dir, write_outputs
     from .pipeline import execute
+    from .timing import process_start
 
     check_output_dir(out)
     from rich.progress import (
@@ -349,7 +351,7 @@ def run(
         TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
     ) as bar:
         rows, manifest = execute(resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")])
-    run_dir = write_outputs(out, rows, manifest)
+    run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
     t = Table(title=f"{resolved.method_display} | {dataset} | K={resolved.parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}")
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
@@ -370,10 +372,11 @@ def run(
         console.print(f"runtime processes ({rt['world_size'] - 1} parties + server, gloo): measured on the wire up {m['bytes_train_up'] / 1e6:.2f} MB / down "
                       f"{m['bytes_train_down'] / 1e6:.2f} MB in training, {'equal to' if rt['measured_equals_accounted'] else 'DIFFERENT from'} the accounted; "
                       f"{m['messages']} messages, {m['control_bytes']} control bytes; communication {tm['comm_s']:.1f}s of {tm['train_s'] + tm['eval_s']:.1f}s")
-    from .accountant import describe
+    if ex.get("accountant", "none") != "none":  # a private run (the accountant's module is heavy: scipy)
+        from .accountant import describe
 
-    for line in describe(ex):
-        console.print(line, markup=False, highlight=False)
+        for line in describe(ex):
+            console.print(line, markup=False, highlight=False)
 
 
 def _run_from(given: dict, run_file: Path | None):
@@ -389,11 +392,13 @@ def _run_from(given: dict, run_file: Path | None):
         except (OSError, ValueError, KeyError) as e:
             raise VFLBenchError(f"--run-file {run_file}: not a run file written by vflbench ({e}).") from None
         return resolve(cfg)
+    given = {**given, "runtime": given.get("runtime") or "processes"}  # a party or server process is the processes runtime
     return resolve(RunConfig(**request(given)))  # the same run flags as the server's (at least --dataset or --party-data, and --method)
 
 
 RENDEZVOUS_OPT = typer.Option(..., help="tcp://HOST:PORT of the server (rank 0), the same for every process")
 TIMEOUT_OPT = typer.Option(60.0, help="seconds to wait for the other processes (to join, or for a message) before stopping")
+DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: auto takes the device the in-process run would (vflbench.devices); every process of a run must compute on the same one")
 
 
 @app.command()
@@ -404,6 +409,7 @@ def party(
     rendezvous: str = RENDEZVOUS_OPT,
     timeout: float = TIMEOUT_OPT,
     run_file: Path | None = typer.Option(None, help="the resolved run as JSON (written by `vflbench run --runtime processes`), instead of flags"),
+    device: str = DEVICE_OPT,
     **given,
 ):
     """Run one party of a federation whose parties are processes: it keeps only its own block of
@@ -411,9 +417,11 @@ def party(
     from .runtime import join
 
     run = _run_from(given, run_file)
-    measured = join(run, rank, rendezvous, timeout)
+    measured = join(run, rank, rendezvous, timeout, device)
     err_console.print(f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
                       f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages")
+    if "secagg_key_fingerprint" in measured:  # compare it with every other party's, out of band: a difference means substituted keys
+        err_console.print(f"party {rank}: SecAgg public-key fingerprint {measured['secagg_key_fingerprint']} (every party must print the same)")
 
 
 @app.command()
@@ -423,18 +431,20 @@ def server(
     rendezvous: str = RENDEZVOUS_OPT,
     timeout: float = TIMEOUT_OPT,
     out: str = typer.Option("results/runs", help="output directory"),
+    device: str = DEVICE_OPT,
     **given,
 ):
     """Run the server of a federation whose parties are processes (start `vflbench party` on each
     party's machine with the same flags): it holds the labels and the heads, and writes the results."""
     from .outputs import check_output_dir, write_outputs
     from .runtime import serve
+    from .timing import process_start
 
     outp = out_path(out)
     run = _run_from(given, None)
     check_output_dir(outp)
-    rows, manifest = serve(run, rendezvous, timeout)
-    run_dir = write_outputs(outp, rows, manifest)
+    rows, manifest = serve(run, rendezvous, timeout, device)
+    run_dir = write_outputs(outp, rows, manifest, process_start(), "process start")
     console.print(f"{run.method_display} on {run.dataset}: {len(rows)} rows -> {run_dir}")
 
 
@@ -510,12 +520,10 @@ def sweep(
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     out = out_path(out)
-    if device not in ("auto", "cpu", "cuda"):
-        raise VFLBenchError(f"Unknown device '{device}'. Choices: auto, cpu, cuda.")
-    if device == "cuda" and executor == "local":
-        from .pipeline import pick_device
+    if device not in ("auto", "cpu", "cuda") or (device == "cuda" and executor == "local"):
+        from .devices import choose_device
 
-        pick_device(device)  # no CUDA here: refused now, not once per run inside the workers
+        choose_device(device)  # an unknown name, or no CUDA here: refused now, not once per run inside the workers
     if address is not None and executor != "ray":
         raise VFLBenchError("--address is the Ray cluster's address; it needs --executor ray.")
     ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None

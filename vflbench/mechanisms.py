@@ -222,12 +222,53 @@ def phase_generators(streams, device) -> dict[str, torch.Generator]:
     return gens
 
 
+OBSERVERS = ("server", "parties", "observer")
+
+
+def epsilon_scope(release: str | None, secagg: str, runtime: str, noise_source: str) -> dict[str, dict[str, Any]]:
+    """Against whom a run's certified epsilon holds: the server, the other parties, an outside observer
+    (who sees the trained model and its predictions, not the run's messages). Each entry: ``holds``
+    and ``why``. The threat model is honest-but-curious and non-colluding (docs/RUNTIME.md): an active
+    server that substitutes SecAgg public keys is out of scope (the parties' key fingerprints expose it)."""
+    seeded = noise_source != "secret"
+    sim = runtime != "processes"
+    if seeded:
+        who = "every process of the run resolves the run seed" if not sim else "one program draws every party's noise (a simulation)"
+        server = (False, f"seeded noise: {who}, so the server can regenerate it (secret noise: --runtime processes --noise-source secret)")
+        parties = (False, f"seeded noise: {who}, so every party can regenerate the others' noise")
+        observer = (True, "only without the run seed, which the manifest records: seeded noise is derivable from it")
+    else:
+        if release == "sum" and secagg != "masked":
+            server = (False, "secagg=plain shows the server each party's counts, while epsilon is charged for their sum; use --secagg masked")
+        else:
+            server = (True, "secret noise drawn inside each party; the server sees " + ("only the masked sum" if release == "sum" else "each noisy release, charged one by one"))
+        parties = (True, "secret noise; a party sees only gradients of what the server received (post-processing), if parties do not collude")
+        observer = (True, "the trained model and its predictions are post-processing of the releases")
+    out = {}
+    for name, (holds, why) in zip(OBSERVERS, (server, parties, observer), strict=True):
+        out[name] = {"holds": holds, "why": why}
+    return out
+
+
+def holds_against_text(scope: dict[str, dict[str, Any]], noise_source: str) -> str:
+    """The CSV form: the observers epsilon holds against, e.g. ``server,parties,observer``; with seeded
+    noise the observer entry reads ``observer-without-seed``."""
+    names = [n if not (n == "observer" and noise_source != "secret") else "observer-without-seed" for n in OBSERVERS if scope[n]["holds"]]
+    return ",".join(names) or "none"
+
+
 class Boundary:
     """The mechanism a run installed at its party-to-server boundary, and the run's accountant.
-    :meth:`extras` gives the privacy columns of the CSV rows, :meth:`manifest` the manifest section."""
+    :meth:`extras` gives the privacy columns of the CSV rows, :meth:`manifest` the manifest section.
+    ``runtime`` and ``noise_source`` (set by the pipeline) say against whom the epsilon holds."""
 
     def __init__(self, spec: MechanismSpec, secagg: str, channel: Channel, sigma: float | None = None):
         self.spec, self.secagg, self.channel, self.sigma = spec, secagg, channel, sigma
+        self.runtime, self.noise_source = "inprocess", "seeded"
+
+    def scope(self) -> dict[str, dict[str, Any]]:
+        release = self.accountant.spec.release if self.accountant is not None else getattr(self.channel, "release", None)
+        return epsilon_scope(release, self.secagg, self.runtime, self.noise_source)
 
     @property
     def accountant(self) -> NoisySumAccountant | None:
@@ -244,6 +285,7 @@ class Boundary:
         acc = self.accountant
         if acc is not None:
             return {"accountant": s["accountant"], "privacy_upper_bound": acc.spec.upper_bound, "delta": delta,
+                    "noise_source": self.noise_source, "epsilon_holds_against": holds_against_text(self.scope(), self.noise_source),
                     "epsilon_column_block": acc.get_epsilon(delta, "column_block"),
                     "epsilon_feature_record_no_local_training": acc.get_epsilon(delta, "feature_record"),
                     "epsilon_sample_record_no_local_training": acc.get_epsilon(delta, "sample_record"),
@@ -256,6 +298,9 @@ class Boundary:
         if acc is None:
             return None
         return {"mechanism": str(self.spec), "secagg": self.secagg, "release": acc.spec.release, "spec": dict(acc.spec.__dict__),
+                "noise_source": self.noise_source, "runtime": self.runtime, "holds_against": self.scope(),
+                "threat_model": "honest-but-curious server and parties, no collusion; an active server that substitutes SecAgg public keys "
+                                "is out of scope (docs/RUNTIME.md)",
                 "upper_bound": acc.spec.upper_bound, "units": UNIT_COLUMNS, "samples": acc.n, "max_releases_per_sample": acc.epochs(),
                 "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
 
@@ -303,4 +348,4 @@ def paper_comm_bits(epochs: float, n_train: int, batch: int, parties: int, dim: 
 
 
 __all__ = ["MECHANISM_PARAMS", "MechanismSpec", "parse_mechanism", "parse_secagg", "attach", "check_support", "Boundary", "PBMChannel", "LDPChannel", "AccountedChannel",
-           "make_channel", "phase_generators", "paper_comm_bits"]
+           "make_channel", "phase_generators", "paper_comm_bits", "epsilon_scope"]

@@ -34,15 +34,24 @@ class MaskedOptimizer:
         if store is not None and store.flat is not None and store.n_params():
             self.entries.append((store.flat, store.member_of))
         self.entries += module_params
+        # The one placement rule: every index, mask and counter the optimiser keeps lives on the device of
+        # the parameters it updates (whatever device its arguments come on); ``step`` moves ``active``
+        # there on entry. A parameter on another device than the first is an error, not a silent copy.
+        self.device = self.entries[0][0].device if self.entries else torch.device("cpu")
+        for p, mem in self.entries:
+            if p.device != self.device or (isinstance(mem, torch.Tensor) and mem.device != self.device):
+                raise VFLBenchError(f"internal: the optimiser's parameters live on {self.device} and {p.device}; a run's members share one device")
+        dev = self.device
         self.n_members = n_members
         self.pack = pack  # a pack of runs (vflbench.packing): parameters [pack, P], ``active`` [pack, n_members]
         lead = () if pack is None else (pack,)
-        self.steps = torch.zeros(*lead, n_members)
+        self.steps = torch.zeros(*lead, n_members, device=dev)
         self.stale = bool(stale_updates)
-        self.groups = torch.as_tensor(groups if groups is not None else [0] * n_members, dtype=torch.long)
-        self.ever = torch.zeros(*lead, n_members, dtype=torch.bool)  # members that have had a gradient
-        self.one_group = bool((self.groups == self.groups[0]).all()) if n_members else True
-        self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool()
+        host_groups = [int(g) for g in groups] if groups is not None else [0] * n_members
+        self.one_group = len(set(host_groups)) <= 1  # host-side bookkeeping, decided once
+        self.groups = torch.as_tensor(host_groups, dtype=torch.long).to(dev)
+        self.ever = torch.zeros(*lead, n_members, dtype=torch.bool, device=dev)  # members that have had a gradient
+        self.trainable = None if trainable is None or bool(trainable.all()) else trainable.bool().to(dev)
         # The flat store's elements outside the trainable members never change: step only the span
         # that holds them (e.g. a fine-tuning stage leaves the pretraining heads' millions alone).
         self.spans: list[slice | None] = [None] * len(self.entries)
@@ -55,11 +64,18 @@ class MaskedOptimizer:
                         self.spans[i] = slice(lo, hi)
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
 
-    def to(self, device) -> None:
-        self.steps = self.steps.to(device)
-        self.groups, self.ever = self.groups.to(device), self.ever.to(device)
+    def placement(self) -> dict[str, torch.device]:
+        """Where each index, mask and counter the optimiser keeps lives (all on :attr:`device`)."""
+        out = {"steps": self.steps.device, "groups": self.groups.device, "ever": self.ever.device}
         if self.trainable is not None:
-            self.trainable = self.trainable.to(device)
+            out["trainable"] = self.trainable.device
+        for i, (p, mem) in enumerate(self.entries):
+            out[f"entry{i}"] = p.device
+            if isinstance(mem, torch.Tensor):
+                out[f"entry{i}.member_of"] = mem.device
+        for i, st in enumerate(self.state):
+            out.update({f"state{i}.{k}": v.device for k, v in st.items()})
+        return out
 
     def effective(self, active: torch.Tensor) -> torch.Tensor:
         """The members this step updates: the active ones, restricted to the trainable ones, plus
@@ -89,7 +105,7 @@ class MaskedOptimizer:
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
         """``active``: bool ``[n_members]`` (``[pack, n_members]``), the members that took part in this batch."""
-        active = self.effective(active.to(self.steps.device))
+        active = self.effective(active.to(self.device))
         all_active = self.pack is None and bool(active.all())  # a pack always takes the masked path
         self.steps += active.float()
         b1, b2 = self.betas

@@ -7,7 +7,9 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +71,23 @@ def check_output_file(path: Path, flag: str = "--out") -> None:
         raise VFLBenchError(f"{flag} {p} is not writable; give a path you can write to.")
 
 
-def write_outputs(out_dir: Path, rows: list[dict[str, Any]], manifest: dict[str, Any]) -> Path:
+def write_outputs(out_dir: Path, rows: list[dict[str, Any]], manifest: dict[str, Any], origin: float | None = None,
+                  origin_name: str = "run start") -> Path:
     """The manifest, written last, records the CSV's sha256 and row count: a run is finished only
-    when both files exist and agree (:func:`run_finished`)."""
+    when both files exist and agree (:func:`run_finished`). Its ``timings`` are completed here
+    (:func:`vflbench.timing.close`): wall time from ``origin`` (epoch seconds: the process's start for
+    ``vflbench run``; default, the run's own start) and the parts that cover it."""
     import pandas as pd
 
+    from .timing import close
+
+    t = time.perf_counter()
     run_dir = Path(out_dir) / manifest["run_id"]
     text = pd.DataFrame(rows).to_csv(index=False)
     manifest = {**manifest, "results_file": {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": len(rows)}}
     atomic_write_text(run_dir / "results.csv", text)
+    if isinstance(manifest.get("timings"), dict):
+        manifest["timings"] = close(dict(manifest["timings"]), origin, origin_name, time.perf_counter() - t)
     atomic_write_text(run_dir / "manifest.json", json.dumps(manifest, indent=2, default=json_default))
     return run_dir
 
@@ -136,19 +146,21 @@ def json_default(o):
 
 
 def versions() -> dict[str, str]:
-    import pandas
-    import sklearn
+    """Versions of Python and the packages a run's numbers depend on, read from package metadata (an
+    import of torchvision or scikit-learn only to read its version costs a tabular run seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
-    out = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__, "numpy": np.__version__,
-           "pandas": pandas.__version__, "scikit-learn": sklearn.__version__, "vflbench": __version__}
-    try:
-        import torchvision
-
-        out["torchvision"] = torchvision.__version__
-    except Exception:  # pragma: no cover
-        pass
-    return out
+    out = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__, "numpy": np.__version__}
+    for name, module in (("pandas", "pandas"), ("scikit-learn", "sklearn"), ("torchvision", "torchvision")):
+        loaded = sys.modules.get(module)  # already imported (an image run): its own version, build tag included
+        try:
+            out[name] = loaded.__version__ if loaded is not None else version(name)
+        except PackageNotFoundError:  # pragma: no cover
+            pass
+    out["vflbench"] = __version__
+    return {k: out[k] for k in ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision") if k in out}
 
 
 # identity columns that hold text: read them as text, or pandas turns a protocol named "false" into

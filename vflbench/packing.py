@@ -131,7 +131,6 @@ class VectorisedStep:
         t = self.tmpl
         opt = MaskedOptimizer(None, [(self.flat, t.store.member_of)], t.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
                               momentum=hp.momentum, groups=t.member_group, stale_updates=policy.stale_updates, trainable=t.trainable(stage), pack=self.n)
-        opt.to(self.sets[0].obs.device)
         return opt
 
     def batches(self, idx: list[torch.Tensor], j: int, y: list, aug: list, per_batch: bool) -> list[Batch]:

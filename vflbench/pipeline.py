@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .config import ResolvedRun
+from .devices import choose_device
 from .errors import VFLBenchError
 from .methods import METHODS, Method, MethodContext
 from .metrics import compute_metrics
@@ -26,16 +27,6 @@ from .preparation import Prepared, draw_masks
 from .preparation import prepare as prepare_data
 from .settings import columns as settings_columns
 from .training import BlockData, Callback, History, StageHP, TrainPolicy, TrainSet, fit, predict
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise VFLBenchError("--device cuda requested but CUDA is not available; use --device cpu or auto.")
-    if name not in ("cpu", "cuda"):
-        raise VFLBenchError(f"Unknown device '{name}'. Choices: auto, cpu, cuda.")
-    return torch.device(name)
 
 
 @dataclass
@@ -53,6 +44,7 @@ class RunInputs:
     val: BlockData | None = None  # protocol option val_split: labeled training samples held out of training
     y_val: np.ndarray | None = None
     val_masks: dict[str, Masks] = field(default_factory=dict)
+    device_reason: str = ""  # why the run computes where it does (vflbench.devices)
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
@@ -60,7 +52,7 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
 
     register(run.path_bases)  # a worker process reads the files the experiment file named
     t = time.perf_counter()
-    dev = device if isinstance(device, torch.device) else pick_device(device)
+    dev, why = choose_device(device, run.model.get("arch", "mlp"))
     proto = run.protocol
     prep = prepare_data(run.dataset, run.data_options, run.parties, run.partitioner, run.partition_options, run.seed)
     timings = {"load_and_partition_s": time.perf_counter() - t}
@@ -113,7 +105,7 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
                      torch.as_tensor(train_masks.observed[keep], device=dev), labeled)
     test = BlockData(data.x_test, prep.partition, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
-    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks)
+    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why)
 
 
 def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +144,8 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
         from .mechanisms import attach
 
         attach(method, mech, run.settings.get("secagg", "plain")).owner = "run"
+    if method.boundary is not None:  # against whom its epsilon holds depends on where the parties run and who can derive their noise
+        method.boundary.runtime, method.boundary.noise_source = run.runtime, run.settings.get("noise_source", "seeded")
     inputs.timings["build_s"] = time.perf_counter() - t
     return method
 
@@ -372,6 +366,7 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
            callbacks: list[Callback] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The run's tidy CSV rows (one per test setting and metric, with the run's extras as columns)
     and its manifest."""
+    t_record = time.perf_counter()
     extras = cost_extras(method)
     for cb in callbacks:
         extras.update(cb.extras())
@@ -391,11 +386,12 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
         "method": {"name": mcls.name, "display": mcls.display, "paper": mcls.paper, "stages": [s.__dict__ for s in mcls.stages_for(run.method_options)],
                    "options": dict(run.method_options), "option_sources": dict(run.option_sources), "assumptions": list(method.assumptions)},
         "device": str(inputs.device),
+        "device_reason": inputs.device_reason,
         "threads": torch.get_num_threads(),
         "versions": versions(),
         "data": {**prep.data.summary(), "checksums": prep.data.checksums},
         "partition": prep.partition.describe(),
-        "seeds": {"run_seed": run.seed, "streams": prep.streams.used},
+        "seeds": {"run_seed": run.seed, "streams": secret_streams(prep.streams.used) if run.settings.get("noise_source") == "secret" else prep.streams.used},
         "masks": mask_info,
         "parameters": {"total": method.n_params(), "members": method.n_members},
         "communication": method.channel.summary(),
@@ -410,7 +406,14 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     privacy = method.boundary.manifest() if method.boundary is not None else None
     if privacy is not None:
         manifest["privacy"] = {**privacy, **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {})}
+    manifest["timings"]["record_s"] = time.perf_counter() - t_record
     return rows, manifest
+
+
+def secret_streams(used: dict[str, int]) -> dict[str, Any]:
+    """The manifest's stream seeds under noise_source=secret: the parties' noise streams were reseeded
+    inside each party process from the OS, so their run-seed values are replaced by a note."""
+    return {k: ("secret: drawn from the OS inside the party process; not recorded" if k.startswith("mechanism/party") else v) for k, v in used.items()}
 
 
 def intra_op_threads(run: ResolvedRun) -> int:
@@ -429,12 +432,16 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
     """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest).
     ``wire`` (vflbench.runtime.Wire): this process is one party or the server of a run whose parties
     are processes; it keeps only its share of the data and its channel crosses the wire."""
+    started = time.time()  # the run's start: vflbench.timing measures startup up to here
     if wire is None and run.runtime == "processes":  # one process per party on this machine, this one the server
         from .runtime import run_processes
 
-        return run_processes(run, "cpu" if device == "auto" else device, callbacks)
+        # every process resolves the same request by the same rule (vflbench.devices), so computes where the in-process run
+        # would; the server refuses a party on another device (runtime.check_same_run)
+        return run_processes(run, str(device), callbacks)
     torch.set_num_threads(intra_op_threads(run))
     inputs = prepare(run, device)
+    inputs.timings["started_at"] = started
     if wire is not None:
         from .runtime import place, wire_channel
 
@@ -446,7 +453,7 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
         place(inputs, wire.rank, labels_at_parties=trains_alone)
     method = build(run, inputs)
     if wire is not None:
-        method.channel = wire_channel(method, wire)
+        method.channel = wire_channel(method, wire, run)
     callbacks = list(callbacks)
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
@@ -474,7 +481,10 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     if why:
         raise NotPackable(why)
     torch.set_num_threads(intra_op_threads(runs[0]))
+    started = time.time()
     inputs = [prepare(r, device) for r in runs]
+    for i in inputs:
+        i.timings["started_at"] = started
     methods = [build(r, i) for r, i in zip(runs, inputs, strict=True)]
     callbacks: list[list[Callback]] = []
     for r, i, m in zip(runs, inputs, methods, strict=True):

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from .channel import Channel
+from .devices import choose_device
 from .errors import VFLBenchError
 from .mechanisms import PBMChannel
 from .methods.base import Method
@@ -108,6 +109,7 @@ class Wire:
         self.epoch = 0
         self.pending: list[tuple[torch.Tensor, int, tuple[str, int] | None]] = []
         self.die_at_epoch: int | None = None
+        self.key_fingerprint: str | None = None  # SecAgg: the fingerprint of the public keys this party received
 
     def party_of_rank(self, rank: int) -> int:
         return rank - 1
@@ -180,6 +182,8 @@ class Wire:
         out.update({f"bytes_{key}": int(sum(v)) for key, v in self.payload.items()})
         out.update({"control_bytes": self.control_bytes, "messages": self.messages, "comm_s": self.comm_s,
                     "latency_ms": self.latency * 1e3, "bandwidth_mbps": self.bandwidth})
+        if self.key_fingerprint is not None:
+            out["secagg_key_fingerprint"] = self.key_fingerprint
         return out
 
 
@@ -357,24 +361,37 @@ def connect(rank: int, world: int, rendezvous: str, timeout_s: float) -> None:
                             f"{str(e).splitlines()[0][:160]}. Start the server and every party with the same --rendezvous.") from None
 
 
-def check_same_run(wire: Wire, key: str) -> None:
-    """Every process must run the same resolved run: the parties send their run key to the server."""
-    code = torch.tensor([int(key, 16)], dtype=torch.int64)
+DEVICE_CODES = ("cpu", "cuda")
+
+
+def check_same_run(wire: Wire, key: str, device: str = "cpu") -> list[str]:
+    """Every process must run the same resolved run on the same kind of device: the parties send their
+    run key and device to the server, which refuses any difference (a party on another device would
+    give other numbers, silently). Returns the parties' devices (server side; [] on a party)."""
+    dev = str(device).split(":")[0]
+    code = torch.tensor([int(key, 16), DEVICE_CODES.index(dev)], dtype=torch.int64)
     if wire.rank == SERVER:
+        devices = []
         for r in range(1, wire.world):
-            got = wire.recv((1,), torch.int64, r, None)
-            if int(got) != int(code):
+            got = wire.recv((2,), torch.int64, r, None)
+            theirs = DEVICE_CODES[int(got[1])] if 0 <= int(got[1]) < len(DEVICE_CODES) else "?"
+            why = (f"party {r - 1} resolved another run (run key {int(got[0]):012x}, the server's {key}); give every process the same flags."
+                   if int(got[0]) != int(code[0]) else
+                   f"party {r - 1} computes on {theirs}, the server on {dev}: the numbers would differ from one process's; "
+                   f"give every process the same --device." if theirs != dev else None)
+            if why:
                 msg = torch.tensor([0], dtype=torch.int64)
                 for q in range(1, wire.world):
                     wire.send(msg, q, None)
-                raise VFLBenchError(f"party {r - 1} resolved another run (run key {int(got):012x}, the server's {key}); "
-                                    "give every process the same flags.")
+                raise VFLBenchError(why)
+            devices.append(theirs)
         for q in range(1, wire.world):
             wire.send(torch.tensor([1], dtype=torch.int64), q, None)
-        return
+        return devices
     wire.send(code, SERVER, None)
     if not int(wire.recv((1,), torch.int64, SERVER, None)):
-        raise VFLBenchError("the server resolved another run than this party; give every process the same flags.")
+        raise VFLBenchError("the server resolved another run than this party, or computes on another device; give every process the same flags.")
+    return []
 
 
 def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
@@ -394,7 +411,7 @@ def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
             inputs.y_val = inputs.y_val * 0
 
 
-def launch_parties(run, rendezvous: str, timeout_s: float) -> list[subprocess.Popen]:
+def launch_parties(run, rendezvous: str, timeout_s: float, device: str = "cpu") -> list[subprocess.Popen]:
     """Start one ``vflbench party`` process per party on this machine, each given the resolved run."""
     import json
     import tempfile
@@ -405,7 +422,7 @@ def launch_parties(run, rendezvous: str, timeout_s: float) -> list[subprocess.Po
     procs = []
     for k in range(run.parties):
         cmd = [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", rendezvous, "--run-file", path,
-               "--timeout", str(timeout_s)]
+               "--timeout", str(timeout_s), "--device", device]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     procs[0].run_file = path  # type: ignore[attr-defined]
     return procs
@@ -438,7 +455,7 @@ def _finish(wire: Wire, method_summary: dict[str, Any], manifest: dict[str, Any]
     tm["compute_s"] = max(busy - measured["comm_s"], 0.0)
 
 
-def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", callbacks=()):
+def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "auto", callbacks=()):
     """This process is the server (rank 0) of a run whose parties are processes: wait for the
     parties, check they run the same run, train and evaluate; returns (CSV rows, manifest)."""
     import torch.distributed as dist
@@ -450,12 +467,14 @@ def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", ca
     connect(SERVER, world, rendezvous, timeout_s)
     try:
         wire = Wire(SERVER, world, run.net_latency, run.net_bandwidth, timeout_s)
-        check_same_run(wire, run.key)
+        dev, _ = choose_device(device, run.model.get("arch", "mlp"))
+        party_devices = check_same_run(wire, run.key, str(dev))
         wire.comm_s = 0.0  # communication of the run itself (alignment, training, evaluation)
         _CURRENT["wire"] = wire
         rows, manifest = execute(run, device, callbacks, wire)
         wire.flush()
         _finish(wire, manifest["communication"], manifest)
+        manifest["runtime"]["party_devices"] = party_devices
         from .methods import METHODS
 
         manifest["runtime"]["labels_at_parties"] = METHODS.get(run.method).party_losses is not Method.party_losses  # Local, Ensemble: parties train alone on the labels
@@ -465,7 +484,7 @@ def serve(run, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu", ca
         dist.destroy_process_group()
 
 
-def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str = "cpu") -> dict[str, Any]:
+def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str = "auto") -> dict[str, Any]:
     """This process is party ``party`` (rank ``party + 1``): it trains its own models from the
     server's gradients; returns its measured traffic."""
     import torch.distributed as dist
@@ -482,7 +501,8 @@ def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str 
         fault = os.environ.get("VFLBENCH_KILL_PARTY", "")  # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
         if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
             wire.die_at_epoch = int(fault.split(":")[2])
-        check_same_run(wire, run.key)
+        dev, _ = choose_device(device, run.model.get("arch", "mlp"))
+        check_same_run(wire, run.key, str(dev))
         _CURRENT["wire"] = wire
         execute(run, device, (), wire)
         return wire.summary()
@@ -491,7 +511,7 @@ def join(run, party: int, rendezvous: str, timeout_s: float = 60.0, device: str 
         dist.destroy_process_group()
 
 
-def run_processes(run, device: str = "cpu", callbacks=(), timeout_s: float = 60.0):
+def run_processes(run, device: str = "auto", callbacks=(), timeout_s: float = 60.0):
     """``vflbench run --runtime processes``: start the parties on this machine, serve them, and
     return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3)."""
     check(run)
@@ -503,7 +523,7 @@ def run_processes(run, device: str = "cpu", callbacks=(), timeout_s: float = 60.
             if not user_path(path).exists():
                 raise VFLBenchError(f"--party-data {name}={path}: no such file; check the path.")
     url = f"tcp://127.0.0.1:{free_port()}"
-    procs = launch_parties(run, url, timeout_s)
+    procs = launch_parties(run, url, timeout_s, device)
     try:
         try:
             out = serve(run, url, timeout_s, device, callbacks)
@@ -548,10 +568,14 @@ def _with_party_error(e: VFLBenchError, procs: list[subprocess.Popen]) -> VFLBen
 
 
 # ----------------------------------------------------------------------------- PBM across processes
-def _trace(name: str, values: torch.Tensor, rows: torch.Tensor) -> None:
+def _trace(name: str, values: torch.Tensor, rows: torch.Tensor, noise_source: str = "seeded") -> None:
     """Test hook: with $VFLBENCH_TRACE_DIR set, the first training release's values are saved there
-    (a party's plain counts, what the server received), so that a test can inspect both sides."""
+    (a party's plain counts, what the server received), so that a test can inspect both sides. It is
+    refused under secret noise: a file of a party's plain counts is exactly what secret noise protects."""
     where = os.environ.get("VFLBENCH_TRACE_DIR")
+    if where and noise_source == "secret":
+        raise VFLBenchError("VFLBENCH_TRACE_DIR (a test hook) writes a party's plain counts to disk; it is refused with secret noise. "
+                            "Unset it, or use --noise-source seeded.")
     if where and "_release0_train" in name:
         torch.save({"values": values.cpu(), "sent": rows.cpu()}, os.path.join(where, name + ".pt"))
 
@@ -583,7 +607,7 @@ class WirePBMChannel(WireChannel, PBMChannel):
                 if m:
                     uploads[kk][rows[kk]] = wire.recv((m, reps.shape[2]), dtype, kk + 1, (f"{phase}_up", kk)).to(torch.int64)
             self.last_upload = uploads  # what the server received (masked under secagg), for tests
-            _trace(f"server_release{t}_{phase}", uploads, rows)
+            _trace(f"server_release{t}_{phase}", uploads, rows, self.noise_source)
             total = uploads.sum(0)
             qsum = (torch.remainder(total, self.R) if self.masked else total).to(reps.dtype).to(reps.device)
             est = self.C / (self.beta * self.b) * (qsum - self.b * sent.sum(0).to(reps.dtype)[:, None] / 2)
@@ -594,7 +618,7 @@ class WirePBMChannel(WireChannel, PBMChannel):
             return est + (exact - exact.detach())
         me = wire.rank - 1
         q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
-        _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows)
+        _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows, self.noise_source)
         if self.masking is not None:
             q = self.masking.upload(q, rows, t)
         if bool(rows[me].any()):
@@ -607,26 +631,46 @@ class WirePBMChannel(WireChannel, PBMChannel):
         raise VFLBenchError("across processes, PBM runs as a summed release (--method sum or pbm); per-party releases are not built yet")
 
 
-def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes]) -> WirePBMChannel:
+def secret_generators(gens: dict[str, list[torch.Generator]], me: int) -> None:
+    """noise_source=secret: party ``me``'s noise streams (every phase) reseeded from the OS's randomness,
+    inside its own process. The seeds are never sent, logged or recorded, so neither the server nor
+    another party can regenerate this party's noise (nor can anyone reproduce the run)."""
+    import secrets
+
+    for phase in gens:
+        gens[phase][me].manual_seed(secrets.randbits(63))
+
+
+def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes], noise_source: str = "seeded") -> WirePBMChannel:
     """The run's PBM channel (its noise streams, accountant state and parameters) on the wire; under
-    secagg=masked the simulated masking gives way to :class:`~vflbench.secagg.KeyedMasking`."""
+    secagg=masked the simulated masking gives way to :class:`~vflbench.secagg.KeyedMasking`; under
+    ``noise_source=secret`` a party's own noise streams are reseeded from the OS (:func:`secret_generators`)."""
     ch = WirePBMChannel.__new__(WirePBMChannel)
     ch.__dict__.update(base.__dict__)
     ch.wire, ch.crossings, ch.local_term, ch.R = wire, [], None, 1 << base.bits
     ch.masked = base.secagg is not None
     ch.masking = KeyedMasking(wire.rank - 1, base.k, base.bits, pair_keys) if (ch.masked and wire.rank != SERVER) else None
     ch.secagg = None
+    ch.noise_source = noise_source
+    if noise_source == "secret" and wire.rank != SERVER:
+        if ch.party_gens is None:
+            raise VFLBenchError("noise_source=secret needs each party's own noise stream (noise=party)")
+        ch.party_gens = {phase: list(g) for phase, g in ch.party_gens.items()}
+        secret_generators(ch.party_gens, wire.rank - 1)
     return ch
 
 
-def wire_channel(method, wire: Wire):
-    """The channel a process of a processes run installs on ``method`` (before training)."""
+def wire_channel(method, wire: Wire, run=None):
+    """The channel a process of a processes run installs on ``method`` (before training). ``run`` gives
+    the run key (bound into the SecAgg pair keys) and the noise source."""
     ch = method.channel
     if type(ch) is Channel:
         return WireChannel(method.k, wire)
     if isinstance(ch, PBMChannel) and method.sums_at_server:
-        keys = agree_pair_keys(wire) if ch.secagg is not None else {}
-        new = wire_pbm_channel(ch, wire, keys)
+        keys: dict[int, bytes] = {}
+        if ch.secagg is not None:
+            keys, wire.key_fingerprint = agree_pair_keys(wire, run.key if run is not None else "")
+        new = wire_pbm_channel(ch, wire, keys, run.settings.get("noise_source", "seeded") if run is not None else "seeded")
         if method.boundary is not None:
             method.boundary.channel = new
         return new

@@ -13,7 +13,8 @@ parties each ``y_m`` on its own is uniform on Z_R, so the server learns only the
 * In one process (:class:`PairwiseMasking`) pairwise seeds come from the run's seeded random streams
   (one per unordered pair, hashed with the iteration), not from a key agreement: this simulates the
   arithmetic and what the server sees. Across processes (``--runtime processes``,
-  :class:`KeyedMasking`) the pair keys come from an X25519 agreement and the masks from ChaCha20. Dropout recovery (secret-shared seeds) is out of scope, as in the PBM-VFL paper.
+  :class:`KeyedMasking`) the pair keys come from an X25519 agreement and the masks from ChaCha20,
+  one nonce per release and direction (:func:`mask_nonce`). docs/RUNTIME.md states the threat model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+import numpy as np
 import torch
 
 
@@ -69,12 +71,53 @@ class PairwiseMasking:
 
 
 # ----------------------------------------------------------------------------- real keys, across processes
+MASK_DIRECTIONS = 2  # u[lo, hi] and u[hi, lo]: one keystream each
+
+
+def chacha20_nonce(counter: int, nonce: bytes) -> bytes:
+    """The 16 bytes ``cryptography``'s ChaCha20 takes: the RFC 7539 block counter (4 bytes,
+    little-endian) followed by the RFC's 12-byte nonce."""
+    if len(nonce) != 12 or not 0 <= counter < 2**32:
+        raise ValueError("ChaCha20 takes a 32-bit block counter and a 12-byte nonce")
+    return counter.to_bytes(4, "little") + nonce
+
+
+def mask_nonce(release: int, direction: int) -> bytes:
+    """The RFC 7539 nonce of one release's masks in one direction of a pair: the release index (8 bytes,
+    little-endian) then the direction (4 bytes). Every (release, direction) has its own nonce and its
+    keystream starts at block 0, so no two releases or directions of a pair share keystream (each pair
+    has its own key)."""
+    if not 0 <= release < 2**64 or direction not in range(MASK_DIRECTIONS):
+        raise ValueError(f"release {release} / direction {direction} out of range")
+    return int(release).to_bytes(8, "little") + int(direction).to_bytes(4, "little")
+
+
+def keystream(key: bytes, release: int, direction: int, nbytes: int) -> bytes:
+    """``nbytes`` of the ChaCha20 keystream of ``key`` for one release and direction (counter from 0)."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    if nbytes > 64 * 2**32:
+        raise ValueError("one release's masks exceed a ChaCha20 stream (256 GiB)")
+    enc = Cipher(algorithms.ChaCha20(key, chacha20_nonce(0, mask_nonce(release, direction))), mode=None).encryptor()
+    return enc.update(bytes(nbytes))
+
+
+def mask_words(key: bytes, release: int, direction: int, n: int, bits: int) -> np.ndarray:
+    """``n`` masks uniform on Z_R, R = 2^bits: little-endian words of the keystream (4 bytes when
+    bits <= 32, else 8), keeping the low ``bits`` bits (uniform, as R is a power of two)."""
+    if not 1 <= bits <= 62:
+        raise ValueError(f"a SecAgg modulus of 2^{bits} is not supported (1..62 bits)")
+    width = 4 if bits <= 32 else 8
+    words = np.frombuffer(keystream(key, release, direction, width * n), dtype="<u4" if width == 4 else "<u8")
+    return (words & np.uint64((1 << bits) - 1)).astype(np.int64)
+
+
 class KeyedMasking:
     """Pairwise masking (Bonawitz et al.'s Protocol 0) with real keys: party ``me`` shares with every
     other party a 32-byte key from an X25519 agreement (:func:`agree_pair_keys`). The masks of release
-    ``t`` for the pair (i, j), i < j, are the ChaCha20 keystream of that key with nonce ``t`` (64-bit
-    little-endian, then 8 zero bytes), read as little-endian uint32 words reduced mod R (R a power of
-    two): the first B*P words are u[i, j], the next B*P u[j, i]. Party m uploads
+    ``t`` for the pair (i, j), i < j, are ``u[i, j]`` = :func:`mask_words` of the pair key in direction 0
+    and ``u[j, i]`` in direction 1 (ChaCha20, nonce = release and direction, counter from 0: the
+    keystreams of two releases or directions never overlap). Party m uploads
     ``(q_m + sum_{m'} u[m, m'] - u[m', m]) mod R`` over the parties that take part in each sample, so
     the masks cancel in the server's sum and each upload on its own is uniform on Z_R."""
 
@@ -84,14 +127,9 @@ class KeyedMasking:
 
     def _masks(self, other: int, t: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """(u[lo, hi], u[hi, lo]) of the pair {me, other} for release ``t``."""
-        import numpy as np
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-
         n = int(np.prod(shape))
-        nonce = int(t).to_bytes(8, "little") + bytes(8)
-        stream = Cipher(algorithms.ChaCha20(self.keys[other], nonce), mode=None).encryptor().update(bytes(8 * n))
-        words = np.frombuffer(stream, dtype="<u4").astype(np.int64) & (self.R - 1)
-        return torch.from_numpy(words[:n].reshape(shape).copy()), torch.from_numpy(words[n:].reshape(shape).copy())
+        key = self.keys[other]
+        return tuple(torch.from_numpy(mask_words(key, t, d, n, self.bits).reshape(shape)) for d in range(MASK_DIRECTIONS))
 
     def upload(self, q: torch.Tensor, sent: torch.Tensor, t: int) -> torch.Tensor:
         """``q`` ``[B, P]`` this party's counts, ``sent`` ``[K, B]`` -> its masked upload ``[B, P]`` in Z_R."""
@@ -107,11 +145,28 @@ class KeyedMasking:
         return torch.remainder(q.cpu().to(torch.int64) + pert, self.R) * sent[self.me].cpu()[:, None]
 
 
-def agree_pair_keys(wire) -> dict[int, bytes]:
-    """X25519 between every pair of parties, the server relaying the public keys (it learns nothing
-    from them). Party side: returns other party -> 32-byte key (HKDF-SHA256 of the shared secret,
-    bound to the pair). The server returns {}."""
-    import numpy as np
+def pair_key_info(context: str, lo: int, hi: int, pub_lo: bytes, pub_hi: bytes) -> bytes:
+    """HKDF's ``info`` for the key of the pair (lo, hi): bound to the run (``context``: its run key), the
+    pair and both public keys, so a key is never reused across runs, pairs or key pairs."""
+    return b"vflbench secagg v2|" + context.encode() + f"|{lo}-{hi}|".encode() + pub_lo + pub_hi
+
+
+def key_fingerprint(pubs: list[bytes]) -> str:
+    """SHA-256 of the public keys every party received (in party order), 16 hex digits in groups of 4:
+    parties that compare it out of band detect a server that substituted a key (each victim of a
+    substitution sees another list)."""
+    digest = hashlib.sha256(b"".join(pubs)).hexdigest()[:16]
+    return " ".join(digest[i : i + 4] for i in range(0, 16, 4))
+
+
+def agree_pair_keys(wire, context: str = "") -> tuple[dict[int, bytes], str | None]:
+    """X25519 between every pair of parties, the server relaying the public keys (an honest-but-curious
+    server learns nothing from them; an active one could substitute them: compare the fingerprints).
+    Party side: returns (other party -> 32-byte key, HKDF-SHA256 of the shared secret bound by
+    :func:`pair_key_info`; the fingerprint of the keys received). The server returns ({}, the fingerprint
+    of the keys it relayed: what every party should print). The
+    private key is generated from the OS's randomness inside the party and never leaves its memory."""
+    from .errors import VFLBenchError
 
     k = wire.world - 1
     if wire.rank == 0:  # the server (vflbench.runtime: rank 0)
@@ -119,7 +174,7 @@ def agree_pair_keys(wire) -> dict[int, bytes]:
         for r in range(1, wire.world):
             wire.post(pubs, r, None)
         wire.flush()
-        return {}
+        return {}, key_fingerprint([bytes(pubs[j].numpy().tobytes()) for j in range(k)])
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -128,12 +183,21 @@ def agree_pair_keys(wire) -> dict[int, bytes]:
     private = X25519PrivateKey.generate()
     raw = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     wire.send(torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()), 0, None)
-    pubs = wire.recv((k, 32), torch.uint8, 0, None)
+    got = wire.recv((k, 32), torch.uint8, 0, None)
+    pubs = [bytes(got[j].numpy().tobytes()) for j in range(k)]
+    if pubs[me] != raw:
+        raise VFLBenchError(f"party {me}: the server relayed another public key for this party than the one it sent; "
+                            "stopping (an active server, or a broken link).")
     keys = {}
     for other in range(k):
         if other == me:
             continue
-        shared = private.exchange(X25519PublicKey.from_public_bytes(bytes(pubs[other].numpy().tobytes())))
+        try:
+            shared = private.exchange(X25519PublicKey.from_public_bytes(pubs[other]))
+        except ValueError:  # a low-order point: the shared secret would be known to whoever chose it
+            raise VFLBenchError(f"party {me}: the public key relayed for party {other} is invalid (a low-order X25519 point); "
+                                "stopping.") from None
         lo, hi = min(me, other), max(me, other)
-        keys[other] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=f"vflbench secagg pair {lo}-{hi}".encode()).derive(shared)
-    return keys
+        info = pair_key_info(context, lo, hi, pubs[lo], pubs[hi])
+        keys[other] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+    return keys, key_fingerprint(pubs)

@@ -48,6 +48,7 @@ class Setting:
     always: bool = False  # recorded and keyed even at its default (how runs recorded labeled/aligned before schema v3)
     stage: str = "end"  # when ``finish`` runs: "protocol" (the protocol is known, before the hyper-parameters) or "end"
     axis: str | None = None  # an experiment file lists its values under this key, one run each (a grid axis), instead of one value
+    default_for: Callable[[dict[str, Any], Any], Any] | None = None  # the default when nobody sets it, from the other settings and the method class
 
     @property
     def flag(self) -> str:
@@ -90,6 +91,9 @@ def resolve_settings(given: dict[str, Any], mcls=None) -> dict[str, Any]:
         name = sorted(unknown)[0]
         raise VFLBenchError(f"Unknown run setting {name!r}.{did_you_mean(name, SETTINGS)} Known: {', '.join(SETTINGS)}.")
     values = {n: (s.parse(given[n]) if given.get(n) is not None else s.default) for n, s in SETTINGS.items()}
+    for n, s in SETTINGS.items():  # defaults that depend on the run (e.g. the noise source on the runtime)
+        if s.default_for is not None and given.get(n) is None:
+            values[n] = s.default_for(values, mcls)
     for s in SETTINGS.values():
         if s.check is not None:
             s.check(values, mcls)
@@ -120,7 +124,11 @@ def top_json(values: dict[str, Any]) -> dict[str, Any]:
 def from_manifest(config: dict[str, Any]) -> dict[str, Any]:
     """The user values a recorded config holds: ``config.settings`` and the top-level ones."""
     out = {n: config[n] for n, s in SETTINGS.items() if s.placement == "top" and config.get(n) is not None}
-    return {**out, **(config.get("settings") or {})}
+    out.update(config.get("settings") or {})
+    for n, s in SETTINGS.items():  # a manifest records values apart from the canonical default: absent means the default, not the run's
+        if s.default_for is not None and n not in out:
+            out[n] = s.text(s.default)
+    return out
 
 
 def key_dict(values: dict[str, Any]) -> dict[str, Any]:
@@ -368,6 +376,45 @@ declare(Setting("net_latency", 0.0, "with --runtime processes: one-way delay per
 declare(Setting("net_bandwidth", 0.0, "with --runtime processes: link bandwidth per party in Mbit/s (0 = unlimited)",
                 _non_negative("--net-bandwidth", "Mbit/s"), metavar="MBPS", keyed=False, column=False,
                 example=10, bad="fast", example_with=(("runtime", "processes"),)))
+
+
+NOISE_SOURCES = ("seeded", "secret")
+
+
+def _noise_source(value: Any) -> str:
+    v = str(value).strip().lower()
+    if v not in NOISE_SOURCES:
+        raise VFLBenchError(f"--noise-source takes {' | '.join(NOISE_SOURCES)}, got {value!r}.{did_you_mean(v, NOISE_SOURCES)}")
+    return v
+
+
+def draws_privacy_noise(values: dict[str, Any], mcls) -> bool:
+    """Whether a run draws privacy noise at its boundary: a private ``--mechanism``, or a method that
+    attaches its own (``draws_noise``, e.g. PBM-VFL)."""
+    mech = values.get("mechanism")
+    return bool((mech is not None and mech.private) or getattr(mcls, "draws_noise", False))
+
+
+def _noise_default(values: dict[str, Any], mcls) -> str:
+    """Secret where each party draws its noise in its own process, reproducible (seeded) elsewhere."""
+    return "secret" if values["runtime"] == "processes" and draws_privacy_noise(values, mcls) else "seeded"
+
+
+def _check_noise_source(values: dict[str, Any], mcls) -> None:
+    if values["noise_source"] != "secret":
+        return
+    if values["runtime"] != "processes":
+        raise VFLBenchError("--noise-source secret draws each party's noise inside its own process, which one process cannot do (it also "
+                            "plays the server); add --runtime processes, or use --noise-source seeded.")
+    if mcls is not None and not draws_privacy_noise(values, mcls):
+        raise VFLBenchError("--noise-source applies to runs that draw privacy noise (a --mechanism, or --method pbm); this run draws none.")
+
+
+declare(Setting("noise_source", "seeded", "who can derive the parties' privacy noise: secret (each party process draws it from the OS's "
+                "randomness; never sent or recorded; not reproducible) | seeded (from the run seed: reproducible, but the server and every "
+                "party can regenerate it) [default: secret under --runtime processes, seeded in one process]", _noise_source, metavar="SOURCE",
+                check=_check_noise_source, default_for=_noise_default, example="secret", bad="urandom",
+                example_with=(("runtime", "processes"), ("mechanism", "pbm:b=32,beta=0.1,noise=party"))))
 
 
 # ============================================================================= run fields

@@ -177,11 +177,11 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
     """Execute one run and write its outputs; returns a status record (never raises)."""
     from .pipeline import execute
 
-    t = time.perf_counter()
+    t, origin = time.perf_counter(), time.time()
     rid = resolved.run_id
     try:
         rows, manifest = execute(resolved, device=device)
-        write_outputs(Path(out) / "runs", rows, manifest)
+        write_outputs(Path(out) / "runs", rows, manifest, origin)
         return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t}
     except TrainingDiverged as e:  # a result, not a crash: recorded, excluded from tables, not retried
         write_outputs(Path(out) / "runs", diverged_rows(resolved, str(e)), {

@@ -185,7 +185,6 @@ def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolic
         method.store, method.module_params(), method.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
         momentum=hp.momentum, groups=method.member_group, stale_updates=policy.stale_updates, trainable=method.trainable(stage),
     )
-    opt.to(method.device)
     return opt
 
 

@@ -53,11 +53,51 @@ def make_synthetic(
     return X, y
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"3x32x32"`` -> (3, 32, 32): channels x height x width of synthetic images."""
+    try:
+        dims = tuple(int(p) for p in str(text).lower().split("x"))
+        if len(dims) != 3 or min(dims) < 1:
+            raise ValueError
+    except ValueError:
+        raise VFLBenchError(f"synthetic: shape takes CxHxW such as 3x32x32 (CIFAR-10's shape), got {text!r}.") from None
+    if dims[0] * dims[1] * dims[2] > 3 * 512 * 512:
+        raise VFLBenchError(f"synthetic: shape {text} is larger than 3x512x512 per image; choose a smaller one.")
+    return dims  # type: ignore[return-value]
+
+
+def synthetic_images(opts: dict) -> Dataset:
+    """``shape=CxHxW``: float32 images, a random class template (scaled by ``separation``) plus
+    unit Gaussian pixels, standardised per channel on the training split. For timing image models at
+    a paper's shape without its download (``shape=3x32x32`` is CIFAR-10's), and for tests."""
+    c, h, w = parse_shape(opts["shape"])
+    n, k = int(opts["n"]), int(opts["n_classes"])
+    if k < 2 or n < k:
+        raise VFLBenchError("synthetic: need n_classes >= 2 and n >= n_classes.")
+    rng = np.random.default_rng(opts["data_seed"])
+    y = rng.integers(0, k, size=n)
+    templates = rng.standard_normal((k, c, h, w), dtype=np.float32) * np.float32(opts["separation"])
+    X = rng.standard_normal((n, c, h, w), dtype=np.float32) + templates[y]
+    Xtr, ytr, Xte, yte = split_scale(X.reshape(n, -1), y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="none")
+    Xtr, Xte = Xtr.reshape(-1, c, h, w), Xte.reshape(-1, c, h, w)
+    mean, std = Xtr.mean(axis=(0, 2, 3), keepdims=True), Xtr.std(axis=(0, 2, 3), keepdims=True)
+    return Dataset(synthetic_info(opts), (Xtr - mean) / std, ytr, (Xte - mean) / std, yte)
+
+
+def synthetic_info(opts: dict) -> DatasetInfo:
+    """The facts of a synthetic dataset under its options (tabular blocks, or images with ``shape``)."""
+    if opts.get("shape"):
+        return DatasetInfo(**{**SYNTH.__dict__, "kind": "image", "n_classes": int(opts["n_classes"]), "shape": parse_shape(opts["shape"]),
+                              "title": f"Synthetic images {opts['shape']}"})
+    return DatasetInfo(**{**SYNTH.__dict__, "n_classes": int(opts["n_classes"]), "shape": (int(opts["blocks"]) * int(opts["block_width"]),)})
+
+
 def load_synthetic(ds_dir: Path, opts: dict) -> Dataset:
+    if opts.get("shape"):
+        return synthetic_images(opts)
     X, y = make_synthetic(opts["n"], opts["blocks"], opts["block_width"], opts["informative"], opts["n_classes"], opts["separation"], opts["data_seed"])
     Xtr, ytr, Xte, yte = split_scale(X, y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="standard")
-    info = DatasetInfo(**{**SYNTH.__dict__, "n_classes": opts["n_classes"], "shape": (X.shape[1],)})
-    return Dataset(info, Xtr, ytr, Xte, yte, feature_names=[f"b{j // opts['block_width']}_{j % opts['block_width']}" for j in range(X.shape[1])])
+    return Dataset(synthetic_info(opts), Xtr, ytr, Xte, yte, feature_names=[f"b{j // opts['block_width']}_{j % opts['block_width']}" for j in range(X.shape[1])])
 
 
 SKL = "scikit-learn (bundled)"
@@ -73,8 +113,12 @@ register(
     DatasetSpec(
         SYNTH,
         load_synthetic,
-        defaults={"n": 4000, "blocks": 4, "block_width": 8, "informative": 2, "n_classes": 2, "separation": 1.0, "test_size": 0.25, "data_seed": 0},
+        defaults={"n": 4000, "blocks": 4, "block_width": 8, "informative": 2, "n_classes": 2, "separation": 1.0, "test_size": 0.25, "data_seed": 0,
+                  "shape": ""},
+        prober=synthetic_info,
         option_help={
+            "shape": "CxHxW (e.g. 3x32x32, CIFAR-10's shape): images instead of tabular blocks (use an image --arch; blocks, "
+                     "block_width and informative then do not apply)",
             "n": "number of samples",
             "blocks": "number of feature blocks (match --parties with the contiguous partitioner)",
             "block_width": "features per block",

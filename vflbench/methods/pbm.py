@@ -39,6 +39,7 @@ class PBMVFL(SumVFL):
     name, display, hp_key, f1_rule = "pbm", "PBM-VFL", "pbm", "single"
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
+    draws_noise = True  # attaches its own privacy mechanism (vflbench.settings: the noise source's default)
     boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
     option_specs = (
         Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
@@ -62,8 +63,9 @@ class PBMVFL(SumVFL):
         "estimator C/(beta b) (sum - b |O|/2) over the parties that released (|O| = M without missing blocks)",
         "plain SGD, one constant learning rate for server and parties, no momentum or weight decay (the preset)",
         SumVFL.assumptions[2],
-        "one seeded generator draws every party's Binomials (a simulation; each party's own RNG in a deployment)",
-        "secure aggregation keys come from seeded streams, not a key agreement",
+        "one seeded generator draws every party's Binomials (a simulation; with noise=party and --runtime processes each party "
+        "draws its own, from the OS by default: --noise-source)",
+        "in one process secure aggregation masks come from seeded streams; across processes from X25519 keys and ChaCha20",
         "epsilon counts every release of training samples' sums: the training steps and, with --target, the monitoring pass after each epoch when it goes through the mechanism (eval=mechanism); with eval=exact the monitor sees exact sums, outside the protocol, and is not a release",
         "epsilon_column_block (a party's whole block differs) is the unit that holds for Algorithm 2 as trained; the record-level columns assume the record does not enter local training (Thm 6.1/6.2's unit), see docs/PBM_VFL.md",
     )
