@@ -31,8 +31,9 @@ test-gpu: $(STAMP)  ## the whole suite on a GPU: pipeline, CLI-equivalence and r
 lint: $(STAMP)
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
 
-bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST)
+bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), then LASER-VFL over Standard VFL (Credit compat/clean, CIFAR-10-shaped)
 	$(BIN)/python benchmarks/bench_methods.py --full-run
+	$(BIN)/python benchmarks/laser_overhead.py
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo

@@ -385,10 +385,13 @@ class Method:
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per-element cross-entropy over the last axis (``y`` broadcast to ``logits.shape[:-1]``).
     For two classes it is softplus of the signed logit gap: the same value, about half the cost."""
-    y = y.expand(logits.shape[:-1])
     if logits.shape[-1] == 2:
         gap = logits[..., 1] - logits[..., 0]
-        return F.softplus(torch.where(y == 1, -gap, gap))
+        # softplus(-gap) for class 1, softplus(gap) for class 0: times -1 or +1 (exact, so the values and gradients of
+        # where(y == 1, -gap, gap)), with the sign computed on the unexpanded labels
+        sign = 1.0 - 2.0 * (y == 1).to(gap.dtype)
+        return F.softplus(gap * sign).expand(logits.shape[:-1])
+    y = y.expand(logits.shape[:-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(y.shape)
 
 

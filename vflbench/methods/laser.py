@@ -85,25 +85,47 @@ def subset_table_any(k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return table, count
 
 
+def subset_slots(pattern: torch.Tensor, gen: torch.Generator, tables) -> torch.Tensor:
+    """The draw behind :func:`sample_subsets`, as slots of the subset table: ``[B, head*size]`` indices
+    into ``table.view(-1)``. One uniform per (sample, head, size), ``r = floor(u * count)``; the table of
+    each pattern's first slots is built once per tables (gathers by ``index_select``: the same values as
+    advanced indexing, several times faster on CPU)."""
+    table, count = tables[0], tables[1]
+    h, k, width = table.shape[1], table.shape[2], table.shape[-1]
+    if len(tables) < 3:
+        raise ValueError("subset_slots needs tables from slot_tables()")
+    first = tables[2]  # [2^K, head*size]: pattern * (h k width) + j * width
+    cnt = torch.index_select(count.view(-1, h * k), 0, pattern)  # [B, head*size]
+    u = torch.rand((pattern.shape[0], h * k), generator=gen, device=pattern.device)
+    r = (u * cnt).long()  # uniform in 0..cnt-1 (u < 1); 0 where cnt = 0 -> the empty entry
+    return torch.index_select(first, 0, pattern) + r
+
+
+def slot_tables(tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(table, count, first slots per pattern) for :func:`subset_slots`."""
+    table, count = tables[0], tables[1]
+    h, k, width = table.shape[1], table.shape[2], table.shape[-1]
+    patterns = torch.arange(table.shape[0], device=table.device)
+    first = patterns[:, None] * (h * k * width) + torch.arange(h * k, device=table.device)[None] * width
+    return table, count, first
+
+
 def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None) -> torch.Tensor:
     """Draw the LASER tasks. Returns ``chosen[b, i, s-1]``, the bitmask of the subset of size s drawn
     for head i, uniformly among the subsets of O that contain i (independently per head and
     size, like the authors' ``random.sample``). Entries for heads outside O or sizes above |O| are
     empty (0; their loss weight is 0 too). ``shared=True`` draws one subset per (head, size) for the
     whole batch (the authors' per-batch code): ``obs`` rows must then be equal, and one row comes back."""
-    table, count = tables if tables is not None else subset_table(obs.shape[1])
+    tables = tables if tables is not None else subset_table(obs.shape[1])
+    table, count = tables[0], tables[1]
     h, k = table.shape[1], table.shape[2]  # heads, sizes (= blocks)
     if shared:
         obs = obs[:1]
         pattern = None if pattern is None else pattern[:1]
     if pattern is None:
         pattern = (obs.long() << torch.arange(k, device=obs.device)).sum(1)  # [B]
-    b, width = pattern.shape[0], table.shape[-1]
-    cnt = count.view(-1, h * k)[pattern]  # [B, head*size]
-    u = torch.rand((b, h * k), generator=gen, device=obs.device)
-    r = (u * cnt).long()  # uniform in 0..cnt-1 (u < 1); 0 where cnt = 0 -> the empty entry
-    flat = pattern[:, None] * (h * k * width) + torch.arange(h * k, device=obs.device)[None] * width + r
-    return table.view(-1)[flat].view(b, h, k)
+    slots = subset_slots(pattern, gen, tables if tables is not None and len(tables) > 2 else slot_tables((table, count)))
+    return torch.index_select(table.view(-1), 0, slots.view(-1)).view(pattern.shape[0], h, k)
 
 
 def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
@@ -165,7 +187,7 @@ class LaserVFL(Method):
         tables = subset_table_any(self.k) if self.one else subset_table(self.k)
         if self.active_head:  # head 0 only: the subsets that contain block 0
             tables = (tables[0][:, :1].contiguous(), tables[1][:, :1].contiguous())
-        self.tables = tuple(t.to(self.device) for t in tables)
+        self.tables = slot_tables(tuple(t.to(self.device) for t in tables))
         masks = torch.arange(2**self.k)
         member = bitmask_members(masks, self.k).float()
         # bitmask -> fusion weights (1/|S| on the members of S): agg = frac[chosen]
@@ -184,6 +206,8 @@ class LaserVFL(Method):
             if self.active_head:
                 self.wpat = self.wpat[:, :1].contiguous()
         self.bits = torch.arange(self.k, device=self.device)
+        # every table slot's fusion weights (frac of the subset in the slot): a draw's weights in one gather
+        self.slot_frac = torch.index_select(self.frac, 0, self.tables[0].reshape(-1))
         self._epoch = None  # the current epoch's task draws (set by begin_epoch)
         self.ssl = simsiam_for(self, self.ext)
 
@@ -200,12 +224,18 @@ class LaserVFL(Method):
                 return
             # per-batch masks, per-sample subsets: position p of the epoch carries its batch's pattern
             self._epoch = ("position", *self._draw(pattern.repeat_interleave(batch_size)[: len(order)]))
-        else:
-            self._epoch = ("index", *self._draw((obs.long() << self.bits).sum(1)))  # by sample index
+        else:  # drawn by sample index, then laid out in the epoch's order: a batch is a slice, not a gather
+            self._epoch = ("position", *self._draw((obs.long() << self.bits).sum(1), order))
 
-    def _draw(self, pattern):
-        chosen = sample_subsets(pattern[:, None], self.gen, shared=False, tables=self.tables, pattern=pattern)
-        return self.frac[chosen], self.wpat[pattern]
+    def _draw(self, pattern, order=None):
+        """(fusion weights, loss weights) of one subset draw per entry of ``pattern``; ``order``: returned in
+        that order (the small index tensors are reordered before the lookup, not the weights after it)."""
+        slots = subset_slots(pattern, self.gen, self.tables)  # the subsets of sample_subsets, as table slots
+        if order is not None:
+            slots, pattern = torch.index_select(slots, 0, order), torch.index_select(pattern, 0, order)
+        h, k = self.tables[0].shape[1], self.tables[0].shape[2]
+        agg = torch.index_select(self.slot_frac, 0, slots.reshape(-1)).view(slots.shape[0], h, k, self.frac.shape[-1])
+        return agg, torch.index_select(self.wpat, 0, pattern)
 
     def _tasks(self, batch: Batch):
         """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size]) for this batch:
@@ -214,8 +244,6 @@ class LaserVFL(Method):
             kind, agg, w = self._epoch
             if kind == "batch":
                 return agg[batch.number], w[batch.number]
-            if kind == "index":
-                return agg[batch.idx], w[batch.idx]
             start = batch.number * self._batch_size
             return agg[start : start + batch.size], w[start : start + batch.size]
         obs = batch.obs
@@ -245,8 +273,9 @@ class LaserVFL(Method):
             # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
             w = self.head.weight  # [head, D, C]
             proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, h * self.c)).view(k, b, h, self.c)
-            proj = proj.permute(1, 2, 0, 3).contiguous()  # [B, head, block, C]
-            logits = torch.matmul(agg, proj) + self.head.bias[None, :, None, :]  # [B, head, size, C]
+            proj = proj.permute(1, 2, 0, 3)  # [B, head, block, C], a strided view (its batch dims flatten without a copy)
+            # the bias added where it broadcasts as a trailing [head, C] (the same sums, without broadcasting over size)
+            logits = (torch.matmul(agg, proj).permute(0, 2, 1, 3) + self.head.bias).permute(0, 2, 1, 3)  # [B, head, size, C]
         else:  # an MLP head: fuse each task's representations, then apply the head
             fused = torch.matmul(agg.expand(b, -1, -1, -1), emb.permute(1, 0, 2)[:, None])  # [B, head, size, D]
             logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
