@@ -98,6 +98,36 @@ def test_corrupt_file_fails_checksum(tmp_data):
         load_dataset("phishing")
 
 
+def test_an_unchanged_verified_file_is_not_read_again_and_an_edited_one_is(tmp_path, monkeypatch):
+    """The digest memo (VerifiedDigests): a second verification of an unchanged file reuses the first
+    one's sha256; an edit in place of the same size (even with its modification time put back) and a
+    replacement are read again and caught."""
+    import hashlib
+    import os
+
+    from vflbench.datasets import fetch
+    from vflbench.datasets.fetch import RawFile
+
+    f = tmp_path / "blob.bin"
+    f.write_bytes(b"a" * 4096)
+    good = hashlib.sha256(b"a" * 4096).hexdigest()
+    raw = RawFile("blob.bin", good)
+    assert raw.verify(f, tmp_path) == (good, "published")
+    reads = []
+    monkeypatch.setattr(fetch, "sha256_file", lambda *a, **k: reads.append(1) or good)
+    assert raw.verify(f, tmp_path) == (good, "published (unchanged since verified)") and not reads
+    monkeypatch.setenv("VFLBENCH_VERIFY", "full")
+    assert raw.verify(f, tmp_path) == (good, "published") and reads  # forced full check reads it
+    monkeypatch.delenv("VFLBENCH_VERIFY")
+    monkeypatch.undo()
+    st = f.stat()
+    with open(f, "r+b") as h:  # same size, same mtime: only the status-change time betrays the edit
+        h.write(b"b")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(VFLBenchError, match="is damaged"):
+        raw.verify(f, tmp_path)
+
+
 def _write_txt(path, arr, fmt="%.8e"):
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savetxt(path, arr, fmt=fmt, delimiter=" ")
