@@ -1,4 +1,4 @@
-"""A battery of careless and wrong inputs across vflbench's commands (Hardening II).
+"""A battery of careless and wrong inputs across vflbench's commands (Hardening II and III).
 
 Every case runs through the CLI in this process and is classified:
 
@@ -65,6 +65,14 @@ def files(root: Path) -> dict[str, str]:
     (root / "exp").mkdir()
     (root / "exp" / "rel.yaml").write_text(yaml.safe_dump({**EXP, "datasets": {"csv:../messy.csv": {"data_options": {"target": "y", "coerce": True}}}, "parties": [2]}))
     out["rel"] = str(root / "exp" / "rel.yaml")
+    # party files (Hardening III): IDs 1000.. in a and c, zero-padded 001000.. in b; d shares no ID with a
+    ids = [1000 + i for i in range(n)]
+    pd.DataFrame({"ID": ids, "x": rng.normal(size=n), "y": rng.integers(0, 2, n)}).to_csv(root / "pa.csv", index=False)
+    pd.DataFrame({"ID": [f"{i:06d}" for i in ids], "z": rng.normal(size=n)}).to_csv(root / "pb.csv", index=False)
+    pd.DataFrame({"ID": ids, "w": rng.normal(size=n)}).to_csv(root / "pc.csv", index=False)
+    pd.DataFrame({"ID": [f"v{i}" for i in ids], "u": rng.normal(size=n)}).to_csv(root / "pd.csv", index=False)
+    out["party3"] = f"party0={root / 'pa.csv'},party1={root / 'pc.csv'},party2={root / 'pb.csv'}"
+    out["party_none"] = f"party0={root / 'pa.csv'},party1={root / 'pd.csv'},party2={root / 'pc.csv'}"
     return out
 
 
@@ -128,6 +136,31 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
         ("plot curves --metric bogus", ["plot", "curves", sweep_out, "--metric", "bogus", "--out", str(root / "f")], "refuse"),
         ("plot bars --out DIR/", ["plot", "bars", sweep_out, "--out", str(root) + "/"], "refuse"),
         ("plot scalability --metric bogus", ["plot", "scalability", sweep_out, "--metric", "bogus", "--out", str(root / "f")], "refuse"),
+        # Hardening III: bounds (vflbench.limits), entity alignment, strict specs, tables
+        ("pbm b=1e9", [*RUN, "--mechanism", "pbm:b=1000000000,beta=0.1", "--out", o], "refuse"),
+        ("cut 1e9", [*RUN, "--cut", "1000000000", "--out", o], "refuse"),
+        ("hidden 65536,65536 (memory)", [*RUN, "--hidden", "65536,65536", "--out", o], "refuse"),
+        ("batch-size 1e12", [*RUN, "--batch-size", "1000000000000", "--out", o], "refuse"),
+        ("eval-epochs 1:1e9", [*RUN, "--eval-epochs", "1:1000000000", "--out", o], "refuse"),
+        ("net-latency 1e8", [*RUN, "--runtime", "processes", "--net-latency", "100000000", "--out", o], "refuse"),
+        ("synthetic n=1e12", ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=1000000000000", *T], "refuse"),
+        ("parties 1e9", [*RUN, "--parties", "1000000000", "--out", o], "refuse"),
+        ("sweep --workers 1e6", ["sweep", f["ok"], "--workers", "1000000", "--out", str(root / "s14")], "refuse"),
+        ("mechanism double comma", [*RUN, "--mechanism", "pbm:b=32,,beta=0.1", "--out", o], "refuse"),
+        ("mechanism trailing comma", [*RUN, "--mechanism", "pbm:b=32,beta=0.1,", "--out", o], "refuse"),
+        ("mechanism key twice", [*RUN, "--mechanism", "pbm:b=32,b=16", "--out", o], "refuse"),
+        ("method-opt same value twice", ["run", "--dataset", "synthetic", "--method", "laser", "--data-opt", "n=300", *T, "--method-opt", "fusion=sum",
+                                         "--method-opt", "fusion=sum"], "refuse"),
+        ("party-data empty item", ["run", "--party-data", "a=x.csv,,b=y.csv", "--method", "laser", *T], "refuse"),
+        ("three party files, no --parties", ["run", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y", "--method", "laser",
+                                              "--align", "plain", *T], "ok"),
+        ("party files, --parties conflicts", ["run", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y", "--method", "laser",
+                                               "--parties", "4", *T], "refuse"),
+        ("a party holding nothing runs (warned)", ["run", "--party-data", f["party_none"], "--id-column", "ID", "--data-opt", "target=y",
+                                                   "--method", "laser", "--align", "plain", *T], "ok"),
+        ("inspect --party-data", ["inspect", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y"], "ok"),
+        ("inspect --party-data without target", ["inspect", "--party-data", f["party3"], "--id-column", "ID"], "refuse"),
+        ("table of a sweep folder, bare", ["table", sweep_out], "ok"),
     ]
 
 

@@ -97,7 +97,51 @@ def test_bad_party_data_is_refused_in_one_line(party_files, tmp_path):
     assert r.exit_code == 2 and "ID column 'NOPE'" in r.output
     r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "4",
                             "--method", "laser", "--out", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "--parties 3" in r.output
+    assert r.exit_code == 2 and "--parties 4 conflicts with --party-data, which names 3 party files" in r.output
+
+
+def test_zero_padded_ids_are_not_joined_to_unpadded_ones_and_the_difference_is_warned(tmp_path):
+    """'001000' and '1000' are different entities as text: no join, and one warning with an example."""
+    a = pd.DataFrame({"ID": [str(1000 + i) for i in range(40)], "x": np.arange(40.0), "label": ["p", "q"] * 20})
+    b = pd.DataFrame({"ID": [f"{1000 + i:06d}" for i in range(40)], "z": np.arange(40.0)})  # 001000, 001001, ...
+    c = pd.DataFrame({"ID": [str(1000 + i) for i in range(40)], "w": np.arange(40.0)})
+    for n, df in (("a", a), ("b", b), ("c", c)):
+        df.to_csv(tmp_path / f"{n}.csv", index=False)
+    assert (tmp_path / "b.csv").read_text().splitlines()[1].startswith("001000")
+    opts = {"id": "ID", "target": "label", "align": "plain", "test_size": 0.25, "split_seed": 0, "scaler": "standard"}
+    spec = f"aligned:party0={tmp_path / 'a.csv'},party1={tmp_path / 'b.csv'},party2={tmp_path / 'c.csv'}"
+    with pytest.warns(UserWarning, match="'001000' in .*b.csv would be '1000'"):
+        ds = load_aligned(spec, opts)
+    al = ds.preprocessing["alignment"]
+    assert al["held_per_party"] == {"party0": 40, "party1": 0, "party2": 40} and al["held_by_all"] == 0
+    assert load_aligned(spec, {**opts, "align": "psi"}).preprocessing["alignment"]["held_per_party"]["party1"] == 0  # PSI joins text too
+
+
+def test_a_party_that_holds_nothing_is_warned_about_and_the_rows_say_it_is_absent(tmp_path):
+    a = pd.DataFrame({"ID": [f"u{i}" for i in range(200)], "x": np.random.default_rng(0).normal(size=200), "label": ["p", "q"] * 100})
+    b = pd.DataFrame({"ID": [f"v{i}" for i in range(200)], "z": np.arange(200.0)})  # no ID in common
+    c = pd.DataFrame({"ID": [f"u{i}" for i in range(200)], "w": np.arange(200.0)})
+    for n, df in (("a", a), ("b", b), ("c", c)):
+        df.to_csv(tmp_path / f"{n}.csv", index=False)
+    spec = f"party0={tmp_path / 'a.csv'},party1={tmp_path / 'b.csv'},party2={tmp_path / 'c.csv'}"
+    with pytest.warns(UserWarning, match="party1 holds none of the 200 samples"):  # (pytest takes the warning the CLI prints as one line)
+        r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--method", "laser", "--epochs", "1",
+                                "--align", "plain", "--test-missing", "none", "--out", str(tmp_path / "o")])  # no --parties: three files, three parties
+    assert r.exit_code == 0, r.output
+    assert "party1 holds 0 of 200 samples" in r.output and "party0 holds 200 of 200" in r.output
+    rows, man = _one(tmp_path / "o")
+    assert set(rows["parties_absent"]) == {"party1"} and man["config"]["parties"] == 3
+    assert man["masks"]["test/none"]["observed_rate_per_block"][1] == 0.0
+
+
+def test_the_party_count_comes_from_the_files():
+    from vflbench.settings import request
+
+    spec = "party0=a.csv,party1=b.csv,party2=c.csv"
+    assert request({"party_data": spec, "method": "laser"})["settings"]["parties"] == 3
+    assert request({"party_data": spec, "method": "laser", "parties": "3"})["settings"]["parties"] == 3
+    with pytest.raises(VFLBenchError, match="conflicts"):
+        request({"party_data": spec, "method": "laser", "parties": "4"})
 
 
 def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(party_files, tmp_path):
@@ -116,3 +160,18 @@ def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(p
         {k: v for k, v in mb["alignment"].items() if k not in ("method", "private")}
     assert mb["alignment"]["held_per_party"]["party2"] == len(truth["samples"] & truth["c"])
     assert mb["runtime"]["measured_equals_accounted"]
+
+
+def test_inspect_reports_each_party_file_and_the_intersection_before_training(party_files):
+    spec, truth = party_files
+    r = runner.invoke(app, ["inspect", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert rep["computed"].startswith("in the clear, locally")
+    rows = {p["party"]: p for p in rep["parties"]}
+    assert rows["party1"]["rows"] == len(truth["b"]) and rows["party1"]["holds_samples"] == len(truth["samples"] & truth["b"])
+    assert [p["encoded_width"] for p in rep["parties"]] == [2, 2, 4] and rep["intersection"]["samples"] == len(truth["samples"])
+    r = runner.invoke(app, ["inspect", "--party-data", spec, "--id-column", "ID"])
+    assert r.exit_code == 2 and "target=COLUMN" in r.output
+    r = runner.invoke(app, ["inspect", "credit", "--party-data", spec])
+    assert r.exit_code == 2 and "not both" in r.output

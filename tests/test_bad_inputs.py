@@ -61,6 +61,15 @@ def _fails(args, needle, code=2, out_dir=None):
     (["--partitioner", "importance", "--part-opt", "alpha=1,2"], "option alpha must be a number, got '1,2'"),
     (["--partitioner", "correlation", "--part-opt", "beta=abc"], "option beta must be a number, got 'abc'"),
     (["--partitioner", "contiguous", "--part-opt", "alpha=1"], "Partitioner 'contiguous' has no option alpha"),
+    # hardening III: list specs parse strictly (empty items, trailing commas, keys twice)
+    (["--mechanism", "pbm:b=32,,beta=0.1"], "has an empty item (two commas in a row)"),
+    (["--mechanism", "pbm:b=32,beta=0.1,"], "has a trailing comma"),
+    (["--mechanism", "pbm:b=32,b=16"], "gives 'b' twice"),
+    (["--mechanism", "pbm:"], "has a ':' but no parameters"),
+    (["--method-opt", "fusion=sum", "--method-opt", "fusion=sum"], "--method-opt fusion is given twice (the same value twice)"),
+    (["--test-missing", "none,,mcar:0.5"], "--test-missing 'none,,mcar:0.5' has an empty item"),
+    (["--eval-epochs", "1,2,"], "--eval-epochs '1,2,' has a trailing comma"),
+    (["--mechanism", "pbm:b=1000000000,beta=0.1"], "above its limit of 1,024"),
 ])
 def test_run_rejects_before_training(tmp_path, args, needle):
     _fails([*RUN, "--out", str(tmp_path / "o"), *args], needle, out_dir=tmp_path)
@@ -599,3 +608,9 @@ def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_war
     with pytest.warns(UserWarning, match="is read relative to the working directory"):
         exp = load_experiment("experiments/e.yaml")
     assert exp.runs[0].settings["preset"] == "experiments/p.yaml"
+
+
+def test_party_data_and_sweep_lists_parse_strictly(tmp_path):
+    _fails(["run", "--party-data", "a=x.csv,,b=y.csv", "--method", "laser", "--out", str(tmp_path / "o")], "--party-data 'a=x.csv,,b=y.csv' has an empty item")
+    _fails(["sweep", "experiments/demo.yaml", "--datasets", "credit,", "--out", str(tmp_path / "s")], "--datasets 'credit,' has a trailing comma")
+    _fails(["sweep", "experiments/demo.yaml", "--methods", ",laser", "--out", str(tmp_path / "s")], "--methods ',laser' has a leading comma")

@@ -41,8 +41,10 @@ HELP = {
 
 def parse_party_data(text: str) -> list[tuple[str, str]]:
     """``party0=a.csv,party1=b.csv`` -> [(name, path), ...] in the given order."""
+    from .textlists import split_items
+
     out: list[tuple[str, str]] = []
-    for item in (x.strip() for x in str(text).split(",") if x.strip()):
+    for item in split_items(text, "--party-data", "party0=a.csv,party1=b.csv"):
         name, sep, path = item.partition("=")
         if not sep or not name.strip() or not path.strip():
             raise VFLBenchError(f"--party-data takes name=path pairs, e.g. party0=a.csv,party1=b.csv; got {item!r}.")
@@ -68,11 +70,12 @@ def _header(path: str) -> list[str]:
 
 
 def read_party(path: str, id_col: str):
-    """A party's file as a DataFrame with the ID column as text."""
+    """A party's file as a DataFrame with the ID column as the exact text the file holds (whitespace
+    trimmed, case kept: ``00123`` and ``123`` are different IDs)."""
     from .datasets.table import read_table
     from .paths import user_path
 
-    df = read_table(user_path(path))
+    df = read_table(user_path(path), text_columns=(id_col,))
     if id_col not in df.columns:
         raise VFLBenchError(f"{path}: no ID column {id_col!r} (its columns: {', '.join(map(str, df.columns[:12]))}); give --id-column NAME.")
     df = df.copy()
@@ -81,6 +84,83 @@ def read_party(path: str, id_col: str):
         dup = df[id_col][df[id_col].duplicated()].iloc[0]
         raise VFLBenchError(f"{path}: ID {dup!r} appears twice in column {id_col!r}; IDs must be unique per party.")
     return df
+
+
+def _loose(ident: str) -> str:
+    """An ID as a careless join would compare it: digits as a number (leading zeros dropped), text without case."""
+    return (ident.lstrip("0") or "0") if ident.isdigit() else ident.casefold()
+
+
+def id_form_warning(label_name: str, label_ids: list[str], party_name: str, party_ids: list[str]) -> str | None:
+    """A warning when two files write their IDs in different forms: IDs that would match as numbers or
+    without case (``001000`` / ``1000``, ``AB12`` / ``ab12``) but do not match as text; None otherwise.
+    Alignment joins on the exact text; the warning shows one example."""
+    exact = set(label_ids)
+    loose = {}
+    for i in label_ids:
+        loose.setdefault(_loose(i), i)
+    for p in party_ids:
+        if p not in exact and (q := loose.get(_loose(p))) is not None:
+            n = sum(1 for x in party_ids if x not in exact and _loose(x) in loose)
+            return (f"IDs of {party_name} and {label_name} are written differently: {p!r} in {party_name} would be {q!r} in {label_name} if "
+                    f"compared as numbers or without case ({n} such ID(s)). They are joined as exact text (whitespace trimmed, case kept), "
+                    f"so these are different entities; fix the files if they are the same ones.")
+    return None
+
+
+def warn_id_forms(files: list[tuple[str, str]], ids: dict[str, list[str]], owner: str) -> None:
+    """One warning per party file whose IDs are written differently from the label file's."""
+    import warnings
+
+    from .errors import VFLBenchWarning
+
+    for n, p in files:
+        if n != owner and (msg := id_form_warning(dict(files)[owner], ids[owner], p, ids[n])):
+            warnings.warn(msg, VFLBenchWarning, stacklevel=2)
+
+
+MIN_SHARE = 0.05  # a party holding fewer than this share of the samples is warned about (as one holding none)
+
+
+def holding_report(align: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(one line per party with the samples it holds, warnings for a party that holds none or less than
+    :data:`MIN_SHARE` of them) from a run's alignment block."""
+    n = max(int(align["samples"]), 1)
+    lines, warns = [], []
+    for name, held in align["held_per_party"].items():
+        lines.append(f"alignment ({align['method']}): {name} holds {held:,} of {n:,} samples ({held / n:.1%})")
+        if held == 0:
+            warns.append(f"{name} holds none of the {n:,} samples: its block is missing for every sample, in training and in every test "
+                         "setting (test setting 'none' then means no further missingness, not every block observed; rows: parties_absent).")
+        elif held < MIN_SHARE * n:
+            warns.append(f"{name} holds only {held:,} of {n:,} samples ({held / n:.1%}, under {MIN_SHARE:.0%}): its block is missing for almost every sample.")
+    return lines, warns
+
+
+def absent_parties(align: dict[str, Any]) -> str:
+    """The CSV column ``parties_absent``: the parties that hold no sample (``none`` when every party holds some)."""
+    return ";".join(n for n, held in align["held_per_party"].items() if held == 0) or "none"
+
+
+def check_local_id_forms(name: str, opts: dict[str, Any]) -> None:
+    """Where every party file is on this machine (the local launcher of ``--runtime processes``):
+    the ID-form warning of :func:`warn_id_forms`, reading only the ID columns and the headers."""
+    import pandas as pd
+
+    from .paths import user_path
+
+    files = parse_party_data(name.split(":", 1)[1])
+    id_col, target = str(opts["id"]), str(opts["target"]).strip()
+    ids, owner = {}, None
+    for n, p in files:
+        try:
+            ids[n] = pd.read_csv(user_path(p), usecols=[id_col], dtype=str, sep=None, engine="python")[id_col].astype(str).str.strip().tolist()
+        except (ValueError, OSError, pd.errors.ParserError):
+            return  # not plain CSV text, or no such column: the party process reports it in its own words
+        if owner is None and target and target in _header(p):
+            owner = n
+    if owner is not None:
+        warn_id_forms(files, ids, owner)
 
 
 @dataclass
@@ -255,6 +335,7 @@ def load_aligned(name: str, opts: dict[str, Any]):
     id_col, target = str(opts["id"]), str(opts["target"]).strip()
     frames = {n: read_party(p, id_col) for n, p in files}
     owner = target_file(files, frames, target)
+    warn_id_forms(files, {n: frames[n][id_col].tolist() for n, _ in files}, owner)
     side = label_side(frames[owner], id_col, opts, dict(files)[owner])
     held = np.stack([intersect(side.ids, frames[n][id_col].tolist(), how) for n, _ in files], axis=1)
     blocks = [party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, str(opts["scaler"])) for n, _ in files]

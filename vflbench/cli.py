@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import VFLBenchError
+from .limits import check as check_limit
+from .textlists import split_items
 from .settings import field_option, number, parse_int_list, parse_kv
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks.")
@@ -215,19 +217,28 @@ def masks(
 @app.command()
 @friendly
 def inspect(
-    dataset: str = typer.Argument(..., help="a dataset name, csv:PATH or openml:ID"),
+    dataset: str | None = typer.Argument(None, help="a dataset name, csv:PATH or openml:ID (or --party-data)"),
     data_opt: list[str] | None = DATA_OPT,
     partitioner: str | None = PARTITIONER_OPT,
     part_opt: list[str] | None = PART_OPT,
     parties: int | None = typer.Option(None, help="number of parties K (default: the parties file's, else 4)"),
+    party_data: str | None = field_option("party_data", default=None),
+    id_column: str = typer.Option("id", "--id-column", help="the ID column of the --party-data files"),
     fmt: str = typer.Option("table", "--format", help="table | json"),
 ):
     """What the loader inferred from a table: column types, classes and their counts, missing cells,
-    and the encoded width per party. Fix options here before a long sweep."""
+    and the encoded width per party. Fix options here before a long sweep. With --party-data: each
+    party file's rows, columns and encoded width, and the intersection sizes (computed in the clear,
+    locally), before any training."""
     from .inspection import dataset_report
 
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
+    if (dataset is None) == (party_data is None):
+        raise VFLBenchError("Give a dataset (a name, csv:PATH or openml:ID) or --party-data name=path,..., not both.")
+    if party_data is not None:
+        _inspect_party_data(party_data, id_column, parse_kv(data_opt, "--data-opt"), fmt)
+        return
     report, ds, part = dataset_report(dataset, parse_kv(data_opt, "--data-opt"), partitioner,
                                       {k: number(v) for k, v in parse_kv(part_opt, "--part-opt").items()}, parties)
     parties, pre = len(part.party_names), ds.preprocessing
@@ -266,6 +277,26 @@ def inspect(
 
 
 
+def _inspect_party_data(party_data: str, id_column: str, data_options: dict, fmt: str) -> None:
+    from .inspection import party_data_report
+
+    rep = party_data_report(party_data, id_column, data_options)
+    if fmt == "json":
+        print(json.dumps(rep, indent=2, default=str))
+        return
+    t = Table(title=f"party files (ID column {id_column!r}, target {rep['target']!r})")
+    for c in ("party", "file", "rows", "columns", "encoded width", "holds samples"):
+        t.add_column(c, justify="right" if c in ("rows", "encoded width", "holds samples") else "left")
+    for p in rep["parties"]:
+        cols = ", ".join(p["columns"][:6]) + (f" (+{len(p['columns']) - 6})" if len(p["columns"]) > 6 else "")
+        t.add_row(p["party"], str(p["file"]), f"{p['rows']:,}", cols, str(p["encoded_width"]), f"{p['holds_samples']:,}")
+    console.print(t)
+    i = rep["intersection"]
+    console.print(f"intersection, computed in the clear, locally: {i['samples']:,} labelled samples ({rep['rows_train']:,} train / "
+                  f"{rep['rows_test']:,} test); held by every party {i['held_by_all']:,}; by no party "
+                  f"{i['held_by_none']:,}", markup=False, highlight=False)
+
+
 def _stage_progress(bar, label: str):
     """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
     answers bad input without loading torch)."""
@@ -273,6 +304,14 @@ def _stage_progress(bar, label: str):
 
     class StageProgress(Callback):
         task = None
+
+        def on_prepared(self, inputs):
+            align = inputs.prep.data.preprocessing.get("alignment")
+            if align is not None:  # one line per party: how many samples it holds (the warnings say when one holds none)
+                from .alignment import holding_report
+
+                for line in holding_report(align)[0]:
+                    bar.console.print(line, markup=False, highlight=False)
 
         def on_stage_start(self, loop):
             name = f" [{loop.stage.name}]" if len(loop.method.stages) > 1 else ""
@@ -316,6 +355,7 @@ def run(
     if threads is not None:
         if threads < 1:
             raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
+        check_limit("threads", threads)
         os.environ["VFLBENCH_THREADS"] = str(threads)
     from .config import RunConfig, resolve
     from .settings import request
@@ -416,6 +456,7 @@ def party(
     columns and no label, and trains from the server's gradients. Give the same run flags as the server."""
     from .runtime import join
 
+    check_limit("timeout", timeout)
     run = _run_from(given, run_file)
     measured = join(run, rank, rendezvous, timeout, device)
     err_console.print(f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
@@ -440,6 +481,7 @@ def server(
     from .runtime import serve
     from .timing import process_start
 
+    check_limit("timeout", timeout)
     outp = out_path(out)
     run = _run_from(given, None)
     check_output_dir(outp)
@@ -517,6 +559,10 @@ def sweep(
         raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
     if pack < 1:
         raise VFLBenchError(f"--pack must be >= 1 (1 turns packing off), got {pack}.")
+    check_limit("workers", workers)
+    check_limit("pack", pack)
+    if threads is not None:
+        check_limit("threads", threads)
     if executor not in ("local", "ray"):
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     out = out_path(out)
@@ -526,12 +572,12 @@ def sweep(
         choose_device(device)  # an unknown name, or no CUDA here: refused now, not once per run inside the workers
     if address is not None and executor != "ray":
         raise VFLBenchError("--address is the Ray cluster's address; it needs --executor ray.")
-    ds = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
+    ds = split_items(datasets, "--datasets", "credit,isolet") if datasets else None
     sd = parse_int_list(seeds, "--seeds", "0,1,2") if seeds is not None else None
     if sd is not None and len(set(sd)) != len(sd):
         raise VFLBenchError(f"--seeds lists a seed more than once ('{seeds}'); each seed must be unique.")
     tr = [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()] if train_missing else None
-    ms = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    ms = split_items(methods, "--methods", "laser,svfl") if methods else None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
     from .outputs import check_output_dir
@@ -620,18 +666,30 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
 @friendly
 def table(
     results: list[Path] = typer.Argument(..., help="a sweep directory, a results.csv, or a directory of runs (several: their rows together)"),
-    layout: str = typer.Option("laser-table1", help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic"),
-    reference: str | None = typer.Option(None, help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a reference CSV path"),
+    layout: str | None = typer.Option(None, help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic [default: a sweep folder's "
+                                      "own (its experiment's layout:), else laser-table1]"),
+    reference: str | None = typer.Option(None, help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a "
+                                         "reference CSV path | none [default: a sweep folder's own]"),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: str | None = typer.Option(None, help="write to this file instead of stdout"),
     epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),
     by_budget: bool = typer.Option(False, "--by-budget", help="instead: the best method of every condition at every budget recorded with --eval-epochs"),
 ):
-    """Mean +- std tables in the paper's layout, optionally beside the published numbers."""
+    """Mean +- std tables in the paper's layout, optionally beside the published numbers. Given one
+    sweep folder, its experiment's layout, reference and title are the defaults (the bare command
+    rebuilds the folder's table.md); the flags override them."""
     out = out_path(out)
     from .outputs import atomic_write_text
-    from .report import budget_ranking, load_many, make_table
+    from .report import budget_ranking, folder_table_args, load_many, make_table
 
+    own = folder_table_args(results[0]) if len(results) == 1 else None
+    title = own["title"] if own else None
+    if layout is None:
+        layout = own["layout"] if own else "laser-table1"
+    if reference is None:
+        reference = own["reference"] if own else None
+    elif reference.strip().lower() == "none":
+        reference = None
     if out:
         from .outputs import check_output_file
 
@@ -643,12 +701,12 @@ def table(
             raise VFLBenchError("--by-budget writes md or csv (--format).")
         text = budget_ranking(load_many(results), layout, fmt)
     else:
-        text, _ = make_table(load_many(results), layout, reference, fmt, epoch=epoch)
+        text, _ = make_table(load_many(results), layout, reference, fmt, epoch=epoch, title=title)
     if out:
         atomic_write_text(out, text)
         console.print(f"-> {out}")
     else:
-        print(text)
+        print(text, end="" if text.endswith("\n") else "\n")  # the table as the file holds it, byte for byte
 
 
 @app.command()

@@ -18,6 +18,8 @@ from typing import Any
 from . import __version__, keys
 from .errors import VFLBenchError
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
+from .limits import check as check_limit
+from .textlists import split_items
 from .paths import register as register_paths
 from .paths import user_path
 from .protocols import ResolvedProtocol
@@ -256,6 +258,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
+    check_model_memory(model, info, int(settings["parties"]), hp.batch_size)
     return ResolvedRun(
         dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
         method_options=options, option_sources=sources,
@@ -278,10 +281,11 @@ def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
             parts = [int(x) for x in value.split(":")]
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
                 raise ValueError
+            check_limit("eval_epochs", parts[1], "--eval-epochs (a range's end)")  # before the range is expanded
             epochs = list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
         else:
-            items = value.split(",") if isinstance(value, str) else (value if isinstance(value, (list, tuple)) else [value])
-            epochs = [_share(x, total) if str(x).strip().endswith("%") else _int(x, "eval epoch") for x in items if str(x).strip()]
+            items = split_items(value, "--eval-epochs", "5,10,20") if isinstance(value, str) else (value if isinstance(value, (list, tuple)) else [value])
+            epochs = [_share(x, total) if str(x).strip().endswith("%") else _int(x, "eval epoch") for x in items]
     except (TypeError, ValueError):
         raise VFLBenchError(f"--eval-epochs takes epochs like 5,10,20, shares of the run like 25%,50%, or a range like 1:100 (or 1:100:5); got {value!r}.") from None
     if not epochs or min(epochs) < 1:
@@ -328,6 +332,21 @@ def parse_target(text: str | None, n_classes: int, dataset: str) -> str | None:
     return f"{name}={v:g}"
 
 
+def check_model_memory(model: dict[str, Any], info, parties: int, batch_size: int) -> None:
+    """An MLP run's parameters, gradients and Adam state (4 copies of 4 bytes, for every party's
+    extractor and as many heads again) and one batch's activations, against this machine's memory."""
+    from .limits import check_memory, mlp_parameters
+
+    if model.get("arch") != "mlp" or not info.shape:
+        return
+    hidden = [int(h) for h in model.get("hidden", [])]
+    width = max(1, -(-int(info.shape[0]) // max(parties, 1)))
+    params = 2 * parties * mlp_parameters(width, hidden, int(model["cut"]))
+    activations = 4 * batch_size * parties * sum([width, *hidden, int(model["cut"])])
+    check_memory(f"the models of {parties} parties (--cut {model['cut']}, --hidden {','.join(map(str, hidden)) or 'none'})",
+                 16.0 * params + 3 * activations, 0.5, "lower --cut, --hidden or --batch-size")
+
+
 def check_model(model: dict[str, Any], kind: str) -> None:
     from .models import IMAGE_EXTRACTORS
 
@@ -342,6 +361,7 @@ def check_model(model: dict[str, Any], kind: str) -> None:
         raise VFLBenchError(f"Bad model setting: {e}.") from None
     if cut < 1:
         raise VFLBenchError(f"--cut (the representation size) must be >= 1, got {cut}.")
+    check_limit("cut", cut)
     if kind == "image" and model["arch"] == "mlp":
         raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
     if kind != "image" and model["arch"] != "mlp":
@@ -350,6 +370,11 @@ def check_model(model: dict[str, Any], kind: str) -> None:
         raise VFLBenchError(f"head_hidden (the fusion head's hidden width; 0 = one Linear) must be >= 0, got {head_hidden}.")
     if any(h < 1 for h in hidden):
         raise VFLBenchError(f"--hidden sizes must all be >= 1, got {','.join(map(str, hidden))}.")
+    for h in hidden:
+        check_limit("hidden", h, "--hidden (a layer's width)")
+    if len(hidden) > 16:
+        raise VFLBenchError(f"--hidden lists {len(hidden)} layers; at most 16.")
+    check_limit("head_hidden", head_hidden)
 
 
 def config_from_dict(d: dict[str, Any]) -> RunConfig:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import VFLBenchError
+from .limits import check
 
 HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
 
@@ -52,6 +53,7 @@ class HParams:
             raise VFLBenchError(f"epochs and batch_size must be >= 1{where}.")
         if self.epochs > MAX_EPOCHS:
             raise VFLBenchError(f"epochs must be at most {MAX_EPOCHS:,}{where}, got {self.epochs:,}.")
+        check("batch_size", self.batch_size, f"batch_size{where}")
         if not math.isfinite(self.lr) or self.lr <= 0:
             raise VFLBenchError(f"lr must be a finite number > 0{where}, got {self.lr}.")
         if not math.isfinite(self.weight_decay) or self.weight_decay < 0:

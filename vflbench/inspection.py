@@ -57,6 +57,32 @@ def dataset_report(dataset: str, data_options: dict[str, Any], partitioner: str 
     return report, ds, part
 
 
+def party_data_report(party_data: str, id_column: str, data_options: dict[str, Any]) -> dict[str, Any]:
+    """``vflbench inspect --party-data``: each party file's rows, columns and encoded width, and the
+    intersection sizes, computed in the clear on this machine (plain alignment: the IDs are compared
+    here, not by PSI). A file without the target is encoded on the labelled samples it holds."""
+    from .alignment import DEFAULTS, load_aligned, parse_party_data, read_party
+
+    files = parse_party_data(party_data)
+    opts = {**DEFAULTS, **data_options, "id": id_column, "align": "plain"}
+    if not str(opts.get("target", "")).strip():
+        from .errors import VFLBenchError
+
+        raise VFLBenchError("Give the label column: --data-opt target=COLUMN (the file that has it gives the samples).")
+    frames = {n: read_party(p, id_column) for n, p in files}
+    ds = load_aligned("aligned:" + party_data, opts)
+    al = ds.preprocessing["alignment"]
+    parties = []
+    for (n, p), w in zip(files, ds.party_widths, strict=True):
+        df = frames[n]
+        parties.append({"party": n, "file": p, "rows": int(len(df)), "columns": [c for c in df.columns if c != id_column],
+                        "encoded_width": int(w), "holds_samples": int(al["held_per_party"][n])})
+    return {"computed": "in the clear, locally (plain alignment on this machine; a run with --align psi finds the same sets privately)",
+            "id_column": id_column, "target": opts["target"], "parties": parties,
+            "intersection": {k: al[k] for k in ("samples", "held_by_all", "held_by_none")},
+            "held_per_party": al["held_per_party"], "rows_train": al["rows_train"], "rows_test": al["rows_test"]}
+
+
 def mask_report(dataset: str, data_options: dict[str, Any], parties: int, partitioner: str | None, part_options: dict[str, Any], seed: int,
                 missing: str, split: str, granularity: str, batch_size: int, all_missing: str, labeled: int | None, aligned: int):
     """(statistics, masks, prepared data) of the masks a run with these settings draws."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import VFLBenchError, did_you_mean
+from .textlists import key_values, split_items
 
 SECAGG = ("plain", "masked")
 
@@ -25,6 +26,14 @@ def positive_finite(v: float) -> str | None:
 
 def at_least_one(v: int) -> str | None:
     return None if v >= 1 else "must be >= 1"
+
+
+def pbm_trials(v: int) -> str | None:
+    """PBM's b: at least 1 and within its limit (vflbench.limits: the accountant's memory and time)."""
+    from .limits import LIMITS
+
+    lim = LIMITS["pbm_b"]
+    return None if 1 <= v <= lim.high else ("must be >= 1" if v < 1 else f"above its limit of {int(lim.high):,} ({lim.why}); lower it")
 
 
 def delta_in_range(v: float) -> str | None:
@@ -58,7 +67,7 @@ _NOISE = {
 MECHANISM_PARAMS: dict[str, dict[str, Param]] = {
     "none": {},
     "npq": {},
-    "pbm": {"b": Param(int, 32, "Binomial trials per value (the bit budget)", check=at_least_one),
+    "pbm": {"b": Param(int, 32, "Binomial trials per value (the bit budget; at most 1,024)", check=pbm_trials),
             "beta": Param(float, 0.1, "privacy parameter in (0, 1/4]; smaller is more private", check=beta_in_range), **_BOUND, **_ACCOUNTING, **_NOISE},
     "ldp": {"sigma": Param(float, 1.0, "Gaussian noise std added by each party", check=positive_finite), **_BOUND, **_ACCOUNTING, **_NOISE},
 }
@@ -104,11 +113,9 @@ def parse_mechanism(text: Any) -> MechanismSpec:
                             f"Choices: {', '.join(MECHANISM_PARAMS)} (gaussian = ldp).")
     declared = MECHANISM_PARAMS[name]
     values: dict[str, Any] = {}
-    for item in (x.strip() for x in rest.split(",") if x.strip()):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise VFLBenchError(f"--mechanism {raw!r}: parameters are key=value, e.g. pbm:b=32,beta=0.1; got {item!r}.")
+    if ":" in raw and not rest.strip():
+        raise VFLBenchError(f"--mechanism {raw!r} has a ':' but no parameters; drop the ':' or give key=value parameters, e.g. pbm:b=32,beta=0.1.")
+    for key, value in key_values(split_items(rest, f"--mechanism {name}:", "pbm:b=32,beta=0.1"), f"--mechanism {raw!r}", "pbm:b=32,beta=0.1"):
         if key not in declared:
             known = ", ".join(declared) or "none"
             raise VFLBenchError(f"Mechanism {name} has no parameter {key!r}{did_you_mean(key, declared)}; its parameters: {known}.")

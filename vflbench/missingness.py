@@ -237,10 +237,10 @@ class MissingSpec(str):
 def split_specs(text: str) -> list[str]:
     """``none,mcar:0.1,0.2,0.5,0,mar1`` -> ``['none', 'mcar:0.1,0.2,0.5,0', 'mar1']``: numeric tokens
     continue the previous spec's parameter list."""
+    from .textlists import split_items
+
     out: list[str] = []
-    for tok in (t.strip() for t in text.split(",")):
-        if not tok:
-            continue
+    for tok in split_items(text, "--test-missing", "none,mcar:0.1,mcar:0.5"):
         try:
             float(tok)
             is_num = True

@@ -108,6 +108,20 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why)
 
 
+def report_alignment(inputs: RunInputs) -> None:
+    """Warn, before training, about a party that holds none (or few) of the samples of an aligned run."""
+    align = inputs.prep.data.preprocessing.get("alignment")
+    if align is None:
+        return
+    import warnings
+
+    from .alignment import holding_report
+    from .errors import VFLBenchWarning
+
+    for w in holding_report(align)[1]:
+        warnings.warn(w, VFLBenchWarning, stacklevel=2)
+
+
 def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(training rows kept, validation rows): ``val_split`` of the labeled samples outside the aligned
     reserve, drawn uniformly from the ``validation`` stream, leave the training set entirely (neither
@@ -368,6 +382,10 @@ def record(run: ResolvedRun, inputs: RunInputs, method: Method, hist: History, e
     and its manifest."""
     t_record = time.perf_counter()
     extras = cost_extras(method)
+    if "alignment" in inputs.prep.data.preprocessing:  # which parties hold no sample: 'none' then is not 'every block observed'
+        from .alignment import absent_parties
+
+        extras["parties_absent"] = absent_parties(inputs.prep.data.preprocessing["alignment"])
     for cb in callbacks:
         extras.update(cb.extras())
     metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
@@ -451,6 +469,9 @@ def execute(run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = 
 
         trains_alone = METHODS.get(run.method).party_losses is not _Method.party_losses
         place(inputs, wire.rank, labels_at_parties=trains_alone)
+    report_alignment(inputs)
+    for cb in callbacks:
+        cb.on_prepared(inputs)
     method = build(run, inputs)
     if wire is not None:
         method.channel = wire_channel(method, wire, run)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib import resources
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -379,6 +380,25 @@ def load_many(paths: list[str | Path]):
                       f"different run id (e.g. {one['method']} seed {one['seed']}, {one['run_id']}); both are averaged in. Give each "
                       "setting's runs once.", VFLBenchWarning, stacklevel=2)
     return df
+
+
+def folder_table_args(path: str | Path) -> dict[str, Any] | None:
+    """How a sweep folder's ``table.md`` was made (its experiment's layout, reference and title, from
+    ``sweep.json``; earlier folders keep them in the recorded experiment spec), or None for a path that
+    is not a sweep folder. ``vflbench table DIR`` uses them unless a flag says otherwise."""
+    import json
+
+    path = Path(path)
+    meta_path = (path.parent if path.name == "results.csv" else path) / "sweep.json"  # a folder, or the results.csv it wrote
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    spec = meta.get("spec") or {}
+    return {"layout": meta.get("layout", spec.get("layout") or "generic"), "reference": meta.get("reference", spec.get("reference")),
+            "title": meta.get("title", meta.get("experiment"))}
 
 
 def make_table(results, layout_name: str = "generic", reference: str | None = None, fmt: str = "md", title: str | None = None,

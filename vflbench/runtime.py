@@ -516,12 +516,13 @@ def run_processes(run, device: str = "auto", callbacks=(), timeout_s: float = 60
     return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3)."""
     check(run)
     if run.dataset.startswith("aligned:"):  # every party runs on this machine: its file must be here
-        from .alignment import parse_party_data
+        from .alignment import check_local_id_forms, parse_party_data
         from .paths import user_path
 
         for name, path in parse_party_data(run.dataset.split(":", 1)[1]):
             if not user_path(path).exists():
                 raise VFLBenchError(f"--party-data {name}={path}: no such file; check the path.")
+        check_local_id_forms(run.dataset, run.data_options)
     url = f"tcp://127.0.0.1:{free_port()}"
     procs = launch_parties(run, url, timeout_s, device)
     try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import VFLBenchError, did_you_mean
+from .limits import check as check_limit
 
 SCHEMA_VERSION = 3  # interface v3: the first settings declared here
 
@@ -195,8 +196,8 @@ def _finish_eval_epochs(value: Any, ctx: Context):
     return parse_eval_epochs(value, ctx.total_epochs)
 
 
-def _int_at_least(flag: str, low: int, what: str = "an integer", hint: str = ""):
-    """The parse of an integer setting that must be at least ``low``."""
+def _int_at_least(flag: str, low: int, what: str = "an integer", hint: str = "", limit: str | None = None):
+    """The parse of an integer setting that must be at least ``low`` (and within ``limit``, vflbench.limits)."""
 
     def parse(value: Any) -> int:
         try:
@@ -207,6 +208,8 @@ def _int_at_least(flag: str, low: int, what: str = "an integer", hint: str = "")
             raise VFLBenchError(f"{flag} takes {what}, got {value!r}.") from None
         if n < low:
             raise VFLBenchError(f"{flag} must be >= {low}{hint}, got {n}.")
+        if limit is not None:
+            check_limit(limit, n, flag)
         return n
 
     return parse
@@ -214,7 +217,7 @@ def _int_at_least(flag: str, low: int, what: str = "an integer", hint: str = "")
 
 declare(Setting("seed", 0, "run seed (all named streams derive from it)", _int_at_least("--seed", 0), metavar="INTEGER", column=False,
                 since=2, placement="top", always=True, example=3, bad=-1, axis="seeds"))
-declare(Setting("parties", 4, "number of parties K", _int_at_least("--parties", 1), metavar="INTEGER", column=False,
+declare(Setting("parties", 4, "number of parties K", _int_at_least("--parties", 1, limit="parties"), metavar="INTEGER", column=False,
                 since=2, placement="top", always=True, example=3, bad=0, axis="parties"))
 
 
@@ -271,7 +274,7 @@ declare(Setting("preset", None, "hyper-parameter preset name or YAML path [defau
                 _preset, column=False, since=2, placement="top", always=True, stage="protocol", finish=_finish_preset,
                 example="false_tables", bad=["not", "a", "name"]))
 declare(Setting("eval_batch_size", None, "evaluation batch size [default: max(training batch size, 1024); the training batch size under per-batch test masks]",
-                _int_at_least("--eval-batch-size", 1, "a number of samples"), metavar="N", column=False, since=2, placement="top", always=True, finish=_finish_eval_batch_size,
+                _int_at_least("--eval-batch-size", 1, "a number of samples", limit="eval_batch_size"), metavar="N", column=False, since=2, placement="top", always=True, finish=_finish_eval_batch_size,
                 example=256, bad=0))
 
 
@@ -354,7 +357,7 @@ def _check_runtime(values: dict[str, Any], mcls) -> None:
         raise VFLBenchError(f"{mcls.display} cannot run with --runtime processes: {why}.")
 
 
-def _non_negative(flag: str, unit: str):
+def _non_negative(flag: str, unit: str, limit: str):
     def parse(value: Any) -> float:
         try:
             v = float(value)
@@ -362,6 +365,7 @@ def _non_negative(flag: str, unit: str):
             raise VFLBenchError(f"{flag} takes a number of {unit}, got {value!r}.") from None
         if not v >= 0 or v == float("inf"):
             raise VFLBenchError(f"{flag} must be a finite number >= 0 ({unit}), got {value!r}.")
+        check_limit(limit, v, flag)
         return v
 
     return parse
@@ -371,10 +375,10 @@ declare(Setting("runtime", "inprocess", "where the parties run: inprocess (one p
                 "server, over torch.distributed; the same numbers)", _runtime, metavar="NAME", keyed=False, column=False,
                 check=_check_runtime, example="processes", bad="threads"))
 declare(Setting("net_latency", 0.0, "with --runtime processes: one-way delay per message, in milliseconds (an emulated WAN link per party)",
-                _non_negative("--net-latency", "milliseconds"), metavar="MS", keyed=False, column=False,
+                _non_negative("--net-latency", "milliseconds", "net_latency"), metavar="MS", keyed=False, column=False,
                 example=20, bad=-1, example_with=(("runtime", "processes"),)))
 declare(Setting("net_bandwidth", 0.0, "with --runtime processes: link bandwidth per party in Mbit/s (0 = unlimited)",
-                _non_negative("--net-bandwidth", "Mbit/s"), metavar="MBPS", keyed=False, column=False,
+                _non_negative("--net-bandwidth", "Mbit/s", "net_bandwidth"), metavar="MBPS", keyed=False, column=False,
                 example=10, bad="fast", example_with=(("runtime", "processes"),)))
 
 
@@ -435,8 +439,9 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
         if not sep or not key.strip():
             raise VFLBenchError(f"{what} must look like key=value, got '{item}'.")
         key = key.strip()
-        if key in out and out[key] != value.strip():
-            raise VFLBenchError(f"{what} {key} is given twice ({key}={out[key]} and {key}={value.strip()}); give it once.")
+        if key in out:
+            same = " (the same value twice)" if out[key] == value.strip() else f" ({key}={out[key]} and {key}={value.strip()})"
+            raise VFLBenchError(f"{what} {key} is given twice{same}; give it once.")
         out[key] = value.strip()
     return out
 
@@ -637,6 +642,7 @@ def request(given: dict[str, Any]) -> dict[str, Any]:
             if given.get("dataset"):
                 raise VFLBenchError(f"Give --dataset or {f.cli_flag}, not both.")
             out["dataset"] = f"aligned:{value}"
+            out["settings"]["parties"] = _parties_of_files(value, out["settings"].get("parties"))
         elif f.into is not None:
             flags[f.into][f.key or name] = value
         elif name == "hp":
@@ -659,6 +665,16 @@ def request(given: dict[str, Any]) -> dict[str, Any]:
     out["hp_sources"] = {**out.get("hp_sources", {}), **dict.fromkeys(flags["hp"], "flag")}
     out["model"] = flags["model"]
     return out
+
+
+def _parties_of_files(text: str, given: Any) -> int:
+    """The party count of ``--party-data`` (one file per party); an explicit ``--parties`` must agree."""
+    from .alignment import parse_party_data
+
+    k = len(parse_party_data(text))
+    if given is not None and str(given).strip() != str(k):
+        raise VFLBenchError(f"--parties {given} conflicts with --party-data, which names {k} party files; drop --parties (the files give the count).")
+    return k
 
 
 def experiment_field_keys(level: str) -> set[str]:

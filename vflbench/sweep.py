@@ -378,6 +378,8 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
     meta = {
         "experiment": p.experiment.name,
         "file": str(p.experiment.path) if p.experiment.path else None,
+        # how table.md is made: `vflbench table DIR` reads these (report.folder_table_args)
+        "layout": p.experiment.layout or "generic", "reference": p.experiment.reference, "title": p.experiment.name,
         "spec": p.experiment.spec,
         "quick": p.experiment.quick,
         "runs_total": len(run_ids),

@@ -147,6 +147,9 @@ def balanced_weights(data: TrainSet, stage: Stage, pool: torch.Tensor | None, po
 class Callback:
     """Hooks around the step; override what you need. ``loop`` is the :class:`Loop` state."""
 
+    def on_prepared(self, inputs) -> None:
+        """After the run's data are prepared (split, partition, masks, alignment), before the model is built."""
+
     def on_stage_start(self, loop: Loop) -> None: ...
     def before_step(self, loop: Loop, batch: Batch, loss: torch.Tensor) -> None: ...
     def after_step(self, loop: Loop, batch: Batch, loss: float) -> None: ...

@@ -51,10 +51,12 @@ def _pretrain(options) -> str:
     return _options(options).get("pretrain", "none")
 
 
-def _reading(options, protocol_options) -> str:
-    """The options that make a row another reading of its method: user options other than pretrain,
-    then non-default protocol options ("" for the paper's own row)."""
-    extra = [f"{k}={v}" for k, v in sorted(_options(options).items()) if k != "pretrain"]
+def _reading(options, protocol_options, shared: frozenset = frozenset()) -> str:
+    """The options that make a row another reading of its method: user options other than pretrain
+    and other than ``shared`` (set alike on every run of the method in the table: the table's own
+    configuration of it, e.g. a CPU-sized model, not an alternative reading), then non-default
+    protocol options ("" for the paper's own row)."""
+    extra = [f"{k}={v}" for k, v in sorted(_options(options).items()) if k != "pretrain" and f"{k}={v}" not in shared]
     extra += [kv for kv in str(protocol_options).split(";") if "=" in kv] if isinstance(protocol_options, str) else []
     return ", ".join(extra)
 
@@ -69,7 +71,9 @@ def paper_cells(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
     d["Dataset"] = d["dataset"].map(DATASETS)
     opts = d["options"] if "options" in d.columns else pd.Series("", index=d.index)
     popts = d["protocol_options"] if "protocol_options" in d.columns else pd.Series("", index=d.index)
-    reading = [_reading(o, p) for o, p in zip(opts, popts, strict=True)]
+    pairs = [frozenset(f"{k}={v}" for k, v in _options(o).items() if k != "pretrain") for o in opts]
+    shared = {m: frozenset.intersection(*[p for p, mm in zip(pairs, d["method"], strict=True) if mm == m]) for m in set(d["method"])}
+    reading = [_reading(o, p, shared[m]) for o, p, m in zip(opts, popts, d["method"], strict=True)]
     d["Method"] = [METHODS[m] + (f" ({r})" if r else "") for m, r in zip(d["method"], reading, strict=True)]
     d["Train"] = d["train_missing"].map(TRAIN)
     d["Test"] = d["test_missing"].map(TEST)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import VFLBenchError
+from ..limits import check as check_limit
+from ..limits import check_memory
 from .base import Dataset, DatasetInfo
 from .registry import DatasetSpec, register, split_scale
 
@@ -85,7 +88,14 @@ def synthetic_images(opts: dict) -> Dataset:
 
 
 def synthetic_info(opts: dict) -> DatasetInfo:
-    """The facts of a synthetic dataset under its options (tabular blocks, or images with ``shape``)."""
+    """The facts of a synthetic dataset under its options (tabular blocks, or images with ``shape``),
+    after checking that they fit this machine (vflbench.limits), before anything is generated."""
+    n, k = int(opts["n"]), int(opts["n_classes"])
+    check_limit("synthetic_n", n, "synthetic n")
+    check_limit("n_classes", k, "synthetic n_classes")
+    width = math.prod(parse_shape(opts["shape"])) if opts.get("shape") else int(opts["blocks"]) * int(opts["block_width"])
+    check_limit("synthetic_width", width, "synthetic features per sample")
+    check_memory(f"synthetic data of {n:,} x {width:,}", 8.0 * n * width * 2, 0.5, "lower n or the width")  # float64 draws, then the split copies
     if opts.get("shape"):
         return DatasetInfo(**{**SYNTH.__dict__, "kind": "image", "n_classes": int(opts["n_classes"]), "shape": parse_shape(opts["shape"]),
                               "title": f"Synthetic images {opts['shape']}"})

@@ -83,17 +83,18 @@ def _cols(text: Any) -> list[str]:
 _CACHE: dict[tuple, pd.DataFrame] = {}
 
 
-def read_table(path: Path, sep: str = "") -> pd.DataFrame:
+def read_table(path: Path, sep: str = "", text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix.
     ``sep``: the field separator of a delimited file; empty: detected from the first lines (the
-    separator used is in ``df.attrs["sep"]``)."""
+    separator used is in ``df.attrs["sep"]``). ``text_columns``: read as the text they hold (an ID
+    ``001000`` stays ``001000``, not the number 1000)."""
     path = Path(path)
     if not path.exists():
         raise VFLBenchError(f"No such file: {path}. Give the path of a .csv, .csv.gz, .tsv or .arff file (relative to the working directory).")
     if path.is_dir():
         raise VFLBenchError(f"{path} is a directory; give the path of a table file (.csv, .csv.gz, .tsv or .arff).")
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep, tuple(text_columns))
     if key in _CACHE:
         return _CACHE[key]
     if st.st_size == 0:
@@ -115,7 +116,7 @@ def read_table(path: Path, sep: str = "") -> pd.DataFrame:
         df = read_arff_frame(path)
     else:
         used = sep or ("\t" if base.endswith(".tsv") else sniff_separator(head))
-        df = _read_delimited(path, head, used)
+        df = _read_delimited(path, head, used, text_columns)
         df.attrs["sep"] = used
     if len(df) == 0:
         raise VFLBenchError(f"{path} has a header but no data rows.")
@@ -136,7 +137,7 @@ def sniff_separator(head: bytes) -> str:
         return ","
 
 
-def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
+def _read_delimited(path: Path, head: bytes, sep: str, text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     try:
         first = head.decode("utf-8-sig").splitlines()[0]
     except UnicodeDecodeError:
@@ -149,7 +150,8 @@ def _read_delimited(path: Path, head: bytes, sep: str) -> pd.DataFrame:
     if any(h == "" for h in header) and len(header) > 1:
         raise VFLBenchError(f"{path}: the header has an empty column name (column {header.index('') + 1}); name every column.")
     try:
-        df = pd.read_csv(path, sep=sep, compression="infer", skipinitialspace=True, encoding="utf-8-sig")
+        text = {raw: str for raw in next(csv.reader(io.StringIO(first), delimiter=sep), []) if raw.strip() in text_columns}
+        df = pd.read_csv(path, sep=sep, compression="infer", skipinitialspace=True, encoding="utf-8-sig", dtype=text or None)
     except pd.errors.ParserError as e:
         m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
         if m:

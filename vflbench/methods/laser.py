@@ -91,7 +91,7 @@ def subset_slots(pattern: torch.Tensor, gen: torch.Generator, tables) -> torch.T
     each pattern's first slots is built once per tables (gathers by ``index_select``: the same values as
     advanced indexing, several times faster on CPU)."""
     table, count = tables[0], tables[1]
-    h, k, width = table.shape[1], table.shape[2], table.shape[-1]
+    h, k = table.shape[1], table.shape[2]
     if len(tables) < 3:
         raise ValueError("subset_slots needs tables from slot_tables()")
     first = tables[2]  # [2^K, head*size]: pattern * (h k width) + j * width

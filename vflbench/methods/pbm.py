@@ -21,10 +21,10 @@ import numpy as np
 from ..accountant import AccountantSpec, ldp_sigma, match_ldp_sigma, worst_epsilon
 from ..errors import VFLBenchError
 from ..mechanism_spec import (
-    at_least_one,
     beta_in_range,
     delta_in_range,
     make_mechanism,
+    pbm_trials,
     positive_finite,
 )
 from ..mechanisms import attach, paper_comm_bits
@@ -43,7 +43,7 @@ class PBMVFL(SumVFL):
     boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
     option_specs = (
         Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
-        Option("b", int, 32, "Binomial trials per value (PBM bit budget)", check=at_least_one),
+        Option("b", int, 32, "Binomial trials per value (PBM bit budget; at most 1,024)", check=pbm_trials),
         Option("beta", float, 0.1, "PBM privacy parameter, in (0, 1/4]", check=beta_in_range),
         _C,
         _EMBED,
