@@ -28,8 +28,9 @@ test-gpu: $(STAMP)  ## the whole suite on a GPU: pipeline, CLI-equivalence and r
 	@$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA device (torch.cuda.is_available() is False); use make test')"
 	VFLBENCH_TEST_DEVICE=cuda $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff (line length 120, no blanket ignore) and its formatter, as CI runs them
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
+	$(BIN)/ruff format --check vflbench tests benchmarks scripts docs/examples
 
 bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), then LASER-VFL over Standard VFL (Credit compat/clean, CIFAR-10-shaped)
 	$(BIN)/python benchmarks/bench_methods.py --full-run

@@ -50,8 +50,17 @@ def export_base(rev: str, dest: Path) -> None:
 
 
 def new_epoch(dataset: str, name: str, max_batches: int | None):
-    run = resolve(RunConfig(dataset=dataset, method=name, train_missing="none", test_missing=["mcar:0.5"], protocol="compat",
-                            protocol_options={"stale_updates": False}, hp={"batch_size": 128} if dataset != "credit" else {}))
+    run = resolve(
+        RunConfig(
+            dataset=dataset,
+            method=name,
+            train_missing="none",
+            test_missing=["mcar:0.5"],
+            protocol="compat",
+            protocol_options={"stale_updates": False},
+            hp={"batch_size": 128} if dataset != "credit" else {},
+        )
+    )
     inputs = pipeline.prepare(run, "cpu")
     method = pipeline.build(run, inputs)
     tr = inputs.train
@@ -64,9 +73,19 @@ def new_epoch(dataset: str, name: str, max_batches: int | None):
 
 
 def old_epoch(v1, dataset: str, name: str, max_batches: int | None):
-    runner, setup, training, methods, models = (importlib.import_module(f"vflbench_v1.{m}") for m in ("runner", "setup", "training", "methods", "models"))
-    r = runner.resolve(runner.RunConfig(dataset=dataset, method=name, train_missing="none", test_missing=["mcar:0.5"], protocol="compat",
-                                        hp={"batch_size": 128} if dataset != "credit" else {}))
+    runner, setup, training, methods, models = (
+        importlib.import_module(f"vflbench_v1.{m}") for m in ("runner", "setup", "training", "methods", "models")
+    )
+    r = runner.resolve(
+        runner.RunConfig(
+            dataset=dataset,
+            method=name,
+            train_missing="none",
+            test_missing=["mcar:0.5"],
+            protocol="compat",
+            hp={"batch_size": 128} if dataset != "credit" else {},
+        )
+    )
     prep = setup.prepare(dataset, r["data_options"], 4, r["partitioner"], {}, 0)
     hp, proto = dict(r["hp"]), r["protocol"]
     bs = int(hp["batch_size"])
@@ -76,12 +95,29 @@ def old_epoch(v1, dataset: str, name: str, max_batches: int | None):
     m_tr = setup.draw_masks(prep, "none", split="train", granularity=proto["train_granularity"], batch_size=bs)
     dev = torch.device("cpu")
     spec = r["model"]
-    ctx = methods.MethodContext(k=4, n_classes=prep.data.n_classes, widths=prep.partition.widths(), in_ch=int(xtr.shape[1]) if xtr.ndim == 4 else 1,
-                                model=models.ModelSpec(spec["arch"], spec["cut"], tuple(spec.get("hidden", ()))), device=dev, streams=prep.streams,
-                                hp=hp, options=r["method_options"], positive_class=prep.data.info.positive_class)
+    ctx = methods.MethodContext(
+        k=4,
+        n_classes=prep.data.n_classes,
+        widths=prep.partition.widths(),
+        in_ch=int(xtr.shape[1]) if xtr.ndim == 4 else 1,
+        model=models.ModelSpec(spec["arch"], spec["cut"], tuple(spec.get("hidden", ()))),
+        device=dev,
+        streams=prep.streams,
+        hp=hp,
+        options=r["method_options"],
+        positive_class=prep.data.info.positive_class,
+    )
     method = methods.METHODS.get(name)(ctx)
     hp["epochs"] = 1
-    args = (method, training.BlockData(xtr, prep.partition, dev), torch.as_tensor(ytr), torch.as_tensor(m_tr.observed[: len(ytr)]), hp, proto, prep.streams.seed_for)
+    args = (
+        method,
+        training.BlockData(xtr, prep.partition, dev),
+        torch.as_tensor(ytr),
+        torch.as_tensor(m_tr.observed[: len(ytr)]),
+        hp,
+        proto,
+        prep.streams.seed_for,
+    )
     return lambda: training.fit(*args).seconds[0]
 
 
@@ -104,7 +140,9 @@ def main() -> None:
     ap.add_argument("--base", default="8dfce91", help="git revision of the v1 code")
     ap.add_argument("--rounds", type=int, default=20, help="timed pairs of epochs per method")
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--fmnist-batches", type=int, default=0, help="also Fashion-MNIST, this many batches per timed epoch (0: skip)")
+    ap.add_argument(
+        "--fmnist-batches", type=int, default=0, help="also Fashion-MNIST, this many batches per timed epoch (0: skip)"
+    )
     ap.add_argument("--skip-credit", action="store_true")
     ap.add_argument("--control", action="store_true", help="A/A: the working tree against itself")
     args = ap.parse_args()
@@ -115,9 +153,14 @@ def main() -> None:
         export_base(args.base, tmp)
         sys.path.insert(0, str(tmp))
         v1 = importlib.import_module("vflbench_v1")
-    jobs = ([] if args.skip_credit else [("credit", None)]) + ([("fashion-mnist", args.fmnist_batches)] if args.fmnist_batches else [])
-    print(f"{'A/A control' if args.control else f'v1 ({args.base}) vs working tree'}; 1 thread; {args.rounds} ABBA pairs per method; "
-          "ratio = new/old per pair")
+    jobs = ([] if args.skip_credit else [("credit", None)]) + (
+        [("fashion-mnist", args.fmnist_batches)] if args.fmnist_batches else []
+    )
+    print(
+        f"{'A/A control' if args.control else f'v1 ({args.base}) vs working tree'}; 1 thread; {args.rounds} ABBA "
+        "pairs per method; "
+        "ratio = new/old per pair"
+    )
     print(f"{'dataset':14s} {'method':14s} {'old s/epoch':>11s} {'new s/epoch':>11s} {'median ratio':>12s}  IQR")
     t0 = time.perf_counter()
     for dataset, mb in jobs:
@@ -127,8 +170,12 @@ def main() -> None:
             ts = pairs(a, b, args.rounds)
             rs = sorted(tb / ta for ta, tb in ts)
             q = len(rs) // 4
-            print(f"{dataset:14s} {name:14s} {statistics.median(t for t, _ in ts):11.3f} {statistics.median(t for _, t in ts):11.3f} "
-                  f"{statistics.median(rs):12.3f}  [{rs[q]:.3f}, {rs[-1 - q]:.3f}]", flush=True)
+            print(
+                f"{dataset:14s} {name:14s} {statistics.median(t for t, _ in ts):11.3f} "
+                f"{statistics.median(t for _, t in ts):11.3f} "
+                f"{statistics.median(rs):12.3f}  [{rs[q]:.3f}, {rs[-1 - q]:.3f}]",
+                flush=True,
+            )
     print(f"wall {time.perf_counter() - t0:.0f} s")
 
 

@@ -43,7 +43,9 @@ def bench(b: int, h: int, k: int, c: int, d: int, steps: int, rounds: int) -> No
 
     def step(f):
         lg = f()
-        ce = torch.nn.functional.cross_entropy(lg.reshape(-1, c), y[:, None, None].expand(b, h, k).reshape(-1), reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            lg.reshape(-1, c), y[:, None, None].expand(b, h, k).reshape(-1), reduction="none"
+        )
         (ce.view(b, h, k) * wts).sum().backward()
 
     ref = fs["matmul (vflbench)"]()
@@ -60,7 +62,9 @@ def bench(b: int, h: int, k: int, c: int, d: int, steps: int, rounds: int) -> No
     base = statistics.median(times["matmul (vflbench)"])
     print(f"B={b} heads={h} K={k} C={c} D={d}:")
     for name, v in times.items():
-        print(f"  {name:20s} {statistics.median(v):8.1f} us/step  ({base / statistics.median(v):.2f}x the matmul's speed)")
+        print(
+            f"  {name:20s} {statistics.median(v):8.1f} us/step  ({base / statistics.median(v):.2f}x the matmul's speed)"
+        )
 
 
 def main() -> None:
@@ -69,7 +73,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    bench(128, 4, 4, 2, 10, args.steps, args.rounds)   # Credit, compat: 4 heads, 4 blocks, 2 classes
+    bench(128, 4, 4, 2, 10, args.steps, args.rounds)  # Credit, compat: 4 heads, 4 blocks, 2 classes
     bench(128, 1, 8, 26, 128, args.steps, args.rounds)  # Isolet under the FALSE-VFL protocol: one head
     bench(128, 4, 4, 10, 64, args.steps, args.rounds)  # Fashion-MNIST quadrants
 

@@ -3,9 +3,11 @@ paper epochs) swept from an empty output folder with packing off (`--pack 1`) an
 `--workers 2`, one after the other; prints both wall times, their ratio, and how far the two
 tables' cells differ.
 
-    python benchmarks/grid_pack.py                    # both: the unpacked grid alone takes over 30 minutes on the 2-core VM
+    python benchmarks/grid_pack.py                    # both: the unpacked grid alone takes over 30 minutes on the
+    2-core VM
     python benchmarks/grid_pack.py --only packed      # one side (400 s measured, benchmarks/README.md)
-    python benchmarks/grid_pack.py --train-missing mcar:0.1   # the 30 runs of one training setting (457 s + 321 s measured)
+    python benchmarks/grid_pack.py --train-missing mcar:0.1   # the 30 runs of one training setting (457 s + 321 s
+    measured)
 
 Run it on an idle machine: each sweep already uses every core.
 """
@@ -26,8 +28,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sweep(out: Path, pack: int, workers: int, train_missing: str | None) -> float:
-    cmd = [sys.executable, "-m", "vflbench", "sweep", str(ROOT / "experiments/laser_table1.yaml"), "--datasets", "credit",
-           "--workers", str(workers), "--pack", str(pack), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vflbench",
+        "sweep",
+        str(ROOT / "experiments/laser_table1.yaml"),
+        "--datasets",
+        "credit",
+        "--workers",
+        str(workers),
+        "--pack",
+        str(pack),
+        "--out",
+        str(out),
+    ]
     if train_missing:
         cmd += ["--train-missing", train_missing]
     t = time.perf_counter()
@@ -50,11 +65,21 @@ def main() -> None:
             walls[name] = sweep(tmp / name, pack, a.workers, a.train_missing)
             print(f"{name:7s} (--pack {pack}): {walls[name]:.0f} s wall", flush=True)
         if len(walls) == 2:
-            print(f"packed / alone: {walls['packed'] / walls['alone']:.2f} ({walls['alone'] / walls['packed']:.2f}x faster)")
+            print(
+                f"packed / alone: {walls['packed'] / walls['alone']:.2f} ({walls['alone'] / walls['packed']:.2f}x "
+                "faster)"
+            )
             k = ["run_id", "test_missing", "metric"]
-            m = pd.read_csv(tmp / "alone/results.csv").merge(pd.read_csv(tmp / "packed/results.csv"), on=k, suffixes=("_a", "_p"))
+            m = pd.read_csv(tmp / "alone/results.csv").merge(
+                pd.read_csv(tmp / "packed/results.csv"), on=k, suffixes=("_a", "_p")
+            )
             m["diff"] = (m["value_a"] - m["value_p"]).abs()
-            print("max |difference| per metric over", len(m), "rows:", m.groupby("metric")["diff"].max().round(4).to_dict())
+            print(
+                "max |difference| per metric over",
+                len(m),
+                "rows:",
+                m.groupby("metric")["diff"].max().round(4).to_dict(),
+            )
             same = (tmp / "alone/table.md").read_text() == (tmp / "packed/table.md").read_text()
             print("table.md identical:", same)
     finally:

@@ -33,10 +33,21 @@ def main() -> None:
     ap.add_argument("--arch", default=None, help="extractor (default: the preset's)")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the many-thread side (default: every core)")
+    ap.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="the many-thread side (default: every core)"
+    )
     a = ap.parse_args()
     model = {"arch": a.arch} if a.arch else {}
-    run = resolve(RunConfig(dataset=a.dataset, method=a.method, protocol="compat", train_missing="mcar:0.1", test_missing=["none"], model=model))
+    run = resolve(
+        RunConfig(
+            dataset=a.dataset,
+            method=a.method,
+            protocol="compat",
+            train_missing="mcar:0.1",
+            test_missing=["none"],
+            model=model,
+        )
+    )
     inputs = pipeline.prepare(run, "cpu")
     method = pipeline.build(run, inputs)
     tr = inputs.train
@@ -44,8 +55,12 @@ def main() -> None:
     tr = TrainSet(tr.blocks.head(m), tr.y[:m], tr.obs[:m], None)
     one = {k: StageHP(**{**hp.as_dict(), "epochs": 1}) for k, hp in run.stage_hp.items()}
     args = (method, tr, one, pipeline.policy(run), inputs.prep.streams.seed_for)
-    print(f"{run.method_display} on {a.dataset}, extractor {run.model['arch']}, batch {run.hp.batch_size}, first {a.batches} batches; "
-          f"1 thread against {a.threads}", flush=True)
+    print(
+        f"{run.method_display} on {a.dataset}, extractor {run.model['arch']}, batch {run.hp.batch_size}, first "
+        f"{a.batches} batches; "
+        f"1 thread against {a.threads}",
+        flush=True,
+    )
     torch.set_num_threads(1)
     fit(*args)  # warm-up
     per: dict[int, list[float]] = {1: [], a.threads: []}
@@ -53,11 +68,17 @@ def main() -> None:
         for n in (1, a.threads):
             torch.set_num_threads(n)
             per[n].append(sum(fit(*args).seconds) / a.batches)
-        print(f"round {r + 1}: 1 thread {per[1][-1] * 1e3:.1f} ms/batch, {a.threads} threads {per[a.threads][-1] * 1e3:.1f} ms/batch", flush=True)
+        print(
+            f"round {r + 1}: 1 thread {per[1][-1] * 1e3:.1f} ms/batch, {a.threads} threads "
+            f"{per[a.threads][-1] * 1e3:.1f} ms/batch",
+            flush=True,
+        )
     one_t, many = statistics.median(per[1]), statistics.median(per[a.threads])
     ratios = [x / y for x, y in zip(per[1], per[a.threads], strict=True)]
-    print(f"median: 1 thread {one_t * 1e3:.1f} ms/batch, {a.threads} threads {many * 1e3:.1f} ms/batch; "
-          f"{a.threads} threads {one_t / many:.2f}x faster ({min(ratios):.2f}-{max(ratios):.2f}x)")
+    print(
+        f"median: 1 thread {one_t * 1e3:.1f} ms/batch, {a.threads} threads {many * 1e3:.1f} ms/batch; "
+        f"{a.threads} threads {one_t / many:.2f}x faster ({min(ratios):.2f}-{max(ratios):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

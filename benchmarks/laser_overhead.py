@@ -31,7 +31,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=15, help="timed epochs per method, interleaved (Credit)")
     ap.add_argument("--cifar-rounds", type=int, default=3)
-    ap.add_argument("--cifar-batches", type=int, default=2, help="batches of 1024 timed per CIFAR-shaped epoch on a CPU (all on a GPU)")
+    ap.add_argument(
+        "--cifar-batches",
+        type=int,
+        default=2,
+        help="batches of 1024 timed per CIFAR-shaped epoch on a CPU (all on a GPU)",
+    )
     ap.add_argument("--skip-cifar", action="store_true")
     a = ap.parse_args()
     lines = []
@@ -43,17 +48,34 @@ def main() -> None:
         dev, _ = choose_device("auto", "resnet18-half")
         torch.set_num_threads(os.cpu_count() or 1)
         n = 50_000 if dev.type == "cuda" else 1024 * (a.cifar_batches + 1) + 2048
-        rows = bench_dataset("synthetic", "compat", "none", a.cifar_rounds, None if dev.type == "cuda" else a.cifar_batches,
-                             {"batch_size": 1024}, methods=["svfl", "laser"],
-                             data_options={"shape": "3x32x32", "n": n, "n_classes": 10, "test_size": 0.04},
-                             model={"arch": "resnet18-half", "cut": 1024}, device=str(dev))
-        lines.append((f"CIFAR-10-shaped synthetic, ResNet-18-half, {dev.type}" + ("" if dev.type == "cuda" else f", {torch.get_num_threads()} threads"),
-                      rows, paired_ratio(rows, "laser")))
+        rows = bench_dataset(
+            "synthetic",
+            "compat",
+            "none",
+            a.cifar_rounds,
+            None if dev.type == "cuda" else a.cifar_batches,
+            {"batch_size": 1024},
+            methods=["svfl", "laser"],
+            data_options={"shape": "3x32x32", "n": n, "n_classes": 10, "test_size": 0.04},
+            model={"arch": "resnet18-half", "cut": 1024},
+            device=str(dev),
+        )
+        lines.append(
+            (
+                f"CIFAR-10-shaped synthetic, ResNet-18-half, {dev.type}"
+                + ("" if dev.type == "cuda" else f", {torch.get_num_threads()} threads"),
+                rows,
+                paired_ratio(rows, "laser"),
+            )
+        )
     for what, rows, ratio in lines:
         s = {r["method"]: r["s_per_epoch"] for r in rows}
         ext = " (extrapolated from the first batches)" if rows[0]["extrapolated"] else ""
-        print(f"LASER-VFL / Standard VFL per epoch, {what}: {ratio:.3f}x  (median s/epoch {s['laser']:.3f} vs {s['svfl']:.3f}{ext}; "
-              f"target <= 1.20: {'met' if ratio <= 1.2 else 'NOT met'})")
+        print(
+            f"LASER-VFL / Standard VFL per epoch, {what}: {ratio:.3f}x  (median s/epoch {s['laser']:.3f} vs "
+            f"{s['svfl']:.3f}{ext}; "
+            f"target <= 1.20: {'met' if ratio <= 1.2 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":

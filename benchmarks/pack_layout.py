@@ -40,7 +40,10 @@ def gemm(rounds: int = 5, calls: int = 300) -> None:
                     torch.bmm(left, right)
                 per[name].append((time.perf_counter() - t) / calls * 1e6)
         a, b = statistics.median(per["x @ W"]), statistics.median(per["W^T x^T"])
-        print(f"60 products [{rows}, {inner}] @ [{inner}, {out}]: x @ W {a:.0f} us, W^T x^T {b:.0f} us per call ({a / b:.1f}x)")
+        print(
+            f"60 products [{rows}, {inner}] @ [{inner}, {out}]: x @ W {a:.0f} us, W^T x^T {b:.0f} us per call "
+            f"({a / b:.1f}x)"
+        )
 
 
 def main() -> None:
@@ -48,19 +51,42 @@ def main() -> None:
     ap.add_argument("--method", default="laser")
     ap.add_argument("--dataset", default="credit")
     ap.add_argument("--protocol", default="compat")
-    ap.add_argument("--train-missing", default="none,mcar:0.1", help="comma-separated; the pack holds every seed under every setting")
+    ap.add_argument(
+        "--train-missing",
+        default="none,mcar:0.1",
+        help="comma-separated; the pack holds every seed under every setting",
+    )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--gemm", action="store_true", help="time only the bare batched products (interleaved, medians of 5 rounds)")
+    ap.add_argument(
+        "--gemm", action="store_true", help="time only the bare batched products (interleaved, medians of 5 rounds)"
+    )
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.gemm:
         gemm()
         return
-    runs = [resolve(RunConfig(dataset=a.dataset, method=a.method, protocol=a.protocol, train_missing=tm, test_missing=["none"], seed=s,
-                              hp={"epochs": a.epochs})) for tm in a.train_missing.split(",") for s in range(a.seeds)]
-    print(f"{a.method} on {a.dataset}, {a.protocol}, a pack of {len(runs)} (seeds 0-{a.seeds - 1} x {a.train_missing}), 1 thread", flush=True)
+    runs = [
+        resolve(
+            RunConfig(
+                dataset=a.dataset,
+                method=a.method,
+                protocol=a.protocol,
+                train_missing=tm,
+                test_missing=["none"],
+                seed=s,
+                hp={"epochs": a.epochs},
+            )
+        )
+        for tm in a.train_missing.split(",")
+        for s in range(a.seeds)
+    ]
+    print(
+        f"{a.method} on {a.dataset}, {a.protocol}, a pack of {len(runs)} (seeds 0-{a.seeds - 1} x {a.train_missing}), "
+        "1 thread",
+        flush=True,
+    )
     original = models.affine
     times: dict[bool, list[float]] = {False: [], True: []}
     losses: dict[bool, float] = {}
@@ -74,11 +100,16 @@ def main() -> None:
             hist = out[0][1]["history"]
             times[wide].append(min(hist["seconds"]))
             losses[wide] = hist["loss"][-1]
-        print(f"round {r + 1}: x @ W {times[False][-1]:.3f} s, (W^T x^T)^T {times[True][-1]:.3f} s per epoch", flush=True)
+        print(
+            f"round {r + 1}: x @ W {times[False][-1]:.3f} s, (W^T x^T)^T {times[True][-1]:.3f} s per epoch", flush=True
+        )
     a_, b_ = statistics.median(times[False]), statistics.median(times[True])
     ratios = [x / y for x, y in zip(times[False], times[True], strict=True)]
-    print(f"median epoch: x @ W {a_:.3f} s, (W^T x^T)^T {b_:.3f} s: {a_ / b_:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x); "
-          f"seed 0's last loss {losses[False]:.9f} vs {losses[True]:.9f}")
+    print(
+        f"median epoch: x @ W {a_:.3f} s, (W^T x^T)^T {b_:.3f} s: {a_ / b_:.2f}x "
+        f"({min(ratios):.2f}-{max(ratios):.2f}x); "
+        f"seed 0's last loss {losses[False]:.9f} vs {losses[True]:.9f}"
+    )
 
 
 if __name__ == "__main__":

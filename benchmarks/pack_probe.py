@@ -36,8 +36,17 @@ SPEC = ModelSpec("mlp", 10, (10, 10))
 
 
 def make(seed: int):
-    ctx = MethodContext(k=K, n_classes=C, widths=WIDTHS, in_ch=1, model=SPEC, device=torch.device("cpu"), streams=Streams(seed),
-                        options={"laser_subsets": "batch"}, positive_class=1)
+    ctx = MethodContext(
+        k=K,
+        n_classes=C,
+        widths=WIDTHS,
+        in_ch=1,
+        model=SPEC,
+        device=torch.device("cpu"),
+        streams=Streams(seed),
+        options={"laser_subsets": "batch"},
+        positive_class=1,
+    )
     return METHODS.get("laser")(ctx)
 
 
@@ -143,7 +152,11 @@ def main():
     def native_loss(flat, xb, ob, yb, ag, wt):  # [N, ...] inputs; every op over the member axis at once
         def p(k):
             o, sh = off[k]
-            return flat[:, o : o + int(torch.tensor(sh).prod())].reshape(n * sh[0], *sh[1:]) if sh[0] == K else flat[:, o : o + int(torch.tensor(sh).prod())].reshape(n, *sh)
+            return (
+                flat[:, o : o + int(torch.tensor(sh).prod())].reshape(n * sh[0], *sh[1:])
+                if sh[0] == K
+                else flat[:, o : o + int(torch.tensor(sh).prod())].reshape(n, *sh)
+            )
 
         h = xb.reshape(n * K, b, -1)
         for li in range(3):
@@ -159,8 +172,10 @@ def main():
         return (ce * wt).sum((1, 2, 3)) / ob.any(2).sum(1).clamp_min(1)
 
     ls, lv, ln = run_solo(), run_packed("vmap"), run_packed("native")
-    print(f"loss agreement over {steps} steps x {n} members: |solo-vmap| max {float((ls - lv).abs().max()):.2e}, "
-          f"|solo-native| max {float((ls - ln).abs().max()):.2e}, |vmap-native| max {float((lv - ln).abs().max()):.2e}")
+    print(
+        f"loss agreement over {steps} steps x {n} members: |solo-vmap| max {float((ls - lv).abs().max()):.2e}, "
+        f"|solo-native| max {float((ls - ln).abs().max()):.2e}, |vmap-native| max {float((lv - ln).abs().max()):.2e}"
+    )
     times = {"solo": [], "vmap": [], "native": []}
     for _ in range(a.rounds):  # interleaved A B C A B C
         for kind in times:
@@ -168,9 +183,15 @@ def main():
             run_solo() if kind == "solo" else run_packed(kind)
             times[kind].append((time.perf_counter() - t0) / steps * 1e3)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{n} members, batch {b}, {a.threads} thread(s), {a.rounds} interleaved rounds of {steps} steps; ms per step of the whole pack (median, range):")
+    print(
+        f"{n} members, batch {b}, {a.threads} thread(s), {a.rounds} interleaved rounds of {steps} steps; ms per step "
+        "of the whole pack (median, range):"
+    )
     for k, v in times.items():
-        print(f"  {k:7s} {med[k]:7.2f} ({min(v):.2f}-{max(v):.2f})  per member {med[k] / n:.2f}  speed-up vs solo {med['solo'] / med[k]:.2f}x")
+        print(
+            f"  {k:7s} {med[k]:7.2f} ({min(v):.2f}-{max(v):.2f})  per member {med[k] / n:.2f}  speed-up vs solo "
+            f"{med['solo'] / med[k]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -34,13 +34,30 @@ def main() -> None:
     ap.add_argument("--method", default="laser")
     ap.add_argument("--dataset", default="credit")
     ap.add_argument("--protocol", default="compat")
-    ap.add_argument("--train-missing", default="none,mcar:0.1,mcar:0.2", help="comma-separated; the pack holds every seed under every setting")
+    ap.add_argument(
+        "--train-missing",
+        default="none,mcar:0.1,mcar:0.2",
+        help="comma-separated; the pack holds every seed under every setting",
+    )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    runs = [resolve(RunConfig(dataset=a.dataset, method=a.method, protocol=a.protocol, train_missing=tm, test_missing=["none"], seed=s,
-                              hp={"epochs": a.epochs})) for tm in a.train_missing.split(",") for s in range(a.seeds)]
+    runs = [
+        resolve(
+            RunConfig(
+                dataset=a.dataset,
+                method=a.method,
+                protocol=a.protocol,
+                train_missing=tm,
+                test_missing=["none"],
+                seed=s,
+                hp={"epochs": a.epochs},
+            )
+        )
+        for tm in a.train_missing.split(",")
+        for s in range(a.seeds)
+    ]
     execute_pack(runs[:1], device="cpu")  # warm-up: imports, data cache
     prof = cProfile.Profile()
     prof.enable()
@@ -53,7 +70,10 @@ def main() -> None:
             if name == fn and file.endswith(suffix):
                 found[label] = found.get(label, 0.0) + cum
     calls = next(c for (_, _, name), (c, *_) in stats.items() if name == "_member_loss")  # one call per step
-    print(f"{a.method} on {a.dataset}, {a.protocol}: a pack of {len(runs)}, {a.epochs} epochs, {calls} steps, 1 thread, cProfile on")
+    print(
+        f"{a.method} on {a.dataset}, {a.protocol}: a pack of {len(runs)}, {a.epochs} epochs, {calls} steps, 1 thread, "
+        "cProfile on"
+    )
     for label in PARTS.values():
         if label in found:
             print(f"  {label:32s} {found[label] / calls * 1e3:6.2f} ms per step")

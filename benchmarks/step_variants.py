@@ -83,7 +83,11 @@ class CompiledAdam(MaskedOptimizer):
 
 
 def setup(method_name: str, protocol: str, train_missing: str, variant: str):
-    run = resolve(RunConfig(dataset="credit", method=method_name, train_missing=train_missing, test_missing=["none"], protocol=protocol))
+    run = resolve(
+        RunConfig(
+            dataset="credit", method=method_name, train_missing=train_missing, test_missing=["none"], protocol=protocol
+        )
+    )
     inputs = pipeline.prepare(run, "cpu")
     method = pipeline.build(run, inputs)
     if variant == "compile-loss":
@@ -123,12 +127,18 @@ def main() -> None:
             print(f"round {r} {v:13s} {dt:7.2f} s  loss {hist.loss[-1]:.6f}", flush=True)
     training.MaskedOptimizer = MaskedOptimizer
     base = statistics.median(times["eager"]) if "eager" in times else None
-    print(f"\n{args.method}, credit, {args.protocol}, train {args.train_missing}, 1 thread, {args.rounds} timed epochs each (interleaved)")
+    print(
+        f"\n{args.method}, credit, {args.protocol}, train {args.train_missing}, 1 thread, {args.rounds} timed epochs "
+        "each (interleaved)"
+    )
     for v in variants:
         med = statistics.median(times[v])
         agree = max(abs(a - b) for a, b in zip(losses[v], losses[variants[0]], strict=True))
         ratio = f"{base / med:.2f}x eager speed" if base else ""
-        print(f"  {v:13s} median {med:6.2f} s/epoch  (range {min(times[v]):.2f}-{max(times[v]):.2f})  {ratio}  max |loss - {variants[0]}| {agree:.2e}")
+        print(
+            f"  {v:13s} median {med:6.2f} s/epoch  (range {min(times[v]):.2f}-{max(times[v]):.2f})  {ratio}  max "
+            f"|loss - {variants[0]}| {agree:.2e}"
+        )
 
 
 if __name__ == "__main__":

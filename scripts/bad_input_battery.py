@@ -31,17 +31,45 @@ from typer.testing import CliRunner  # noqa: E402
 
 from vflbench.cli import app  # noqa: E402
 
-RUN = ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=300", "--quiet", "--epochs", "1", "--test-missing", "none"]
-EXP = {"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "hp": {"epochs": 1},
-       "datasets": {"synthetic": {"data_options": {"n": 200}}}}
+RUN = [
+    "run",
+    "--dataset",
+    "synthetic",
+    "--method",
+    "svfl",
+    "--data-opt",
+    "n=300",
+    "--quiet",
+    "--epochs",
+    "1",
+    "--test-missing",
+    "none",
+]
+EXP = {
+    "name": "t",
+    "methods": ["local"],
+    "train_missing": ["none"],
+    "test_missing": ["none"],
+    "hp": {"epochs": 1},
+    "datasets": {"synthetic": {"data_options": {"n": 200}}},
+}
 
 
 def files(root: Path) -> dict[str, str]:
     """The inputs the cases point at."""
     rng = np.random.default_rng(0)
     n = 120
-    df = pd.DataFrame({"id": np.arange(n), "a": rng.normal(size=n), "b": rng.normal(size=n).round(2).astype(object), "c": rng.normal(size=n),
-                       "const": 1, "empty": np.nan, "y": rng.integers(0, 2, n).astype(float)})
+    df = pd.DataFrame(
+        {
+            "id": np.arange(n),
+            "a": rng.normal(size=n),
+            "b": rng.normal(size=n).round(2).astype(object),
+            "c": rng.normal(size=n),
+            "const": 1,
+            "empty": np.nan,
+            "y": rng.integers(0, 2, n).astype(float),
+        }
+    )
     df.loc[5, "b"] = "?"
     df.to_csv(root / "messy.csv", index=False)
     df.to_csv(root / "semi.csv", sep=";", index=False)
@@ -49,21 +77,35 @@ def files(root: Path) -> dict[str, str]:
     df2.loc[:2, "y"] = np.nan
     df2.to_csv(root / "nolabel.csv", index=False)
     df.drop(columns="y").to_csv(root / "test_no_target.csv", index=False)
-    pd.DataFrame({"a": [1, 2, 3, 4, 5, 6.0], "b": [0.1, 0.5, 0.2, 0.9, 0.3, 0.7], "y": [0, 1, 0, 1, 0, 1]}).to_csv(root / "six.csv", index=False)
+    pd.DataFrame({"a": [1, 2, 3, 4, 5, 6.0], "b": [0.1, 0.5, 0.2, 0.9, 0.3, 0.7], "y": [0, 1, 0, 1, 0, 1]}).to_csv(
+        root / "six.csv", index=False
+    )
     pd.DataFrame({"x": [1], "z": [2]}).to_csv(root / "foreign.csv", index=False)
     out = {}
-    for name, change in {"dup_seeds": {"seeds": [0, 0]}, "dup_methods": {"methods": ["local", "local"]}, "escape": {"name": "../escape"},
-                         "slash": {"name": "a/b"}, "layout": {"layout": "bogus"}, "quick_seeds": {"quick": {"seeds": "abc"}},
-                         "same_run": {"train_missing": ["mcar:0.1", "mcar:0.10"]}, "parts": {"partitioner": ["contiguous", "correlation"]},
-                         "reference": {"reference": "nope.csv"}, "grid_dup": {"methods": ["plug"], "method_grid": {"plug": [{"p_drop": [0.2, 0.2]}]}},
-                         "ok": {}}.items():
+    for name, change in {
+        "dup_seeds": {"seeds": [0, 0]},
+        "dup_methods": {"methods": ["local", "local"]},
+        "escape": {"name": "../escape"},
+        "slash": {"name": "a/b"},
+        "layout": {"layout": "bogus"},
+        "quick_seeds": {"quick": {"seeds": "abc"}},
+        "same_run": {"train_missing": ["mcar:0.1", "mcar:0.10"]},
+        "parts": {"partitioner": ["contiguous", "correlation"]},
+        "reference": {"reference": "nope.csv"},
+        "grid_dup": {"methods": ["plug"], "method_grid": {"plug": [{"p_drop": [0.2, 0.2]}]}},
+        "ok": {},
+    }.items():
         p = root / f"{name}.yaml"
         p.write_text(yaml.safe_dump({**EXP, **change}))
         out[name] = str(p)
     (root / "dupkey.yaml").write_text("name: a\nmethods: [local]\nmethods: [svfl]\ndatasets: {synthetic: {}}\n")
     out["dupkey"] = str(root / "dupkey.yaml")
     (root / "exp").mkdir()
-    (root / "exp" / "rel.yaml").write_text(yaml.safe_dump({**EXP, "datasets": {"csv:../messy.csv": {"data_options": {"target": "y", "coerce": True}}}, "parties": [2]}))
+    (root / "exp" / "rel.yaml").write_text(
+        yaml.safe_dump(
+            {**EXP, "datasets": {"csv:../messy.csv": {"data_options": {"target": "y", "coerce": True}}}, "parties": [2]}
+        )
+    )
     out["rel"] = str(root / "exp" / "rel.yaml")
     # party files (Hardening III): IDs 1000.. in a and c, zero-padded 001000.. in b; d shares no ID with a
     ids = [1000 + i for i in range(n)]
@@ -80,7 +122,20 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
     """(name, argv, expect) with expect "refuse" or "ok"."""
     o = str(root / "o")
     T = ["--test-missing", "none", "--epochs", "1", "--quiet", "--out", o]
-    tab = lambda file, *opts: ["run", "--dataset", f"csv:{root / file}", "--method", "local", "--parties", "2", *T, *opts]  # noqa: E731
+
+    def tab(file, *opts):
+        return [
+            "run",
+            "--dataset",
+            f"csv:{root / file}",
+            "--method",
+            "local",
+            "--parties",
+            "2",
+            *T,
+            *opts,
+        ]
+
     sweep_out = str(root / "sweep_ok")
     return [
         # --hp and the flags
@@ -92,7 +147,24 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
         ("epochs huge", [*RUN, "--epochs", "99999999999999999999999", "--out", o], "refuse"),
         ("hidden 10,,10", [*RUN, "--hidden", "10,,10", "--out", o], "refuse"),
         ("adam + momentum", [*RUN, "--optimizer", "adam", "--momentum", "0.9", "--out", o], "refuse"),
-        ("method-opt twice", ["run", "--dataset", "synthetic", "--method", "laser", "--data-opt", "n=300", *T, "--method-opt", "fusion=sum", "--method-opt", "fusion=mean"], "refuse"),
+        (
+            "method-opt twice",
+            [
+                "run",
+                "--dataset",
+                "synthetic",
+                "--method",
+                "laser",
+                "--data-opt",
+                "n=300",
+                *T,
+                "--method-opt",
+                "fusion=sum",
+                "--method-opt",
+                "fusion=mean",
+            ],
+            "refuse",
+        ),
         ("test-missing mcar:1", [*RUN[:-2], "--test-missing", "none,mcar:1", "--out", o], "refuse"),
         ("out empty", [*RUN, "--out", ""], "refuse"),
         ("device bogus", [*RUN, "--device", "bogus", "--out", o], "refuse"),
@@ -104,10 +176,43 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
         ("stray text in a numeric column", tab("messy.csv", "--data-opt", "target=y"), "refuse"),
         ("stray text coerced", tab("messy.csv", "--data-opt", "target=y", "--data-opt", "coerce=true"), "ok"),
         ("semicolon file", tab("semi.csv", "--data-opt", "target=y", "--data-opt", "coerce=true"), "ok"),
-        ("sep given", tab("semi.csv", "--data-opt", "target=y", "--data-opt", "coerce=true", "--data-opt", "sep=;"), "ok"),
+        (
+            "sep given",
+            tab("semi.csv", "--data-opt", "target=y", "--data-opt", "coerce=true", "--data-opt", "sep=;"),
+            "ok",
+        ),
         ("rows without target", tab("nolabel.csv", "--data-opt", "target=y", "--data-opt", "coerce=true"), "ok"),
-        ("test file without target", tab("messy.csv", "--data-opt", "target=y", "--data-opt", "coerce=true", "--data-opt", f"test={root / 'test_no_target.csv'}"), "refuse"),
-        ("six-row binary table", ["run", "--dataset", f"csv:{root / 'six.csv'}", "--method", "local", "--parties", "2", *T, "--data-opt", "target=y", "--data-opt", "test_size=0.5"], "ok"),
+        (
+            "test file without target",
+            tab(
+                "messy.csv",
+                "--data-opt",
+                "target=y",
+                "--data-opt",
+                "coerce=true",
+                "--data-opt",
+                f"test={root / 'test_no_target.csv'}",
+            ),
+            "refuse",
+        ),
+        (
+            "six-row binary table",
+            [
+                "run",
+                "--dataset",
+                f"csv:{root / 'six.csv'}",
+                "--method",
+                "local",
+                "--parties",
+                "2",
+                *T,
+                "--data-opt",
+                "target=y",
+                "--data-opt",
+                "test_size=0.5",
+            ],
+            "ok",
+        ),
         ("unknown data-opt", tab("messy.csv", "--data-opt", "bogus=1"), "refuse"),
         ("openml:abc", ["inspect", "openml:abc"], "refuse"),
         # sweeps
@@ -131,11 +236,23 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
         ("resume with another --pack", ["sweep", f["ok"], "--out", sweep_out, "--pack", "1"], "refuse"),
         # tables and plots
         ("table --epoch 0%", ["table", sweep_out, "--layout", "generic", "--epoch", "0%"], "refuse"),
-        ("table --reference foreign", ["table", sweep_out, "--layout", "generic", "--reference", str(root / "foreign.csv")], "refuse"),
+        (
+            "table --reference foreign",
+            ["table", sweep_out, "--layout", "generic", "--reference", str(root / "foreign.csv")],
+            "refuse",
+        ),
         ("table --out /proc/x.md", ["table", sweep_out, "--layout", "generic", "--out", "/proc/x.md"], "refuse"),
-        ("plot curves --metric bogus", ["plot", "curves", sweep_out, "--metric", "bogus", "--out", str(root / "f")], "refuse"),
+        (
+            "plot curves --metric bogus",
+            ["plot", "curves", sweep_out, "--metric", "bogus", "--out", str(root / "f")],
+            "refuse",
+        ),
         ("plot bars --out DIR/", ["plot", "bars", sweep_out, "--out", str(root) + "/"], "refuse"),
-        ("plot scalability --metric bogus", ["plot", "scalability", sweep_out, "--metric", "bogus", "--out", str(root / "f")], "refuse"),
+        (
+            "plot scalability --metric bogus",
+            ["plot", "scalability", sweep_out, "--metric", "bogus", "--out", str(root / "f")],
+            "refuse",
+        ),
         # Hardening III: bounds (vflbench.limits), entity alignment, strict specs, tables
         ("pbm b=1e9", [*RUN, "--mechanism", "pbm:b=1000000000,beta=0.1", "--out", o], "refuse"),
         ("cut 1e9", [*RUN, "--cut", "1000000000", "--out", o], "refuse"),
@@ -143,23 +260,99 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
         ("batch-size 1e12", [*RUN, "--batch-size", "1000000000000", "--out", o], "refuse"),
         ("eval-epochs 1:1e9", [*RUN, "--eval-epochs", "1:1000000000", "--out", o], "refuse"),
         ("net-latency 1e8", [*RUN, "--runtime", "processes", "--net-latency", "100000000", "--out", o], "refuse"),
-        ("synthetic n=1e12", ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=1000000000000", *T], "refuse"),
+        (
+            "synthetic n=1e12",
+            ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=1000000000000", *T],
+            "refuse",
+        ),
         ("parties 1e9", [*RUN, "--parties", "1000000000", "--out", o], "refuse"),
         ("sweep --workers 1e6", ["sweep", f["ok"], "--workers", "1000000", "--out", str(root / "s14")], "refuse"),
         ("mechanism double comma", [*RUN, "--mechanism", "pbm:b=32,,beta=0.1", "--out", o], "refuse"),
         ("mechanism trailing comma", [*RUN, "--mechanism", "pbm:b=32,beta=0.1,", "--out", o], "refuse"),
         ("mechanism key twice", [*RUN, "--mechanism", "pbm:b=32,b=16", "--out", o], "refuse"),
-        ("method-opt same value twice", ["run", "--dataset", "synthetic", "--method", "laser", "--data-opt", "n=300", *T, "--method-opt", "fusion=sum",
-                                         "--method-opt", "fusion=sum"], "refuse"),
+        (
+            "method-opt same value twice",
+            [
+                "run",
+                "--dataset",
+                "synthetic",
+                "--method",
+                "laser",
+                "--data-opt",
+                "n=300",
+                *T,
+                "--method-opt",
+                "fusion=sum",
+                "--method-opt",
+                "fusion=sum",
+            ],
+            "refuse",
+        ),
         ("party-data empty item", ["run", "--party-data", "a=x.csv,,b=y.csv", "--method", "laser", *T], "refuse"),
-        ("three party files, no --parties", ["run", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y", "--method", "laser",
-                                              "--align", "plain", *T], "ok"),
-        ("party files, --parties conflicts", ["run", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y", "--method", "laser",
-                                               "--parties", "4", *T], "refuse"),
-        ("a party holding nothing runs (warned)", ["run", "--party-data", f["party_none"], "--id-column", "ID", "--data-opt", "target=y",
-                                                   "--method", "laser", "--align", "plain", *T], "ok"),
-        ("inspect --party-data", ["inspect", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y"], "ok"),
-        ("inspect --party-data without target", ["inspect", "--party-data", f["party3"], "--id-column", "ID"], "refuse"),
+        (
+            "three party files, no --parties",
+            [
+                "run",
+                "--party-data",
+                f["party3"],
+                "--id-column",
+                "ID",
+                "--data-opt",
+                "target=y",
+                "--method",
+                "laser",
+                "--align",
+                "plain",
+                *T,
+            ],
+            "ok",
+        ),
+        (
+            "party files, --parties conflicts",
+            [
+                "run",
+                "--party-data",
+                f["party3"],
+                "--id-column",
+                "ID",
+                "--data-opt",
+                "target=y",
+                "--method",
+                "laser",
+                "--parties",
+                "4",
+                *T,
+            ],
+            "refuse",
+        ),
+        (
+            "a party holding nothing runs (warned)",
+            [
+                "run",
+                "--party-data",
+                f["party_none"],
+                "--id-column",
+                "ID",
+                "--data-opt",
+                "target=y",
+                "--method",
+                "laser",
+                "--align",
+                "plain",
+                *T,
+            ],
+            "ok",
+        ),
+        (
+            "inspect --party-data",
+            ["inspect", "--party-data", f["party3"], "--id-column", "ID", "--data-opt", "target=y"],
+            "ok",
+        ),
+        (
+            "inspect --party-data without target",
+            ["inspect", "--party-data", f["party3"], "--id-column", "ID"],
+            "refuse",
+        ),
         ("table of a sweep folder, bare", ["table", sweep_out], "ok"),
     ]
 

@@ -42,8 +42,16 @@ def one(args):
     from vflbench.config import RunConfig, resolve
     from vflbench.pipeline import execute
 
-    cfg = RunConfig(dataset="credit", method="laser", train_missing=train, test_missing=["none", "mcar:0.1", "mcar:0.5"], seed=seed,
-                    protocol="compat", protocol_options=proto_opts, data_options=data_opts)
+    cfg = RunConfig(
+        dataset="credit",
+        method="laser",
+        train_missing=train,
+        test_missing=["none", "mcar:0.1", "mcar:0.5"],
+        seed=seed,
+        protocol="compat",
+        protocol_options=proto_opts,
+        data_options=data_opts,
+    )
     rows, _ = execute(resolve(cfg), device="cpu")
     return [{**r, "candidate": name} for r in rows if r["metric"] == "f1"]
 
@@ -55,7 +63,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("results/laser_table1/preprocessing"))
     a = ap.parse_args()
-    jobs = [(n, d, p, t, int(s)) for n, (d, p) in CANDIDATES.items() for t in a.train.split(",") for s in a.seeds.split(",")]
+    jobs = [
+        (n, d, p, t, int(s)) for n, (d, p) in CANDIDATES.items() for t in a.train.split(",") for s in a.seeds.split(",")
+    ]
     with ProcessPoolExecutor(a.workers) as pool:
         rows = [r for rs in pool.map(one, jobs) for r in rs]
     df = pd.DataFrame(rows)
@@ -68,10 +78,22 @@ def main() -> None:
     ref = ref[(ref["dataset"] == "credit") & (ref["method"] == "LASER-VFL")]
     paper = {(r.p_miss_train, r.p_miss_test): (r.mean, r.std) for r in ref.itertuples()}
     cells = list(dict.fromkeys(zip(df["train_missing"], df["test_missing"], strict=True)))
-    lines = ["# Credit preprocessing investigation (LASER-VFL, compat protocol, F1 x 100)", "",
-             f"Seeds {a.seeds}; mean over seeds. Paper values: LASER-VFL, Table 1 (v3).", "",
-             "| candidate | " + " | ".join(f"{ref_key(tr)}->{ref_key(te)}" for tr, te in cells) + " | mean abs diff |", "|---|" + "---|" * (len(cells) + 1)]
-    lines.append("| **paper** | " + " | ".join(f"{paper[(ref_key(tr), ref_key(te))][0]:.1f} ± {paper[(ref_key(tr), ref_key(te))][1]:.1f}" for tr, te in cells) + " | |")
+    lines = [
+        "# Credit preprocessing investigation (LASER-VFL, compat protocol, F1 x 100)",
+        "",
+        f"Seeds {a.seeds}; mean over seeds. Paper values: LASER-VFL, Table 1 (v3).",
+        "",
+        "| candidate | " + " | ".join(f"{ref_key(tr)}->{ref_key(te)}" for tr, te in cells) + " | mean abs diff |",
+        "|---|" + "---|" * (len(cells) + 1),
+    ]
+    lines.append(
+        "| **paper** | "
+        + " | ".join(
+            f"{paper[(ref_key(tr), ref_key(te))][0]:.1f} ± {paper[(ref_key(tr), ref_key(te))][1]:.1f}"
+            for tr, te in cells
+        )
+        + " | |"
+    )
     for name in CANDIDATES:
         g = df[df["candidate"] == name]
         vals, diffs = [], []

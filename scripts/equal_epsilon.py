@@ -1,6 +1,7 @@
 """The PBM beta at which a mechanism at a method's boundary reaches a target certified epsilon.
 
-    python scripts/equal_epsilon.py --target 15611 --releases 400 --dim 10 --b 32            # per-party releases (LASER-VFL, PlugVFL, ...)
+    python scripts/equal_epsilon.py --target 15611 --releases 400 --dim 10 --b 32            # per-party releases
+    (LASER-VFL, PlugVFL, ...)
     python scripts/equal_epsilon.py --target 15611 --releases 400 --dim 16 --b 32 --release sum --parties 4
 
 Bisects beta in (0, 1/4] on the accountant's own epsilon (pld by default) of ``--releases`` releases
@@ -33,13 +34,21 @@ def main() -> None:
     counts[(0 if a.release == "each" else a.parties - 1)] = a.releases
 
     def eps(beta: float) -> float:
-        return epsilon(AccountantSpec("pbm", a.parties, a.dim, b=a.b, beta=beta, mode=a.mode, release=a.release), counts, a.delta, a.unit)
+        return epsilon(
+            AccountantSpec("pbm", a.parties, a.dim, b=a.b, beta=beta, mode=a.mode, release=a.release),
+            counts,
+            a.delta,
+            a.unit,
+        )
 
     lo, hi = 1e-4, 0.25
     for _ in range(a.steps):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if eps(mid) <= a.target else (lo, mid)
-    print(f"beta = {lo:.5f}: epsilon {eps(lo):.6g} <= target {a.target:g} ({a.unit}, {a.mode}, delta {a.delta:g}, {a.releases} releases of {a.dim} values, release={a.release})")
+    print(
+        f"beta = {lo:.5f}: epsilon {eps(lo):.6g} <= target {a.target:g} ({a.unit}, {a.mode}, delta {a.delta:g}, "
+        f"{a.releases} releases of {a.dim} values, release={a.release})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Controlled runs behind results/false/README.md: which reading of the FALSE-VFL paper's LASER-VFL
 baseline reproduces its Table 12 row (Isolet, trained under MCAR 0.2), and did SimSiam learn anything?
 
-    python scripts/false_laser_controlled.py          # run what is missing (resumable), then tabulate (make false-controlled)
+    python scripts/false_laser_controlled.py          # run what is missing (resumable), then tabulate (make
+    false-controlled)
     python scripts/false_laser_controlled.py --table  # tabulate the committed runs only
 
 Runs the three experiment files of experiments/false_controlled/ into results/false/controlled/<file>/
@@ -32,7 +33,9 @@ LABELS = ["MCAR 0", "MCAR 2", "MCAR 5", "MAR 1", "MAR 2", "MNAR 7", "MNAR 9"]
 
 def paper_row() -> tuple[np.ndarray, np.ndarray]:
     ref = pd.read_csv(ROOT / "vflbench" / "reference" / "false_tables12_17.csv")
-    r = ref[(ref["dataset"] == "Isolet") & (ref["method"] == "LASER-VFL") & (ref["train_mechanism"] == "MCAR 2")].set_index("test_mechanism")
+    r = ref[
+        (ref["dataset"] == "Isolet") & (ref["method"] == "LASER-VFL") & (ref["train_mechanism"] == "MCAR 2")
+    ].set_index("test_mechanism")
     return r.loc[LABELS, "mean"].to_numpy(float), r.loc[LABELS, "std"].to_numpy(float)
 
 
@@ -41,8 +44,9 @@ def reading(file: str, options) -> str:
     pre = opts.pop("pretrain", "none")
     name = ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) or "ours"
     if pre == "simsiam":
-        name = ("SimSiam, plain constant-rate SGD (Table 7 literally)" if file == "laser_simsiam_literal" else "SimSiam") + (
-            "" if name == "ours" else f", {name}")
+        name = (
+            "SimSiam, plain constant-rate SGD (Table 7 literally)" if file == "laser_simsiam_literal" else "SimSiam"
+        ) + ("" if name == "ours" else f", {name}")
     return name
 
 
@@ -60,7 +64,9 @@ def load() -> pd.DataFrame:
     df = df[df["metric"] == "accuracy"].copy()
     df["reading"] = [reading(f, o) for f, o in zip(df["file"], df["options"], strict=True)]
     pre = df["file"] != "laser_labeled"
-    df["supervised_epochs"] = np.where(pre, df["epoch"] - 100, df["epoch"])  # SimSiam runs count 100 pretraining epochs first
+    df["supervised_epochs"] = np.where(
+        pre, df["epoch"] - 100, df["epoch"]
+    )  # SimSiam runs count 100 pretraining epochs first
     return df
 
 
@@ -73,14 +79,38 @@ def agreement_table(df: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
         mean, std = piv.mean().to_numpy(), piv.std(ddof=1).to_numpy() if len(piv) > 1 else np.full(7, np.nan)
         ok = np.abs(mean - paper) <= tol
         sd = float(np.nanmean(std)) if len(piv) > 1 else float("nan")
-        recs.append({"reading": name, "epochs": int(ep), "seeds": len(piv), "ok": int(ok.sum()), "mean_diff": float((mean - paper).mean()),
-                     "mean_std": sd, **dict(zip(LABELS, mean, strict=True))})
+        recs.append(
+            {
+                "reading": name,
+                "epochs": int(ep),
+                "seeds": len(piv),
+                "ok": int(ok.sum()),
+                "mean_diff": float((mean - paper).mean()),
+                "mean_std": sd,
+                **dict(zip(LABELS, mean, strict=True)),
+            }
+        )
         cells = [f"{m:.1f}" + ("" if k else "✗") for m, k in zip(mean, ok, strict=True)]
-        rows.append([name, str(int(ep)), str(len(piv)), *cells, f"{int(ok.sum())}/7", f"{(mean - paper).mean():+.1f}", f"{sd:.1f}" if len(piv) > 1 else "1 seed"])
+        rows.append(
+            [
+                name,
+                str(int(ep)),
+                str(len(piv)),
+                *cells,
+                f"{int(ok.sum())}/7",
+                f"{(mean - paper).mean():+.1f}",
+                f"{sd:.1f}" if len(piv) > 1 else "1 seed",
+            ]
+        )
     head = ["reading", "epochs", "seeds", *LABELS, "within tol.", "mean diff.", "mean std"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["| **paper (Table 12)** | 200 | 5 | " + " | ".join(f"{v:.1f}" for v in paper) + " | | | " + f"{pstd.mean():.1f} |"]
+    lines += [
+        "| **paper (Table 12)** | 200 | 5 | "
+        + " | ".join(f"{v:.1f}" for v in paper)
+        + " | | | "
+        + f"{pstd.mean():.1f} |"
+    ]
     return lines, pd.DataFrame(recs)
 
 
@@ -98,16 +128,39 @@ def diagnostics(df: pd.DataFrame) -> list[str]:
             ex = man.get("extras", {})
             if "ssl_probe_acc_init" not in ex:
                 continue
-            opts = ";".join(f"{k}={v}" for k, v in sorted(man["config"]["method_options"].items()) if man["config"]["option_sources"].get(k) == "user")
+            opts = ";".join(
+                f"{k}={v}"
+                for k, v in sorted(man["config"]["method_options"].items())
+                if man["config"]["option_sources"].get(k) == "user"
+            )
             final = df[(df["run_id"] == man["run_id"]) & (df["test_missing"] == "none")]
             acc = final.loc[final["epoch"].idxmax(), "value"] if len(final) else float("nan")
-            rows.append([reading(f, opts), str(man["config"]["seed"]), f"{ex['ssl_probe_acc_init']:.1f}", f"{ex['ssl_probe_acc_pretrained']:.1f}",
-                         f"{ex['ssl_collapse_std_init']:.4f}", f"{ex['ssl_collapse_std_pretrained']:.4f}", f"{ex['ssl_collapse_ref']:.4f}", f"{acc:.1f}",
-                         f"{man['timings']['stage_seconds'].get('pretrain', float('nan')):.0f}"])
+            rows.append(
+                [
+                    reading(f, opts),
+                    str(man["config"]["seed"]),
+                    f"{ex['ssl_probe_acc_init']:.1f}",
+                    f"{ex['ssl_probe_acc_pretrained']:.1f}",
+                    f"{ex['ssl_collapse_std_init']:.4f}",
+                    f"{ex['ssl_collapse_std_pretrained']:.4f}",
+                    f"{ex['ssl_collapse_ref']:.4f}",
+                    f"{acc:.1f}",
+                    f"{man['timings']['stage_seconds'].get('pretrain', float('nan')):.0f}",
+                ]
+            )
     if not rows:
         return []
-    head = ["reading", "seed", "probe at init (%)", "probe after SimSiam (%)", "collapse std at init", "collapse std after", "1/sqrt(d)",
-            "LASER-VFL, MCAR 0 (%)", "pretraining s"]
+    head = [
+        "reading",
+        "seed",
+        "probe at init (%)",
+        "probe after SimSiam (%)",
+        "collapse std at init",
+        "collapse std after",
+        "1/sqrt(d)",
+        "LASER-VFL, MCAR 0 (%)",
+        "pretraining s",
+    ]
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in rows]]
 
 
@@ -118,26 +171,64 @@ def main() -> None:
     a = ap.parse_args()
     if not a.table:
         for f in (*FILES, *OTHER):
-            subprocess.run([sys.executable, "-m", "vflbench", "sweep", str(ROOT / "experiments" / "false_controlled" / f"{f}.yaml"),
-                            "--out", str(OUT / f), "--workers", str(a.workers), "--threads", "1"], check=True, cwd=ROOT)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "vflbench",
+                    "sweep",
+                    str(ROOT / "experiments" / "false_controlled" / f"{f}.yaml"),
+                    "--out",
+                    str(OUT / f),
+                    "--workers",
+                    str(a.workers),
+                    "--threads",
+                    "1",
+                ],
+                check=True,
+                cwd=ROOT,
+            )
     df = load()
     lines, recs = agreement_table(df)
-    best = recs.sort_values(["ok", "mean_diff"], ascending=[False, True], key=lambda s: s if s.name == "ok" else s.abs()).iloc[0]
-    text = ["# The FALSE-VFL paper's LASER-VFL, explained by controlled runs", "",
-            "Isolet, 8 parties, trained under MCAR 0.2 (500 labeled of which 100 fully aligned), `--protocol false`, preset "
-            "`false_tables`. One thing changed at a time from ours (one fusion model over subsets of the observed blocks, every labeled "
-            "sample, 200 epochs of Table 7). Mean accuracy (%) over seeds; ✗: outside max(2 x paper std, 2 points) of the paper. "
-            "`epochs`: epochs of supervised training (budgets below 200 are the same runs evaluated early, `--eval-epochs`).", "",
-            *lines, "",
-            f"Closest: **{best['reading']} at {int(best['epochs'])} epochs**, {int(best['ok'])}/7 cells within tolerance "
-            f"(mean difference {best['mean_diff']:+.1f} points" + (f", mean seed std {best['mean_std']:.1f}" if best["seeds"] > 1 else ", 1 seed") + ").", ""]
+    best = recs.sort_values(
+        ["ok", "mean_diff"], ascending=[False, True], key=lambda s: s if s.name == "ok" else s.abs()
+    ).iloc[0]
+    text = [
+        "# The FALSE-VFL paper's LASER-VFL, explained by controlled runs",
+        "",
+        "Isolet, 8 parties, trained under MCAR 0.2 (500 labeled of which 100 fully aligned), `--protocol false`, "
+        "preset "
+        "`false_tables`. One thing changed at a time from ours (one fusion model over subsets of the observed blocks, "
+        "every labeled "
+        "sample, 200 epochs of Table 7). Mean accuracy (%) over seeds; ✗: outside max(2 x paper std, 2 points) of the "
+        "paper. "
+        "`epochs`: epochs of supervised training (budgets below 200 are the same runs evaluated early, "
+        "`--eval-epochs`).",
+        "",
+        *lines,
+        "",
+        f"Closest: **{best['reading']} at {int(best['epochs'])} epochs**, {int(best['ok'])}/7 cells within tolerance "
+        f"(mean difference {best['mean_diff']:+.1f} points"
+        + (f", mean seed std {best['mean_std']:.1f}" if best["seeds"] > 1 else ", 1 seed")
+        + ").",
+        "",
+    ]
     diag = diagnostics(df)
     if diag:
-        text += ["## SimSiam: did pretraining learn anything?", "",
-                 "Linear probe: multinomial logistic regression on the frozen, standardised, concatenated party representations of the "
-                 "labeled training samples, scored on the test set with every block observed, at initialisation and after pretraining. "
-                 "Collapse: std over samples of the L2-normalised projector output, averaged over dimensions and parties (0 = collapsed; "
-                 "about 1/sqrt(d) when spread).", "", *diag, ""]
+        text += [
+            "## SimSiam: did pretraining learn anything?",
+            "",
+            "Linear probe: multinomial logistic regression on the frozen, standardised, concatenated party "
+            "representations of the "
+            "labeled training samples, scored on the test set with every block observed, at initialisation and after "
+            "pretraining. "
+            "Collapse: std over samples of the L2-normalised projector output, averaged over dimensions and parties "
+            "(0 = collapsed; "
+            "about 1/sqrt(d) when spread).",
+            "",
+            *diag,
+            "",
+        ]
     (OUT / "table.md").write_text("\n".join(text))
     print("\n".join(text))
     print(f"-> {OUT / 'table.md'}")

@@ -49,8 +49,24 @@ from vflbench.config import RunConfig, resolve  # noqa: E402
 from vflbench.pipeline import build, policy, prepare, stage_hp  # noqa: E402
 from vflbench.training import Callback, fit, predict  # noqa: E402
 
-PAPER = {(8, 0.1): np.inf, (8, 0.15): 86, (8, 0.2): 41, (8, 0.25): 23, (16, 0.1): 98, (16, 0.15): 34, (16, 0.2): 15, (16, 0.25): 8,
-         (32, 0.1): 35, (32, 0.15): 12, (32, 0.2): 5, (32, 0.25): 3, (64, 0.1): 15, (64, 0.15): 4, (64, 0.2): 3, (64, 0.25): 2}
+PAPER = {
+    (8, 0.1): np.inf,
+    (8, 0.15): 86,
+    (8, 0.2): 41,
+    (8, 0.25): 23,
+    (16, 0.1): 98,
+    (16, 0.15): 34,
+    (16, 0.2): 15,
+    (16, 0.25): 8,
+    (32, 0.1): 35,
+    (32, 0.15): 12,
+    (32, 0.2): 5,
+    (32, 0.25): 3,
+    (64, 0.1): 15,
+    (64, 0.15): 4,
+    (64, 0.2): 3,
+    (64, 0.25): 2,
+}
 RUN_VARIANTS = ("baseline", "lr_half", "batch_200", "server_mean", "init_glorot", "init_small", "init_0.75")
 MEASURED = ("auprc", "monitor_exact", "auprc_trapz", "auprc_class0", "running")
 TARGET = 0.9
@@ -97,7 +113,11 @@ class Monitor(Callback):
         epoch = loop.epoch + 1
         y = self.train.y.cpu().numpy()
         s = self._scores("mechanism")
-        vals = {"auprc": average_precision_score(y, s), "auprc_trapz": trapz_auprc(y, s), "auprc_class0": average_precision_score(1 - y, 1 - s)}
+        vals = {
+            "auprc": average_precision_score(y, s),
+            "auprc_trapz": trapz_auprc(y, s),
+            "auprc_class0": average_precision_score(1 - y, 1 - s),
+        }
         vals["monitor_exact"] = average_precision_score(y, self._scores("exact"))
         if self.run_scores:
             rs, ry = torch.cat(self.run_scores).cpu().numpy(), torch.cat(self.run_y).cpu().numpy()
@@ -135,8 +155,16 @@ def one(b: int, beta: float, seed: int, variant: str, max_epochs: int) -> dict:
         hp["lr"] = 0.005
     if variant == "batch_200":
         hp["batch_size"] = 200
-    cfg = RunConfig(dataset="phishing", method="pbm", parties=5, seed=seed, protocol="clean", settings={"preset": "laser_table1"},
-                    method_options={"b": b, "beta": beta}, hp=hp)
+    cfg = RunConfig(
+        dataset="phishing",
+        method="pbm",
+        parties=5,
+        seed=seed,
+        protocol="clean",
+        settings={"preset": "laser_table1"},
+        method_options={"b": b, "beta": beta},
+        hp=hp,
+    )
     run = resolve(cfg)
     torch.set_num_threads(1)
     inputs = prepare(run, "cpu")
@@ -152,19 +180,36 @@ def one(b: int, beta: float, seed: int, variant: str, max_epochs: int) -> dict:
         fit(method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, [mon])
     except Reached:
         pass
-    row = {"variant": variant, "b": b, "beta": beta, "seed": seed, "max_epochs": max_epochs, "seconds": round(time.perf_counter() - t, 1),
-           "lr": run.hp.lr, "batch_size": run.hp.batch_size, "optimizer": run.hp.optimizer, "momentum": run.hp.momentum}
+    row = {
+        "variant": variant,
+        "b": b,
+        "beta": beta,
+        "seed": seed,
+        "max_epochs": max_epochs,
+        "seconds": round(time.perf_counter() - t, 1),
+        "lr": run.hp.lr,
+        "batch_size": run.hp.batch_size,
+        "optimizer": run.hp.optimizer,
+        "momentum": run.hp.momentum,
+    }
     for k in MEASURED:
         row[k] = float(mon.reached.get(k, np.inf))
     return row
 
 
 def summarise(df: pd.DataFrame) -> str:
-    lines = ["# PBM-VFL Table 3 speed gap: controlled runs", "",
-             "Epochs to a train AUPRC of 0.9 (Phishing, M = 5), mean over seeds (per seed in brackets; inf: not within the cap). "
-             "The last columns are ours / paper: the geometric mean over the settings with paper epochs >= 30 (noisy) and over those "
-             "with paper epochs <= 15 (clean). vflbench as run: about 0.4 noisy and 1.2 clean; a change that explains the paper "
-             "brings both to 1. Made by `python scripts/pbm_speed_gap.py`.", ""]
+    lines = [
+        "# PBM-VFL Table 3 speed gap: controlled runs",
+        "",
+        "Epochs to a train AUPRC of 0.9 (Phishing, M = 5), mean over seeds (per seed in brackets; inf: not within the "
+        "cap). "
+        "The last columns are ours / paper: the geometric mean over the settings with paper epochs >= 30 (noisy) and "
+        "over those "
+        "with paper epochs <= 15 (clean). vflbench as run: about 0.4 noisy and 1.2 clean; a change that explains the "
+        "paper "
+        "brings both to 1. Made by `python scripts/pbm_speed_gap.py`.",
+        "",
+    ]
     cols = []
     base = df[df["variant"] == "baseline"]
     for v in RUN_VARIANTS:
@@ -174,8 +219,12 @@ def summarise(df: pd.DataFrame) -> str:
         cols.append((m, base, m))
     cols.append(("count_from_0", base.assign(auprc=base["auprc"] - 1), "auprc"))
     settings = sorted({(int(r.b), float(r.beta)) for r in df.itertuples()}, key=lambda s: -PAPER[s])
-    lines += ["| variant | " + " | ".join(f"({b}, {beta:g}) paper {PAPER[(b, beta)]:g}" for b, beta in settings) + " | ours / paper, noisy | clean |",
-              "|---|" + "---|" * (len(settings) + 2)]
+    lines += [
+        "| variant | "
+        + " | ".join(f"({b}, {beta:g}) paper {PAPER[(b, beta)]:g}" for b, beta in settings)
+        + " | ours / paper, noisy | clean |",
+        "|---|" + "---|" * (len(settings) + 2),
+    ]
     for name, d, col in cols:
         cells, noisy, clean = [], [], []
         for b, beta in settings:
@@ -212,7 +261,12 @@ def main() -> None:
         for s in a.settings.split(","):
             b, beta = int(s.split(":")[0]), float(s.split(":")[1])
             for seed in (int(x) for x in a.seeds.split(",")):
-                if len(done) and ((done["variant"] == v) & (done["b"] == b) & (done["beta"] == beta) & (done["seed"] == seed)).any():
+                if (
+                    len(done)
+                    and (
+                        (done["variant"] == v) & (done["b"] == b) & (done["beta"] == beta) & (done["seed"] == seed)
+                    ).any()
+                ):
                     continue
                 row = one(b, beta, seed, v, a.max_epochs)
                 print(row, flush=True)

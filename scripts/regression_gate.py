@@ -81,7 +81,9 @@ def main() -> int:
     ap.add_argument("--keys-only", action="store_true")
     ap.add_argument("--tabular-only", action="store_true", help="re-run only MLP (tabular) runs")
     ap.add_argument("--out", help="write the report as JSON here")
-    ap.add_argument("--run", action="append", default=[], help="re-run just this run folder (repeatable) and compare it")
+    ap.add_argument(
+        "--run", action="append", default=[], help="re-run just this run folder (repeatable) and compare it"
+    )
     a = ap.parse_args()
     from vflbench.config import config_from_manifest, resolve
 
@@ -101,18 +103,39 @@ def main() -> int:
         entry = {"runs": len(manifests), "keys_moved": moved}
         if not a.keys_only:
             # bit-identical repeats are promised on CPU: a run recorded on a GPU draws other random numbers there
-            pool = [(d, m) for d, m in manifests if (not a.tabular_only or m["config"]["model"].get("arch") == "mlp") and m.get("device", "cpu") == "cpu"]
+            pool = [
+                (d, m)
+                for d, m in manifests
+                if (not a.tabular_only or m["config"]["model"].get("arch") == "mlp") and m.get("device", "cpu") == "cpu"
+            ]
             if not pool and manifests:
-                entry["note"] = f"every run was recorded on {manifests[0][1].get('device')}; a CPU re-run is not comparable"
+                entry["note"] = (
+                    f"every run was recorded on {manifests[0][1].get('device')}; a CPU re-run is not comparable"
+                )
             if pool:
                 d, m = min(pool, key=lambda dm: dm[1].get("timings", {}).get("train_s", 1e9))
                 t = time.perf_counter()
-                entry.update({"rerun": m["run_id"], "packed": "pack" in m, "diffs": rerun(m, d), "seconds": round(time.perf_counter() - t, 1)})
+                entry.update(
+                    {
+                        "rerun": m["run_id"],
+                        "packed": "pack" in m,
+                        "diffs": rerun(m, d),
+                        "seconds": round(time.perf_counter() - t, 1),
+                    }
+                )
         bad |= bool(entry["keys_moved"]) or bool(entry.get("diffs"))
         report[str(folder)] = entry
-        print(f"{folder}: {entry['runs']} runs, keys moved {len(moved)}" + (f" ({entry['note']})" if "note" in entry else "")
-              + (f", re-ran {entry['rerun']} ({'pack of 1' if entry['packed'] else 'alone'}, {entry['seconds']}s): "
-                 + ("identical" if not entry["diffs"] else "; ".join(entry["diffs"][:4])) if "rerun" in entry else ""), flush=True)
+        print(
+            f"{folder}: {entry['runs']} runs, keys moved {len(moved)}"
+            + (f" ({entry['note']})" if "note" in entry else "")
+            + (
+                f", re-ran {entry['rerun']} ({'pack of 1' if entry['packed'] else 'alone'}, {entry['seconds']}s): "
+                + ("identical" if not entry["diffs"] else "; ".join(entry["diffs"][:4]))
+                if "rerun" in entry
+                else ""
+            ),
+            flush=True,
+        )
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
     return 1 if bad else 0

@@ -31,22 +31,63 @@ def main() -> None:
         for m in a.methods.split(","):
             d = out / f"{m}_lat{lat:g}"
             extra = ["--method-opt", "noise=party", "--method-opt", "secagg=masked"] if m == "pbm" else []
-            cmd = [sys.executable, "-m", "vflbench", "run", "--dataset", "credit", "--method", m, *extra, "--runtime", "processes", "--parties", str(a.parties),
-                   "--epochs", str(a.epochs), "--seed", "0", "--test-missing", "none", "--net-latency", str(lat), "--net-bandwidth", str(a.bandwidth),
-                   "--quiet", "--out", str(d)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "vflbench",
+                "run",
+                "--dataset",
+                "credit",
+                "--method",
+                m,
+                *extra,
+                "--runtime",
+                "processes",
+                "--parties",
+                str(a.parties),
+                "--epochs",
+                str(a.epochs),
+                "--seed",
+                "0",
+                "--test-missing",
+                "none",
+                "--net-latency",
+                str(lat),
+                "--net-bandwidth",
+                str(a.bandwidth),
+                "--quiet",
+                "--out",
+                str(d),
+            ]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             (run_dir,) = [p for p in d.iterdir() if p.is_dir()]
             man = json.loads((run_dir / "manifest.json").read_text())
             tm, meas = man["timings"], man["runtime"]["measured"]
-            rows.append({"method": man["method"]["display"], "latency_ms": lat, "bandwidth_mbps": a.bandwidth,
-                         "s_per_epoch": tm["seconds_per_epoch"], "comm_share": tm["comm_s"] / max(tm["train_s"] + tm["eval_s"], 1e-9),
-                         "mb_up_per_epoch": meas["bytes_train_up"] / a.epochs / 1e6, "mb_down_per_epoch": meas["bytes_train_down"] / a.epochs / 1e6,
-                         "messages": meas["messages"], "equal": man["runtime"]["measured_equals_accounted"]})
+            rows.append(
+                {
+                    "method": man["method"]["display"],
+                    "latency_ms": lat,
+                    "bandwidth_mbps": a.bandwidth,
+                    "s_per_epoch": tm["seconds_per_epoch"],
+                    "comm_share": tm["comm_s"] / max(tm["train_s"] + tm["eval_s"], 1e-9),
+                    "mb_up_per_epoch": meas["bytes_train_up"] / a.epochs / 1e6,
+                    "mb_down_per_epoch": meas["bytes_train_down"] / a.epochs / 1e6,
+                    "messages": meas["messages"],
+                    "equal": man["runtime"]["measured_equals_accounted"],
+                }
+            )
             print(rows[-1], flush=True)
-    lines = ["| method | latency (ms) | Mbit/s | s / epoch | server time in send/recv | MB up / epoch | MB down / epoch | measured = accounted |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['method']} | {r['latency_ms']:g} | {r['bandwidth_mbps']:g} | {r['s_per_epoch']:.1f} | {100 * r['comm_share']:.0f}% | "
-              f"{r['mb_up_per_epoch']:.2f} | {r['mb_down_per_epoch']:.2f} | {'yes' if r['equal'] else 'NO'} |" for r in rows]
+    lines = [
+        "| method | latency (ms) | Mbit/s | s / epoch | server time in send/recv | MB up / epoch | MB down / epoch | "
+        "measured = accounted |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {r['method']} | {r['latency_ms']:g} | {r['bandwidth_mbps']:g} | {r['s_per_epoch']:.1f} | "
+        f"{100 * r['comm_share']:.0f}% | "
+        f"{r['mb_up_per_epoch']:.2f} | {r['mb_down_per_epoch']:.2f} | {'yes' if r['equal'] else 'NO'} |"
+        for r in rows
+    ]
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

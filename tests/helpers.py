@@ -15,7 +15,9 @@ def train_step(method, b, hp=None):
     """One optimiser step on one batch, as the trainer takes it; returns the loss (None if skipped)."""
     stage = method.stages[0]
     hp = hp or StageHP("adam", 1e-2, 0.0, 0.0, b.size, 1)
-    opt = getattr(method, "_test_opt", None) or make_optimizer(method, stage, hp, TrainPolicy(False, False, False, False))
+    opt = getattr(method, "_test_opt", None) or make_optimizer(
+        method, stage, hp, TrainPolicy(False, False, False, False)
+    )
     method._test_opt = opt
     method.store.begin()
     loss, active = method.loss(b, stage)

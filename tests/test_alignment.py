@@ -26,13 +26,19 @@ def party_files(tmp_path):
     n = 600
     ids = np.array([f"u{i:04d}" for i in range(n)])
     x = rng.normal(size=(n, 8))
-    y = (x[:, 0] + x[:, 3] - x[:, 6] + 0.5 * rng.normal(size=n) > 0)
+    y = x[:, 0] + x[:, 3] - x[:, 6] + 0.5 * rng.normal(size=n) > 0
     a = pd.DataFrame({"ID": ids, "a1": x[:, 0], "a2": x[:, 1], "label": np.where(y, "yes", "no")})
     a = a[rng.random(n) < 0.95]  # 5% of the IDs have no label: not samples
     keep_b, keep_c = rng.random(n) < 0.8, rng.random(n) < 0.7
-    b = pd.concat([pd.DataFrame({"ID": ids, "b1": x[:, 3], "b2": x[:, 4]})[keep_b],
-                   pd.DataFrame({"ID": [f"only-b{i}" for i in range(25)], "b1": 0.0, "b2": 1.0})])  # IDs no label file has
-    c = pd.DataFrame({"ID": ids, "c1": x[:, 6], "color": np.array(["red", "green", "blue"])[rng.integers(0, 3, n)]})[keep_c]
+    b = pd.concat(
+        [
+            pd.DataFrame({"ID": ids, "b1": x[:, 3], "b2": x[:, 4]})[keep_b],
+            pd.DataFrame({"ID": [f"only-b{i}" for i in range(25)], "b1": 0.0, "b2": 1.0}),
+        ]
+    )  # IDs no label file has
+    c = pd.DataFrame({"ID": ids, "c1": x[:, 6], "color": np.array(["red", "green", "blue"])[rng.integers(0, 3, n)]})[
+        keep_c
+    ]
     paths = {}
     for name, df, seed in (("a", a, 1), ("b", b, 2), ("c", c, 3)):
         paths[name] = tmp_path / f"{name}.csv"
@@ -61,7 +67,11 @@ def test_the_aligned_dataset_holds_each_partys_rows_and_the_alignment_mask(party
     al = ds.preprocessing["alignment"]
     samples = truth["samples"]
     assert al["samples"] == len(samples) and al["private"]
-    assert al["held_per_party"] == {"party0": len(samples), "party1": len(samples & truth["b"]), "party2": len(samples & truth["c"])}
+    assert al["held_per_party"] == {
+        "party0": len(samples),
+        "party1": len(samples & truth["b"]),
+        "party2": len(samples & truth["c"]),
+    }
     assert al["held_by_all"] == len(samples & truth["b"] & truth["c"])
     held = np.concatenate([ds.structural["train"], ds.structural["test"]])
     assert held[:, 1].sum() == len(samples & truth["b"]) and held[:, 0].all()
@@ -83,20 +93,57 @@ def test_the_aligned_dataset_is_the_joined_table_as_the_table_loader_encodes_it(
     joined = joined[["ID", "a1", "a2", "b1", "b2", "c1", "color", "label"]]
     joined.to_csv(tmp_path / "joined.csv", index=False)
     table = load_table_dataset(f"csv:{tmp_path / 'joined.csv'}", {**DEFAULTS, "target": "label", "drop": "ID"})
-    ds = load_aligned(f"aligned:{spec}", {"id": "ID", "target": "label", "align": "plain", "test_size": 0.2, "split_seed": 0, "scaler": "standard"})
+    ds = load_aligned(
+        f"aligned:{spec}",
+        {"id": "ID", "target": "label", "align": "plain", "test_size": 0.2, "split_seed": 0, "scaler": "standard"},
+    )
     assert np.array_equal(table.y_train, ds.y_train) and np.array_equal(table.y_test, ds.y_test)
-    assert np.array_equal(table.x_train.astype(np.float32), ds.x_train) and np.array_equal(table.x_test.astype(np.float32), ds.x_test)
+    assert np.array_equal(table.x_train.astype(np.float32), ds.x_train) and np.array_equal(
+        table.x_test.astype(np.float32), ds.x_test
+    )
 
 
 def test_bad_party_data_is_refused_in_one_line(party_files, tmp_path):
     spec, _ = party_files
     with pytest.raises(VFLBenchError, match="name=path"):
         parse_party_data("a.csv,b.csv")
-    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "NOPE", "--data-opt", "target=label", "--parties", "3",
-                            "--method", "laser", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--party-data",
+            spec,
+            "--id-column",
+            "NOPE",
+            "--data-opt",
+            "target=label",
+            "--parties",
+            "3",
+            "--method",
+            "laser",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2 and "ID column 'NOPE'" in r.output
-    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "4",
-                            "--method", "laser", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--party-data",
+            spec,
+            "--id-column",
+            "ID",
+            "--data-opt",
+            "target=label",
+            "--parties",
+            "4",
+            "--method",
+            "laser",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2 and "--parties 4 conflicts with --party-data, which names 3 party files" in r.output
 
 
@@ -114,19 +161,45 @@ def test_zero_padded_ids_are_not_joined_to_unpadded_ones_and_the_difference_is_w
         ds = load_aligned(spec, opts)
     al = ds.preprocessing["alignment"]
     assert al["held_per_party"] == {"party0": 40, "party1": 0, "party2": 40} and al["held_by_all"] == 0
-    assert load_aligned(spec, {**opts, "align": "psi"}).preprocessing["alignment"]["held_per_party"]["party1"] == 0  # PSI joins text too
+    assert (
+        load_aligned(spec, {**opts, "align": "psi"}).preprocessing["alignment"]["held_per_party"]["party1"] == 0
+    )  # PSI joins text too
 
 
 def test_a_party_that_holds_nothing_is_warned_about_and_the_rows_say_it_is_absent(tmp_path):
-    a = pd.DataFrame({"ID": [f"u{i}" for i in range(200)], "x": np.random.default_rng(0).normal(size=200), "label": ["p", "q"] * 100})
+    a = pd.DataFrame(
+        {"ID": [f"u{i}" for i in range(200)], "x": np.random.default_rng(0).normal(size=200), "label": ["p", "q"] * 100}
+    )
     b = pd.DataFrame({"ID": [f"v{i}" for i in range(200)], "z": np.arange(200.0)})  # no ID in common
     c = pd.DataFrame({"ID": [f"u{i}" for i in range(200)], "w": np.arange(200.0)})
     for n, df in (("a", a), ("b", b), ("c", c)):
         df.to_csv(tmp_path / f"{n}.csv", index=False)
     spec = f"party0={tmp_path / 'a.csv'},party1={tmp_path / 'b.csv'},party2={tmp_path / 'c.csv'}"
-    with pytest.warns(UserWarning, match="party1 holds none of the 200 samples"):  # (pytest takes the warning the CLI prints as one line)
-        r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--method", "laser", "--epochs", "1",
-                                "--align", "plain", "--test-missing", "none", "--out", str(tmp_path / "o")])  # no --parties: three files, three parties
+    with pytest.warns(
+        UserWarning, match="party1 holds none of the 200 samples"
+    ):  # (pytest takes the warning the CLI prints as one line)
+        r = runner.invoke(
+            app,
+            [
+                "run",
+                "--party-data",
+                spec,
+                "--id-column",
+                "ID",
+                "--data-opt",
+                "target=label",
+                "--method",
+                "laser",
+                "--epochs",
+                "1",
+                "--align",
+                "plain",
+                "--test-missing",
+                "none",
+                "--out",
+                str(tmp_path / "o"),
+            ],
+        )  # no --parties: three files, three parties
     assert r.exit_code == 0, r.output
     assert "party1 holds 0 of 200 samples" in r.output and "party0 holds 200 of 200" in r.output
     rows, man = _one(tmp_path / "o")
@@ -146,8 +219,25 @@ def test_the_party_count_comes_from_the_files():
 
 def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(party_files, tmp_path):
     spec, truth = party_files
-    flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "3", "--method", "laser",
-             "--epochs", "3", "--seed", "0", "--train-missing", "mcar:0.2", "--quiet"]
+    flags = [
+        "--party-data",
+        spec,
+        "--id-column",
+        "ID",
+        "--data-opt",
+        "target=label",
+        "--parties",
+        "3",
+        "--method",
+        "laser",
+        "--epochs",
+        "3",
+        "--seed",
+        "0",
+        "--train-missing",
+        "mcar:0.2",
+        "--quiet",
+    ]
     a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
     assert a.exit_code == 0, a.output
     b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
@@ -156,21 +246,28 @@ def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(p
     assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
     assert ma["masks"]["train"]["observed_rate_per_block"] == mb["masks"]["train"]["observed_rate_per_block"]
     assert mb["alignment"]["method"] == "psi" and ma["alignment"]["method"] == "plain"
-    assert {k: v for k, v in ma["alignment"].items() if k not in ("method", "private")} == \
-        {k: v for k, v in mb["alignment"].items() if k not in ("method", "private")}
+    assert {k: v for k, v in ma["alignment"].items() if k not in ("method", "private")} == {
+        k: v for k, v in mb["alignment"].items() if k not in ("method", "private")
+    }
     assert mb["alignment"]["held_per_party"]["party2"] == len(truth["samples"] & truth["c"])
     assert mb["runtime"]["measured_equals_accounted"]
 
 
 def test_inspect_reports_each_party_file_and_the_intersection_before_training(party_files):
     spec, truth = party_files
-    r = runner.invoke(app, ["inspect", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--format", "json"])
+    r = runner.invoke(
+        app, ["inspect", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--format", "json"]
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     assert rep["computed"].startswith("in the clear, locally")
     rows = {p["party"]: p for p in rep["parties"]}
-    assert rows["party1"]["rows"] == len(truth["b"]) and rows["party1"]["holds_samples"] == len(truth["samples"] & truth["b"])
-    assert [p["encoded_width"] for p in rep["parties"]] == [2, 2, 4] and rep["intersection"]["samples"] == len(truth["samples"])
+    assert rows["party1"]["rows"] == len(truth["b"]) and rows["party1"]["holds_samples"] == len(
+        truth["samples"] & truth["b"]
+    )
+    assert [p["encoded_width"] for p in rep["parties"]] == [2, 2, 4] and rep["intersection"]["samples"] == len(
+        truth["samples"]
+    )
     r = runner.invoke(app, ["inspect", "--party-data", spec, "--id-column", "ID"])
     assert r.exit_code == 2 and "target=COLUMN" in r.output
     r = runner.invoke(app, ["inspect", "credit", "--party-data", spec])

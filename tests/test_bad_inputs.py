@@ -28,49 +28,58 @@ def _fails(args, needle, code=2, out_dir=None):
         assert not any(out_dir.rglob("results.csv")), "a results file was written"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--cut", "0"], "--cut"),
-    (["--hidden", "0"], "--hidden sizes must all be >= 1"),
-    (["--hidden", "8,-2"], "--hidden sizes must all be >= 1"),
-    (["--optimizer", "sgd", "--momentum", "-0.1"], "momentum must be in [0, 1)"),
-    (["--optimizer", "sgd", "--momentum", "1"], "momentum must be in [0, 1)"),
-    (["--weight-decay", "-1"], "weight_decay must be a finite number >= 0"),
-    (["--lr", "nan"], "lr must be a finite number > 0"),
-    (["--lr", "inf"], "lr must be a finite number > 0"),
-    (["--weight-decay", "inf"], "weight_decay"),
-    (["--part-opt", "bogus=1"], "Partitioner 'contiguous' has no option bogus"),
-    (["--train-missing", "mcar:1"], "observes no block of any sample"),
-    (["--test-missing", "none,none"], "given more than once"),
-    (["--test-missing", "mcar:0.1,mcar:0.10"], "given more than once"),
-    (["--arch", "bogus"], "Unknown extractor architecture 'bogus'. Choices: mlp, resnet18-half, resnet18, cnn-small"),
-    (["--arch", "cnn-small"], "needs image data"),
-    (["--method-opt", "fusion=concat"], "choices are mean, sum"),
-    # hardening II: flags that meant something else, or nothing
-    (["--hp", "epochs=1", "--epochs", "2"], "--epochs 2 and --hp epochs=1 disagree"),
-    (["--hp", "lr=nan"], "lr must be a finite number > 0"),
-    (["--hp", "batch_size=abc"], "batch_size must be an integer, got 'abc'"),
-    (["--hp", "lr=fast"], "lr must be a number, got 'fast'"),
-    (["--test-missing", "none,mcar:1"], "The test setting 'mcar:1' observes no block"),
-    (["--epochs", "99999999999999999999999"], "epochs must be at most 100,000"),
-    (["--hidden", "10,,10"], "--hidden must be comma-separated integers"),
-    (["--hidden", ""], "--hidden must be comma-separated integers"),
-    (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to SGD only"),
-    (["--method-opt", "fusion=sum", "--method-opt", "fusion=mean"], "--method-opt fusion is given twice"),
-    (["--data-opt", "n=300", "--data-opt", "n=400"], "--data-opt n is given twice"),
-    (["--partitioner", "importance", "--part-opt", "alpha=abc"], "option alpha must be a number, got 'abc'"),
-    (["--partitioner", "importance", "--part-opt", "alpha=1,2"], "option alpha must be a number, got '1,2'"),
-    (["--partitioner", "correlation", "--part-opt", "beta=abc"], "option beta must be a number, got 'abc'"),
-    (["--partitioner", "contiguous", "--part-opt", "alpha=1"], "Partitioner 'contiguous' has no option alpha"),
-    # hardening III: list specs parse strictly (empty items, trailing commas, keys twice)
-    (["--mechanism", "pbm:b=32,,beta=0.1"], "has an empty item (two commas in a row)"),
-    (["--mechanism", "pbm:b=32,beta=0.1,"], "has a trailing comma"),
-    (["--mechanism", "pbm:b=32,b=16"], "gives 'b' twice"),
-    (["--mechanism", "pbm:"], "has a ':' but no parameters"),
-    (["--method-opt", "fusion=sum", "--method-opt", "fusion=sum"], "--method-opt fusion is given twice (the same value twice)"),
-    (["--test-missing", "none,,mcar:0.5"], "--test-missing 'none,,mcar:0.5' has an empty item"),
-    (["--eval-epochs", "1,2,"], "--eval-epochs '1,2,' has a trailing comma"),
-    (["--mechanism", "pbm:b=1000000000,beta=0.1"], "above its limit of 1,024"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--cut", "0"], "--cut"),
+        (["--hidden", "0"], "--hidden sizes must all be >= 1"),
+        (["--hidden", "8,-2"], "--hidden sizes must all be >= 1"),
+        (["--optimizer", "sgd", "--momentum", "-0.1"], "momentum must be in [0, 1)"),
+        (["--optimizer", "sgd", "--momentum", "1"], "momentum must be in [0, 1)"),
+        (["--weight-decay", "-1"], "weight_decay must be a finite number >= 0"),
+        (["--lr", "nan"], "lr must be a finite number > 0"),
+        (["--lr", "inf"], "lr must be a finite number > 0"),
+        (["--weight-decay", "inf"], "weight_decay"),
+        (["--part-opt", "bogus=1"], "Partitioner 'contiguous' has no option bogus"),
+        (["--train-missing", "mcar:1"], "observes no block of any sample"),
+        (["--test-missing", "none,none"], "given more than once"),
+        (["--test-missing", "mcar:0.1,mcar:0.10"], "given more than once"),
+        (
+            ["--arch", "bogus"],
+            "Unknown extractor architecture 'bogus'. Choices: mlp, resnet18-half, resnet18, cnn-small",
+        ),
+        (["--arch", "cnn-small"], "needs image data"),
+        (["--method-opt", "fusion=concat"], "choices are mean, sum"),
+        # hardening II: flags that meant something else, or nothing
+        (["--hp", "epochs=1", "--epochs", "2"], "--epochs 2 and --hp epochs=1 disagree"),
+        (["--hp", "lr=nan"], "lr must be a finite number > 0"),
+        (["--hp", "batch_size=abc"], "batch_size must be an integer, got 'abc'"),
+        (["--hp", "lr=fast"], "lr must be a number, got 'fast'"),
+        (["--test-missing", "none,mcar:1"], "The test setting 'mcar:1' observes no block"),
+        (["--epochs", "99999999999999999999999"], "epochs must be at most 100,000"),
+        (["--hidden", "10,,10"], "--hidden must be comma-separated integers"),
+        (["--hidden", ""], "--hidden must be comma-separated integers"),
+        (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to SGD only"),
+        (["--method-opt", "fusion=sum", "--method-opt", "fusion=mean"], "--method-opt fusion is given twice"),
+        (["--data-opt", "n=300", "--data-opt", "n=400"], "--data-opt n is given twice"),
+        (["--partitioner", "importance", "--part-opt", "alpha=abc"], "option alpha must be a number, got 'abc'"),
+        (["--partitioner", "importance", "--part-opt", "alpha=1,2"], "option alpha must be a number, got '1,2'"),
+        (["--partitioner", "correlation", "--part-opt", "beta=abc"], "option beta must be a number, got 'abc'"),
+        (["--partitioner", "contiguous", "--part-opt", "alpha=1"], "Partitioner 'contiguous' has no option alpha"),
+        # hardening III: list specs parse strictly (empty items, trailing commas, keys twice)
+        (["--mechanism", "pbm:b=32,,beta=0.1"], "has an empty item (two commas in a row)"),
+        (["--mechanism", "pbm:b=32,beta=0.1,"], "has a trailing comma"),
+        (["--mechanism", "pbm:b=32,b=16"], "gives 'b' twice"),
+        (["--mechanism", "pbm:"], "has a ':' but no parameters"),
+        (
+            ["--method-opt", "fusion=sum", "--method-opt", "fusion=sum"],
+            "--method-opt fusion is given twice (the same value twice)",
+        ),
+        (["--test-missing", "none,,mcar:0.5"], "--test-missing 'none,,mcar:0.5' has an empty item"),
+        (["--eval-epochs", "1,2,"], "--eval-epochs '1,2,' has a trailing comma"),
+        (["--mechanism", "pbm:b=1000000000,beta=0.1"], "above its limit of 1,024"),
+    ],
+)
 def test_run_rejects_before_training(tmp_path, args, needle):
     _fails([*RUN, "--out", str(tmp_path / "o"), *args], needle, out_dir=tmp_path)
 
@@ -79,8 +88,27 @@ def test_hp_values_are_not_erased_by_unset_flags(tmp_path):
     """`--hp epochs=1` trains 1 epoch (unset flags used to overwrite it with the preset's value)."""
     import json
 
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "svfl", "--data-opt", "n=300", "--quiet", "--out", str(tmp_path),
-                            "--hp", "epochs=1", "--hp", "lr=0.002", "--test-missing", "none"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "svfl",
+            "--data-opt",
+            "n=300",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+            "--hp",
+            "epochs=1",
+            "--hp",
+            "lr=0.002",
+            "--test-missing",
+            "none",
+        ],
+    )
     assert r.exit_code == 0, r.output
     m = json.loads(next(tmp_path.rglob("manifest.json")).read_text())
     assert m["config"]["hp"]["epochs"] == 1 and m["config"]["hp"]["lr"] == 0.002
@@ -90,7 +118,12 @@ def test_hp_values_are_not_erased_by_unset_flags(tmp_path):
 
 
 def test_divergence_stops_the_run_with_status_3(tmp_path):
-    _fails([*RUN, "--out", str(tmp_path / "o"), "--optimizer", "sgd", "--lr", "1e12"], "training diverged at epoch 1 (loss = ", code=3, out_dir=tmp_path)
+    _fails(
+        [*RUN, "--out", str(tmp_path / "o"), "--optimizer", "sgd", "--lr", "1e12"],
+        "training diverged at epoch 1 (loss = ",
+        code=3,
+        out_dir=tmp_path,
+    )
     r = runner.invoke(app, [*RUN, "--out", str(tmp_path / "o"), "--optimizer", "sgd", "--lr", "1e12"])
     assert "lower --lr" in r.output
 
@@ -101,8 +134,18 @@ def test_outputs_are_checked_before_work(tmp_path):
     _fails([*RUN, "--out", str(f)], "is a file; give a directory")
     _fails([*RUN, "--out", str(f / "sub")], "is a file, so the directory cannot be created")
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"],
-                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "methods": ["local"],
+                "train_missing": ["none"],
+                "test_missing": ["none"],
+                "hp": {"epochs": 1},
+                "datasets": {"synthetic": {"data_options": {"n": 200}}},
+            }
+        )
+    )
     _fails(["sweep", str(exp), "--out", str(f)], "is a file; give a directory")
     _fails(["table", str(tmp_path), "--out", str(tmp_path)], "is a directory; give a file path")
     _fails(["table", str(tmp_path), "--out", str(tmp_path / "missing" / "t.md")], "does not exist")
@@ -122,13 +165,31 @@ def test_unwritable_output_is_refused(tmp_path):
 
 def test_plot_filters_that_match_nothing_are_errors(tmp_path):
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none", "mcar:0.5"],
-                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "methods": ["local"],
+                "train_missing": ["none"],
+                "test_missing": ["none", "mcar:0.5"],
+                "hp": {"epochs": 1},
+                "datasets": {"synthetic": {"data_options": {"n": 200}}},
+            }
+        )
+    )
     out = tmp_path / "s"
     assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
-    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--metric", "bogus"], "--metric 'bogus' is not in these results")
-    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--test-missing", "mar1"], "matches no result")
-    _fails(["plot", "scalability", str(out), "--out", str(tmp_path / "f")], "needs results for at least two numbers of parties")
+    _fails(
+        ["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--metric", "bogus"],
+        "--metric 'bogus' is not in these results",
+    )
+    _fails(
+        ["plot", "scalability", str(out), "--out", str(tmp_path / "f"), "--test-missing", "mar1"], "matches no result"
+    )
+    _fails(
+        ["plot", "scalability", str(out), "--out", str(tmp_path / "f")],
+        "needs results for at least two numbers of parties",
+    )
     assert not list(tmp_path.glob("f.*"))
 
 
@@ -174,11 +235,16 @@ def test_copied_data_files_are_shareable(tmp_path, monkeypatch):
     finally:
         os.umask(old)
     files = [f for f in (tmp_path / "phishing").iterdir() if not f.name.startswith(".")]
-    assert files and all(f.stat().st_mode & 0o777 == 0o644 for f in files), [(f.name, oct(f.stat().st_mode)) for f in files]
+    assert files and all(f.stat().st_mode & 0o777 == 0o644 for f in files), [
+        (f.name, oct(f.stat().st_mode)) for f in files
+    ]
 
 
 def test_granularity_hint_names_options_that_exist(tmp_path):
-    _fails([*RUN, "--out", str(tmp_path), "--train-missing", "mar1", "--protocol", "compat"], "--protocol-opt train_granularity=sample")
+    _fails(
+        [*RUN, "--out", str(tmp_path), "--train-missing", "mar1", "--protocol", "compat"],
+        "--protocol-opt train_granularity=sample",
+    )
 
 
 def test_flags_render_as_flags():
@@ -191,8 +257,18 @@ def test_flags_render_as_flags():
 
 def _tiny_experiment(tmp_path, name="t"):
     exp = tmp_path / f"{name}.yaml"
-    exp.write_text(yaml.safe_dump({"name": name, "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"],
-                                   "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 200}}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "methods": ["local"],
+                "train_missing": ["none"],
+                "test_missing": ["none"],
+                "hp": {"epochs": 1},
+                "datasets": {"synthetic": {"data_options": {"n": 200}}},
+            }
+        )
+    )
     return exp
 
 
@@ -237,7 +313,11 @@ def test_a_damaged_data_file_is_moved_aside_and_restored(tmp_path, monkeypatch, 
         raw = raw[: len(raw) // 3]
     f.write_bytes(bytes(raw))
     out = tmp_path / "o"
-    _fails(["run", "--dataset", "credit", "--method", "local", "--epochs", "1", "--quiet", "--out", str(out)], "is damaged", out_dir=tmp_path)
+    _fails(
+        ["run", "--dataset", "credit", "--method", "local", "--epochs", "1", "--quiet", "--out", str(out)],
+        "is damaged",
+        out_dir=tmp_path,
+    )
     r = runner.invoke(app, ["masks", "--dataset", "credit"])
     assert r.exit_code == 0, r.output  # the next use restored the file from the mirror
     assert not (tmp_path / "credit" / (CSV_GZ + ".corrupt")).exists() or f.exists()
@@ -268,8 +348,19 @@ def test_files_without_a_published_checksum_are_checked_against_their_first_use(
 def test_a_parallel_first_sweep_on_an_empty_data_folder_finishes(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "first", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "seeds": [0, 1, 2, 3],
-                                   "hp": {"epochs": 1}, "datasets": {"credit": {}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "first",
+                "methods": ["local"],
+                "train_missing": ["none"],
+                "test_missing": ["none"],
+                "seeds": [0, 1, 2, 3],
+                "hp": {"epochs": 1},
+                "datasets": {"credit": {}},
+            }
+        )
+    )
     r = runner.invoke(app, ["sweep", str(exp), "--workers", "2", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
     assert len(list((tmp_path / "s" / "runs").glob("*/manifest.json"))) == 4
@@ -287,7 +378,12 @@ def test_concurrent_fetches_of_one_dataset_do_not_collide(tmp_path, monkeypatch)
         pytest.skip("offline data mirror not present")
     env = {**os.environ, "VFLBENCH_DATA": str(tmp_path / "data"), "VFLBENCH_DATA_MIRROR": str(MIRROR)}
     code = "from vflbench.datasets import DATASETS; print(sorted(DATASETS.get('fashion-mnist').fetch()))"
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert outs[0][0] == outs[1][0]
@@ -298,8 +394,19 @@ def test_damaged_run_files_are_re_run_never_read(tmp_path):
     import pandas as pd
 
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "d", "methods": ["local", "svfl"], "train_missing": ["none"], "test_missing": ["none", "mcar:0.5"],
-                                   "seeds": [0, 1], "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 300}}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "d",
+                "methods": ["local", "svfl"],
+                "train_missing": ["none"],
+                "test_missing": ["none", "mcar:0.5"],
+                "seeds": [0, 1],
+                "hp": {"epochs": 1},
+                "datasets": {"synthetic": {"data_options": {"n": 300}}},
+            }
+        )
+    )
     ref, out = tmp_path / "ref", tmp_path / "s"
     assert runner.invoke(app, ["sweep", str(exp), "--out", str(ref)]).exit_code == 0
     assert runner.invoke(app, ["sweep", str(exp), "--out", str(out)]).exit_code == 0
@@ -332,9 +439,20 @@ def test_a_sweep_records_a_diverged_run_and_goes_on(tmp_path):
     import pandas as pd
 
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "div", "methods": ["local"], "parties": [2, 4], "train_missing": ["none"], "test_missing": ["none"],
-                                   "hp": {"epochs": 1, "optimizer": "sgd", "lr": 0.01}, "lr_by_parties": {"local": {4: 1.0e12}},
-                                   "datasets": {"synthetic": {"data_options": {"n": 300}}}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "div",
+                "methods": ["local"],
+                "parties": [2, 4],
+                "train_missing": ["none"],
+                "test_missing": ["none"],
+                "hp": {"epochs": 1, "optimizer": "sgd", "lr": 0.01},
+                "lr_by_parties": {"local": {4: 1.0e12}},
+                "datasets": {"synthetic": {"data_options": {"n": 300}}},
+            }
+        )
+    )
     out = tmp_path / "s"
     r = runner.invoke(app, ["sweep", str(exp), "--out", str(out)])
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
@@ -355,22 +473,33 @@ def test_the_catalog_reads_the_registry_names_without_importing_the_methods():
     assert list(builtin_method_names()) == builtin
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["run", "--dataset", "credit", "--method", "lazer"], "Did you mean 'laser'?"),
-    (["run", "--dataset", "credt", "--method", "laser"], "Did you mean 'credit'?"),
-    (["run", "--dataset", "credit", "--method", "laser", "--protocol", "nope"], "Unknown protocol"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--dataset", "credit", "--method", "lazer"], "Did you mean 'laser'?"),
+        (["run", "--dataset", "credt", "--method", "laser"], "Did you mean 'credit'?"),
+        (["run", "--dataset", "credit", "--method", "laser", "--protocol", "nope"], "Unknown protocol"),
+    ],
+)
 def test_name_errors_are_answered_before_torch_is_imported(args, needle, tmp_path):
     """A mistyped name costs well under a second: torch (seconds to import) is never loaded."""
     import subprocess
     import sys
 
-    code = ("import sys; from vflbench.cli import app\n"
-            "try:\n    app(sys.argv[1:], standalone_mode=False)\n"
-            "except Exception as e:\n    print('ERR', e)\n"
-            "print('TORCH', 'torch' in sys.modules, 'pandas' in sys.modules)")
+    code = (
+        "import sys; from vflbench.cli import app\n"
+        "try:\n    app(sys.argv[1:], standalone_mode=False)\n"
+        "except Exception as e:\n    print('ERR', e)\n"
+        "print('TORCH', 'torch' in sys.modules, 'pandas' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "VFLBENCH_PLUGINS"}
-    r = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args, "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     out = r.stdout + r.stderr
     assert needle in out, out
     assert "TORCH False False" in out, out
@@ -410,43 +539,65 @@ def test_credit_loads_when_its_parse_cache_cannot_be_written(tmp_path, monkeypat
 
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
     real_replace = os.replace
-    monkeypatch.setattr(fetch.os, "replace", lambda s, d: (_ for _ in ()).throw(FileNotFoundError(s)) if ".parsed-" in str(d) else real_replace(s, d))
+    monkeypatch.setattr(
+        fetch.os,
+        "replace",
+        lambda s, d: (_ for _ in ()).throw(FileNotFoundError(s)) if ".parsed-" in str(d) else real_replace(s, d),
+    )
     ds = load_dataset("credit")
     assert len(ds.y_train) + len(ds.y_test) == 30000
     assert not list((tmp_path / "data").rglob("*.corrupt")) and not list((tmp_path / "data").rglob(".parsed-*"))
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("models: {default_tabular: {arch: mlp}}\n", "has no 'hyperparameters' mapping"),
-    ("models: {default_tabular: {arch: mlp}}\nhyperparameters: {isolet: {laser: {default: {lr: 0.1}}}}\n",
-     "no hyper-parameters for synthetic and 'laser'"),
-    ("hyperparameters: {default: {all: {default: {epochs: 1, lr: 0.1, batch_size: 8, optimizer: sgd}}}}\nmodels: {isolet: {arch: mlp}}\n",
-     "has no model for synthetic"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("models: {default_tabular: {arch: mlp}}\n", "has no 'hyperparameters' mapping"),
+        (
+            "models: {default_tabular: {arch: mlp}}\nhyperparameters: {isolet: {laser: {default: {lr: 0.1}}}}\n",
+            "no hyper-parameters for synthetic and 'laser'",
+        ),
+        (
+            "hyperparameters: {default: {all: {default: {epochs: 1, lr: 0.1, batch_size: 8, optimizer: "
+            "sgd}}}}\nmodels: {isolet: {arch: mlp}}\n",
+            "has no model for synthetic",
+        ),
+    ],
+)
 def test_a_user_preset_without_a_needed_block_names_it(tmp_path, text, needle):
     preset = tmp_path / "mine.yaml"
     preset.write_text(text)
     _fails([*RUN, "--preset", str(preset), "--out", str(tmp_path / "o")], needle, out_dir=tmp_path)
 
 
-# ---------------------------------------------------------------- hardening II: sweeps (one table; the next case is one line)
-BASE_EXP = {"name": "t", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "hp": {"epochs": 1},
-            "datasets": {"synthetic": {"data_options": {"n": 200}}}}
+# ---------------------------------------------------------------- hardening II: sweeps (one table; the next case is one
+# line)
+BASE_EXP = {
+    "name": "t",
+    "methods": ["local"],
+    "train_missing": ["none"],
+    "test_missing": ["none"],
+    "hp": {"epochs": 1},
+    "datasets": {"synthetic": {"data_options": {"n": 200}}},
+}
 
 
-@pytest.mark.parametrize("change, args, needle", [
-    ({"seeds": [0, 0]}, [], "'seeds' lists 0 more than once"),
-    ({"methods": ["local", "local"]}, [], "'methods' lists 'local' more than once"),
-    ({"parties": [2, 2]}, [], "'parties' lists 2 more than once"),
-    ({"train_missing": ["mcar:0.1", "mcar:0.10"]}, [], "two entries of the grid are the same run"),
-    ({"methods": ["plug"], "method_grid": {"plug": [{"p_drop": [0.2, 0.2]}]}}, [], "method_grid.plug lists"),
-    ({"name": "../escape"}, [], "'name' must be a plain name"),
-    ({"name": "a/b"}, [], "'name' must be a plain name"),
-    ({}, ["--out", ""], "--out is empty"),
-    ({}, ["--seeds", ""], "--seeds must be comma-separated integers"),
-    ({}, ["--seeds", "1,1"], "--seeds lists a seed more than once"),
-    ({}, ["--address", "ray://x:1"], "--address is the Ray cluster's address; it needs --executor ray"),
-])
+@pytest.mark.parametrize(
+    "change, args, needle",
+    [
+        ({"seeds": [0, 0]}, [], "'seeds' lists 0 more than once"),
+        ({"methods": ["local", "local"]}, [], "'methods' lists 'local' more than once"),
+        ({"parties": [2, 2]}, [], "'parties' lists 2 more than once"),
+        ({"train_missing": ["mcar:0.1", "mcar:0.10"]}, [], "two entries of the grid are the same run"),
+        ({"methods": ["plug"], "method_grid": {"plug": [{"p_drop": [0.2, 0.2]}]}}, [], "method_grid.plug lists"),
+        ({"name": "../escape"}, [], "'name' must be a plain name"),
+        ({"name": "a/b"}, [], "'name' must be a plain name"),
+        ({}, ["--out", ""], "--out is empty"),
+        ({}, ["--seeds", ""], "--seeds must be comma-separated integers"),
+        ({}, ["--seeds", "1,1"], "--seeds lists a seed more than once"),
+        ({}, ["--address", "ray://x:1"], "--address is the Ray cluster's address; it needs --executor ray"),
+    ],
+)
 def test_sweep_refuses_before_any_run_and_leaves_no_folder(tmp_path, change, args, needle):
     exp = tmp_path / "e.yaml"
     exp.write_text(yaml.safe_dump({**BASE_EXP, **change}))
@@ -475,13 +626,16 @@ def test_plot_out_that_is_a_folder_is_refused(tmp_path):
     _fails(["plot", "bars", str(tmp_path), "--out", str(tmp_path) + "/"], "is a directory; give a file path")
 
 
-@pytest.mark.parametrize("change, args, needle", [
-    ({"quick": {"seeds": "abc"}}, ["--quick"], "quick: 'seeds' entries must be int"),
-    ({"quick": {"epochs": 0}}, ["--quick"], "quick: 'epochs' must be an integer >= 1"),
-    ({"layout": "bogus"}, [], "unknown layout 'bogus'"),
-    ({"reference": "nope.csv"}, [], "reference 'nope.csv' is neither a built-in reference"),
-    ({}, ["--device", "bogus"], "Unknown device 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "change, args, needle",
+    [
+        ({"quick": {"seeds": "abc"}}, ["--quick"], "quick: 'seeds' entries must be int"),
+        ({"quick": {"epochs": 0}}, ["--quick"], "quick: 'epochs' must be an integer >= 1"),
+        ({"layout": "bogus"}, [], "unknown layout 'bogus'"),
+        ({"reference": "nope.csv"}, [], "reference 'nope.csv' is neither a built-in reference"),
+        ({}, ["--device", "bogus"], "Unknown device 'bogus'"),
+    ],
+)
 def test_sweep_checks_that_used_to_come_late(tmp_path, change, args, needle):
     exp = tmp_path / "e.yaml"
     exp.write_text(yaml.safe_dump({**BASE_EXP, **change}))
@@ -493,7 +647,11 @@ def test_sweep_checks_that_used_to_come_late(tmp_path, change, args, needle):
 def tiny_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiny")
     exp = tmp / "e.yaml"
-    exp.write_text(yaml.safe_dump({**BASE_EXP, "methods": ["local", "svfl"], "seeds": [0, 1], "eval_epochs": "1:2", "hp": {"epochs": 2}}))
+    exp.write_text(
+        yaml.safe_dump(
+            {**BASE_EXP, "methods": ["local", "svfl"], "seeds": [0, 1], "eval_epochs": "1:2", "hp": {"epochs": 2}}
+        )
+    )
     r = runner.invoke(app, ["sweep", str(exp), "--out", str(tmp / "s"), "--pack", "1"])
     assert r.exit_code == 0, r.output
     return exp, tmp / "s"
@@ -506,15 +664,18 @@ def _copy(src, dst):
     return dst
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["table", "{s}", "--layout", "generic", "--epoch", "0%"], "a share of each run must be in (0%, 100%]"),
-    (["table", "{s}", "--layout", "generic", "--reference", "{foreign}"], "The reference CSV lacks column(s)"),
-    (["table", "{s}", "--layout", "generic", "--out", "/proc/x.md"], "/proc/x.md: "),
-    (["table", "{textval}", "--layout", "generic"], "the 'value' column holds text"),
-    (["plot", "budget", "{textval}", "--out", "{tmp}/f"], "the 'value' column holds text"),
-    (["plot", "curves", "{s}", "--metric", "bogus", "--out", "{tmp}/f"], "The curves plot does not take --metric"),
-    (["plot", "bars", "{s}", "--out", "{tmp}/"], "is a directory; give a file path"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["table", "{s}", "--layout", "generic", "--epoch", "0%"], "a share of each run must be in (0%, 100%]"),
+        (["table", "{s}", "--layout", "generic", "--reference", "{foreign}"], "The reference CSV lacks column(s)"),
+        (["table", "{s}", "--layout", "generic", "--out", "/proc/x.md"], "/proc/x.md: "),
+        (["table", "{textval}", "--layout", "generic"], "the 'value' column holds text"),
+        (["plot", "budget", "{textval}", "--out", "{tmp}/f"], "the 'value' column holds text"),
+        (["plot", "curves", "{s}", "--metric", "bogus", "--out", "{tmp}/f"], "The curves plot does not take --metric"),
+        (["plot", "bars", "{s}", "--out", "{tmp}/"], "is a directory; give a file path"),
+    ],
+)
 def test_table_and_plot_refuse_with_one_line(tiny_sweep, tmp_path, args, needle):
     import pandas as pd
 
@@ -524,7 +685,12 @@ def test_table_and_plot_refuse_with_one_line(tiny_sweep, tmp_path, args, needle)
     df["value"] = df["value"].astype(object)
     df.loc[0, "value"] = "oops"
     df.to_csv(tmp_path / "textval.csv", index=False)
-    subs = {"s": str(s), "foreign": str(tmp_path / "foreign.csv"), "textval": str(tmp_path / "textval.csv"), "tmp": str(tmp_path)}
+    subs = {
+        "s": str(s),
+        "foreign": str(tmp_path / "foreign.csv"),
+        "textval": str(tmp_path / "textval.csv"),
+        "tmp": str(tmp_path),
+    }
     _fails([a.format(**subs) for a in args], needle)
 
 
@@ -568,10 +734,25 @@ def test_relative_paths_in_an_experiment_file_are_read_from_its_folder(tmp_path,
     (tmp_path / "exp").mkdir()
     (tmp_path / "elsewhere").mkdir()
     rng = np.random.default_rng(0)
-    pd.DataFrame({"a": rng.normal(size=80), "b": rng.normal(size=80), "c": rng.normal(size=80), "y": rng.integers(0, 2, 80)}).to_csv(tmp_path / "data" / "t.csv", index=False)
+    pd.DataFrame(
+        {"a": rng.normal(size=80), "b": rng.normal(size=80), "c": rng.normal(size=80), "y": rng.integers(0, 2, 80)}
+    ).to_csv(tmp_path / "data" / "t.csv", index=False)
     (tmp_path / "data" / "parties.yaml").write_text("p1: [a]\np2: [b, c]\n")
-    spec = {"name": "rel", "methods": ["local"], "train_missing": ["none"], "test_missing": ["none"], "hp": {"epochs": 1}, "parties": [2],
-            "datasets": {"csv:../data/t.csv": {"data_options": {"target": "y"}, "partitioner": "columns", "partition_options": {"file": "../data/parties.yaml"}}}}
+    spec = {
+        "name": "rel",
+        "methods": ["local"],
+        "train_missing": ["none"],
+        "test_missing": ["none"],
+        "hp": {"epochs": 1},
+        "parties": [2],
+        "datasets": {
+            "csv:../data/t.csv": {
+                "data_options": {"target": "y"},
+                "partitioner": "columns",
+                "partition_options": {"file": "../data/parties.yaml"},
+            }
+        },
+    }
     (tmp_path / "exp" / "e.yaml").write_text(yaml.safe_dump(spec))
     monkeypatch.chdir(tmp_path / "elsewhere")
     r = runner.invoke(app, ["sweep", str(tmp_path / "exp" / "e.yaml"), "--out", str(tmp_path / "out")])
@@ -580,7 +761,10 @@ def test_relative_paths_in_an_experiment_file_are_read_from_its_folder(tmp_path,
     assert set(df["dataset"]) == {"csv:../data/t.csv"} and len(df) > 0
     spec["datasets"] = {"csv:../data/missing.csv": {"data_options": {"target": "y"}}}
     (tmp_path / "exp" / "e.yaml").write_text(yaml.safe_dump(spec))
-    _fails(["sweep", str(tmp_path / "exp" / "e.yaml"), "--out", str(tmp_path / "out2")], "the table '../data/missing.csv' does not exist")
+    _fails(
+        ["sweep", str(tmp_path / "exp" / "e.yaml"), "--out", str(tmp_path / "out2")],
+        "the table '../data/missing.csv' does not exist",
+    )
 
 
 def test_a_sweep_that_skips_every_dataset_fails(tmp_path, monkeypatch):
@@ -594,7 +778,10 @@ def test_a_sweep_that_skips_every_dataset_fails(tmp_path, monkeypatch):
 def test_a_key_given_twice_in_yaml_is_refused(tmp_path):
     exp = tmp_path / "e.yaml"
     exp.write_text("name: a\nmethods: [local]\nmethods: [svfl]\ndatasets: {synthetic: {}}\n")
-    _fails(["sweep", str(exp), "--out", str(tmp_path / "o")], "the key 'methods' appears twice in one mapping (lines 2 and 3)")
+    _fails(
+        ["sweep", str(exp), "--out", str(tmp_path / "o")],
+        "the key 'methods' appears twice in one mapping (lines 2 and 3)",
+    )
 
 
 def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_warning(tmp_path, monkeypatch):
@@ -602,7 +789,9 @@ def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_war
     from vflbench.experiment import load_experiment
 
     (tmp_path / "experiments").mkdir()
-    (tmp_path / "experiments" / "p.yaml").write_text("default:\n  default: {optimizer: adam, lr: 0.001, batch_size: 32, epochs: 1}\n")
+    (tmp_path / "experiments" / "p.yaml").write_text(
+        "default:\n  default: {optimizer: adam, lr: 0.001, batch_size: 32, epochs: 1}\n"
+    )
     (tmp_path / "experiments" / "e.yaml").write_text(yaml.safe_dump({**BASE_EXP, "preset": "experiments/p.yaml"}))
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match="is read relative to the working directory"):
@@ -611,6 +800,15 @@ def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_war
 
 
 def test_party_data_and_sweep_lists_parse_strictly(tmp_path):
-    _fails(["run", "--party-data", "a=x.csv,,b=y.csv", "--method", "laser", "--out", str(tmp_path / "o")], "--party-data 'a=x.csv,,b=y.csv' has an empty item")
-    _fails(["sweep", "experiments/demo.yaml", "--datasets", "credit,", "--out", str(tmp_path / "s")], "--datasets 'credit,' has a trailing comma")
-    _fails(["sweep", "experiments/demo.yaml", "--methods", ",laser", "--out", str(tmp_path / "s")], "--methods ',laser' has a leading comma")
+    _fails(
+        ["run", "--party-data", "a=x.csv,,b=y.csv", "--method", "laser", "--out", str(tmp_path / "o")],
+        "--party-data 'a=x.csv,,b=y.csv' has an empty item",
+    )
+    _fails(
+        ["sweep", "experiments/demo.yaml", "--datasets", "credit,", "--out", str(tmp_path / "s")],
+        "--datasets 'credit,' has a trailing comma",
+    )
+    _fails(
+        ["sweep", "experiments/demo.yaml", "--methods", ",laser", "--out", str(tmp_path / "s")],
+        "--methods ',laser' has a leading comma",
+    )

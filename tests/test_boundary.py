@@ -34,14 +34,17 @@ def test_mechanism_spec_parses_to_a_canonical_typed_value():
     assert str(parse_mechanism("pbm")) == "pbm"
 
 
-@pytest.mark.parametrize("text,match", [
-    ("pmb:b=3", "Unknown mechanism 'pmb'.*pbm"),
-    ("pbm:bb=3", "no parameter 'bb'"),
-    ("pbm:beta=0.3", r"beta must be in \(0, 1/4\]"),
-    ("pbm:b=2.5", "b expects int"),
-    ("pbm:b", "key=value"),
-    ("ldp:bound=soft", "choices are clip, tanh"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("pmb:b=3", "Unknown mechanism 'pmb'.*pbm"),
+        ("pbm:bb=3", "no parameter 'bb'"),
+        ("pbm:beta=0.3", r"beta must be in \(0, 1/4\]"),
+        ("pbm:b=2.5", "b expects int"),
+        ("pbm:b", "key=value"),
+        ("ldp:bound=soft", "choices are clip, tanh"),
+    ],
+)
 def test_a_bad_mechanism_is_one_clear_error(text, match):
     with pytest.raises(VFLBenchError, match=match):
         parse_mechanism(text)
@@ -57,14 +60,22 @@ def test_a_run_without_a_mechanism_keeps_its_key_and_manifest():
 
 
 def test_the_setting_round_trips_through_the_manifest():
-    run = resolve(RunConfig(dataset="synthetic", method="sum", settings={"mechanism": "pbm:b=8,beta=0.2", "secagg": "masked"}))
+    run = resolve(
+        RunConfig(dataset="synthetic", method="sum", settings={"mechanism": "pbm:b=8,beta=0.2", "secagg": "masked"})
+    )
     again = resolve(config_from_manifest(json.loads(json.dumps({"config": run.to_dict()}))))
     assert again.key == run.key and again.settings == run.settings
 
 
 def test_experiment_files_take_the_setting_and_name_a_bad_one():
-    spec = {"name": "x", "methods": ["laser"], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}},
-            "mechanism": "ldp:sigma=0.5"}
+    spec = {
+        "name": "x",
+        "methods": ["laser"],
+        "train_missing": ["none"],
+        "test_missing": ["none"],
+        "datasets": {"synthetic": {}},
+        "mechanism": "ldp:sigma=0.5",
+    }
     exp = build_experiment(spec)
     assert exp.runs[0].settings["mechanism"] == "ldp:sigma=0.5"
     assert resolve(exp.runs[0]).settings["mechanism"]["sigma"] == 0.5
@@ -72,13 +83,16 @@ def test_experiment_files_take_the_setting_and_name_a_bad_one():
         build_experiment({**spec, "mechanism": "ldp:sigmaa=1"})
 
 
-@pytest.mark.parametrize("method,settings,match", [
-    ("local", {"mechanism": "pbm"}, "nothing crosses"),
-    ("pbm", {"mechanism": "pbm"}, "use --method sum"),
-    ("laser", {"mechanism": "pbm", "secagg": "masked"}, "reads each party's representation"),
-    ("sum", {"mechanism": "ldp", "secagg": "masked"}, "needs --mechanism pbm"),
-    ("laser", {"secagg": "maybe"}, "plain or masked"),
-])
+@pytest.mark.parametrize(
+    "method,settings,match",
+    [
+        ("local", {"mechanism": "pbm"}, "nothing crosses"),
+        ("pbm", {"mechanism": "pbm"}, "use --method sum"),
+        ("laser", {"mechanism": "pbm", "secagg": "masked"}, "reads each party's representation"),
+        ("sum", {"mechanism": "ldp", "secagg": "masked"}, "needs --mechanism pbm"),
+        ("laser", {"secagg": "maybe"}, "plain or masked"),
+    ],
+)
 def test_combinations_that_cannot_work_are_refused_at_resolve(method, settings, match):
     with pytest.raises(VFLBenchError, match=match):
         resolve(RunConfig(dataset="synthetic", method=method, settings=settings))
@@ -86,8 +100,16 @@ def test_combinations_that_cannot_work_are_refused_at_resolve(method, settings, 
 
 # ---------------------------------------------------------------- PBM-VFL = the summing method + its mechanism
 def _rows(method: str, method_options: dict, settings: dict) -> pd.DataFrame:
-    cfg = RunConfig(dataset="synthetic", method=method, train_missing="mcar:0.3", test_missing=["none", "mcar:0.5"],
-                    data_options={"n": 600}, hp={"epochs": 2}, method_options=method_options, settings=settings)
+    cfg = RunConfig(
+        dataset="synthetic",
+        method=method,
+        train_missing="mcar:0.3",
+        test_missing=["none", "mcar:0.5"],
+        data_options={"n": 600},
+        hp={"epochs": 2},
+        method_options=method_options,
+        settings=settings,
+    )
     rows, manifest = execute(resolve(cfg), device="cpu")
     return pd.DataFrame(rows), manifest
 
@@ -96,8 +118,17 @@ def _rows(method: str, method_options: dict, settings: dict) -> pd.DataFrame:
 def test_pbm_vfl_is_the_summing_method_with_pbm_at_its_boundary(secagg):
     a, ma = _rows("pbm", {"secagg": secagg}, {})
     b, mb = _rows("sum", {}, {"mechanism": "pbm:b=32,beta=0.1", "secagg": secagg})
-    cols = ["test_missing", "metric", "value", "comm_bytes_up", "comm_bytes_down", "epsilon_feature_record_no_local_training",
-            "epsilon_sample_record_no_local_training", "epsilon_column_block", "privacy_releases"]
+    cols = [
+        "test_missing",
+        "metric",
+        "value",
+        "comm_bytes_up",
+        "comm_bytes_down",
+        "epsilon_feature_record_no_local_training",
+        "epsilon_sample_record_no_local_training",
+        "epsilon_column_block",
+        "privacy_releases",
+    ]
     assert a[cols].equals(b[cols])
     assert mb["privacy"]["release"] == "sum" and mb["privacy"]["mechanism"] == "pbm"
     assert ma["history"]["loss"] == mb["history"]["loss"]
@@ -108,33 +139,77 @@ def test_pbm_vfl_is_the_summing_method_with_pbm_at_its_boundary(secagg):
 @pytest.mark.slow
 @needs_mirror
 def test_laser_with_pbm_at_its_boundary_reports_a_certified_epsilon(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "credit", "--method", "laser", "--mechanism", "pbm:b=32,beta=0.2", "--epochs", "3",
-                            "--test-missing", "none,mcar:0.5", "--quiet", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "credit",
+            "--method",
+            "laser",
+            "--mechanism",
+            "pbm:b=32,beta=0.2",
+            "--epochs",
+            "3",
+            "--test-missing",
+            "none,mcar:0.5",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "certified upper bounds" in r.output and "epsilon_feature_record_no_local_training" in r.output
     (d,) = list(tmp_path.iterdir())
     df = pd.read_csv(d / "results.csv")
     eps = df["epsilon_feature_record_no_local_training"].iloc[0]
-    assert 0 < eps < math.inf and (df["mechanism"] == "pbm:beta=0.2").all() and (df["settings"] == "mechanism=pbm:beta=0.2").all()
+    assert (
+        0 < eps < math.inf
+        and (df["mechanism"] == "pbm:beta=0.2").all()
+        and (df["settings"] == "mechanism=pbm:beta=0.2").all()
+    )
     man = json.loads((d / "manifest.json").read_text())
     assert man["privacy"]["release"] == "each" and man["privacy"]["upper_bound"] is True
     assert man["config"]["settings"] == {"mechanism": "pbm:beta=0.2"}
     assert man["communication"]["model"] == "PBMChannel"
     # every release is b=32 counts: 6 bits per value up, float32 gradients down
-    assert man["extras"]["comm_bytes_up"] * 16 == man["extras"]["comm_bytes_down"] * 3  # 0.75 bytes up, 4 down per value
+    assert (
+        man["extras"]["comm_bytes_up"] * 16 == man["extras"]["comm_bytes_down"] * 3
+    )  # 0.75 bytes up, 4 down per value
 
 
 def test_the_cli_refuses_a_bad_mechanism_in_one_line(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--mechanism", "pbm", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app, ["run", "--dataset", "synthetic", "--method", "local", "--mechanism", "pbm", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 2 and "does not take a mechanism" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "o").exists()
 
 
 def test_a_method_grid_entry_can_set_run_settings():
-    spec = {"name": "x", "methods": ["laser"], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}},
-            "method_grid": {"laser": [{}, {"settings": {"mechanism": "pbm:beta=0.1"}}, {"heads": "one", "settings": {"mechanism": "ldp:sigma=1"}}]}}
+    spec = {
+        "name": "x",
+        "methods": ["laser"],
+        "train_missing": ["none"],
+        "test_missing": ["none"],
+        "datasets": {"synthetic": {}},
+        "method_grid": {
+            "laser": [
+                {},
+                {"settings": {"mechanism": "pbm:beta=0.1"}},
+                {"heads": "one", "settings": {"mechanism": "ldp:sigma=1"}},
+            ]
+        },
+    }
     runs = build_experiment({**spec, "seeds": [0, 1]}).runs  # every seed of an entry gets its settings
-    assert [r.settings.get("mechanism") for r in runs] == [None, None, "pbm:beta=0.1", "pbm:beta=0.1", "ldp:sigma=1", "ldp:sigma=1"]
+    assert [r.settings.get("mechanism") for r in runs] == [
+        None,
+        None,
+        "pbm:beta=0.1",
+        "pbm:beta=0.1",
+        "ldp:sigma=1",
+        "ldp:sigma=1",
+    ]
     runs = runs[::2]
     assert runs[2].method_options == {"heads": "one"}
     assert len({resolve(r).key for r in runs}) == 3

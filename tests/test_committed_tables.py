@@ -15,8 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 # tables not written by a sweep: the command that rebuilds each
 BUILT_ELSEWHERE = {
-    "results/false/controlled/table.md": "python scripts/false_laser_controlled.py --table (the readings of several folders)",
-    "results/runtime/wan/table.md": "python scripts/wan_table.py --epochs 1 --out results/runtime/wan (runs across processes)",
+    "results/false/controlled/table.md": "python scripts/false_laser_controlled.py --table (the readings of several "
+    "folders)",
+    "results/runtime/wan/table.md": "python scripts/wan_table.py --epochs 1 --out results/runtime/wan (runs across "
+    "processes)",
 }
 TABLES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("results/**/table.md"))
 
@@ -26,7 +28,8 @@ def test_a_committed_table_regenerates_with_the_bare_command(table, monkeypatch)
     monkeypatch.chdir(ROOT)
     folder = Path(table).parent
     assert (folder / "sweep.json").exists(), f"{table}: not a sweep folder; list it in BUILT_ELSEWHERE with its command"
-    # a folder whose per-run manifests could not be committed (fmnist_gpu: see its README) is tabled from its results.csv
+    # a folder whose per-run manifests could not be committed (fmnist_gpu: see its README) is tabled from its
+    # results.csv
     target = folder if (folder / "runs").is_dir() else folder / "results.csv"
     r = runner.invoke(app, ["table", str(target)])
     assert r.exit_code == 0, r.output

@@ -65,7 +65,9 @@ def test_isolet_phishing_fashion_from_mirror():
     assert fm.x_train.shape == (60000, 1, 28, 28) and fm.x_test.shape == (10000, 1, 28, 28)
     assert np.bincount(fm.y_test).tolist() == [1000] * 10
     sub = load_dataset("fashion-mnist", {"train_subset": 2000, "test_subset": 500}, download=False)
-    assert np.bincount(sub.y_train).tolist() == [200] * 10 and np.bincount(sub.y_test).tolist() == [50] * 10  # stratified
+    assert (
+        np.bincount(sub.y_train).tolist() == [200] * 10 and np.bincount(sub.y_test).tolist() == [50] * 10
+    )  # stratified
     keep = [np.flatnonzero((fm.x_test.reshape(10000, -1) == row).all(1))[0] for row in sub.x_test.reshape(500, -1)[:5]]
     assert keep == sorted(keep) and (fm.y_test[keep] == sub.y_test[:5]).all()  # a subset of the test images, in order
     again = load_dataset("fashion-mnist", {"test_subset": 500}, download=False)
@@ -177,7 +179,9 @@ def _idx(path, arr):
     dims = arr.shape
     magic = 0x0800 | len(dims)
     with open(path, "wb") as f:
-        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + arr.astype(np.uint8).tobytes())
+        f.write(
+            struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + arr.astype(np.uint8).tobytes()
+        )
 
 
 @pytest.mark.parametrize("name,cls", [("mnist", "MNIST"), ("fashion-mnist", "FashionMNIST")])

@@ -40,14 +40,18 @@ def test_the_optimiser_keeps_every_index_and_mask_on_the_device_of_its_parameter
     stands in for a second device on a CPU-only machine."""
     w = torch.nn.Parameter(torch.zeros(3, 2, device="meta"))
     b = torch.nn.Parameter(torch.zeros(2, device="meta"))
-    opt = MaskedOptimizer(None, [(w, 0), (b, 1)], 2, name="adam", lr=0.1, trainable=torch.tensor([True, False]), groups=[0, 1])
+    opt = MaskedOptimizer(
+        None, [(w, 0), (b, 1)], 2, name="adam", lr=0.1, trainable=torch.tensor([True, False]), groups=[0, 1]
+    )
     assert opt.device.type == "meta"
     assert {d.type for d in opt.placement().values()} == {"meta"}, opt.placement()
     with pytest.raises(VFLBenchError, match="share one device"):
         MaskedOptimizer(None, [(w, 0), (torch.nn.Parameter(torch.zeros(2)), 1)], 2, name="sgd", lr=0.1)
 
 
-@pytest.mark.parametrize("method,options", [("fedhssl", {}), ("svfl", {"pretrain": "simsiam"}), ("laser", {}), ("false1", {})])
+@pytest.mark.parametrize(
+    "method,options", [("fedhssl", {}), ("svfl", {"pretrain": "simsiam"}), ("laser", {}), ("false1", {})]
+)
 def test_every_stage_optimiser_of_a_built_method_lives_where_its_parameters_do(method, options):
     """The methods whose stages freeze members (the CUDA failures: FedHSSL, pretrain=simsiam): each
     stage's optimiser, indices and masks included, on the run's device."""
@@ -65,14 +69,45 @@ def test_a_tabular_run_records_cpu_and_why_and_timings_that_cover_its_process_wa
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "vflbench", "run", "--dataset", "synthetic", "--method", "laser", "--epochs", "1", "--device", "auto",
-                        "--quiet", "--out", str(tmp_path)], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vflbench",
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "laser",
+            "--epochs",
+            "1",
+            "--device",
+            "auto",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     (d,) = list(tmp_path.iterdir())
     man = json.loads((d / "manifest.json").read_text())
     assert man["device"] == "cpu" and man["device_reason"].startswith("--device auto")
     t = man["timings"]
-    parts = sum(t[k] for k in ("startup_s", "load_and_partition_s", "masks_and_tensors_s", "build_s", "train_s", "eval_s", "record_s", "write_s"))
+    parts = sum(
+        t[k]
+        for k in (
+            "startup_s",
+            "load_and_partition_s",
+            "masks_and_tensors_s",
+            "build_s",
+            "train_s",
+            "eval_s",
+            "record_s",
+            "write_s",
+        )
+    )
     assert t["wall_from"] == "process start" and t["startup_s"] > 0.3  # the interpreter and its imports are counted
     assert t["wall_s"] > 0 and abs(parts - t["wall_s"]) <= 0.1 * t["wall_s"] and t["coverage"] >= 0.9
 
@@ -87,8 +122,15 @@ def test_process_start_is_before_now_and_after_boot():
 
 
 def test_synthetic_images_have_the_requested_shape_and_feed_an_image_model():
-    run = resolve(RunConfig(dataset="synthetic", method="svfl", data_options={"shape": "3x32x32", "n": 200, "n_classes": 10}, hp={"epochs": 1},
-                            model={"arch": "cnn-small"}))
+    run = resolve(
+        RunConfig(
+            dataset="synthetic",
+            method="svfl",
+            data_options={"shape": "3x32x32", "n": 200, "n_classes": 10},
+            hp={"epochs": 1},
+            model={"arch": "cnn-small"},
+        )
+    )
     inputs = prepare(run, "cpu")
     assert inputs.prep.data.x_train.shape[1:] == (3, 32, 32) and inputs.prep.data.n_classes == 10
     assert run.partitioner == "tiles"

@@ -28,20 +28,39 @@ runner = CliRunner()
 
 
 def make(name, k=3, c=3, seed=0, head_hidden=0, **opts):
-    ctx = MethodContext(k=k, n_classes=c, widths=[4] * k, in_ch=1, model=ModelSpec("mlp", 6, (8,), head_hidden), device=torch.device("cpu"),
-                        streams=Streams(seed), options=opts)
+    ctx = MethodContext(
+        k=k,
+        n_classes=c,
+        widths=[4] * k,
+        in_ch=1,
+        model=ModelSpec("mlp", 6, (8,), head_hidden),
+        device=torch.device("cpu"),
+        streams=Streams(seed),
+        options=opts,
+    )
     return METHODS.get(name)(ctx)
 
 
 def test_false_protocol_sets_the_papers_baselines_and_preset():
-    svfl = resolve(RunConfig(dataset="synthetic", method="svfl", protocol="false", settings={"labeled": 100, "aligned": 20}))
+    svfl = resolve(
+        RunConfig(dataset="synthetic", method="svfl", protocol="false", settings={"labeled": 100, "aligned": 20})
+    )
     assert svfl.method_options == {"fusion": "concat", "samples": "aligned", "incomplete": "zero", "pretrain": "none"}
-    assert svfl.preset == "false_tables" and svfl.protocol.all_missing == "resample" and svfl.protocol.train_granularity == "sample"
+    assert (
+        svfl.preset == "false_tables"
+        and svfl.protocol.all_missing == "resample"
+        and svfl.protocol.train_granularity == "sample"
+    )
     assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="false")).method_options["heads"] == "one"
     plug = resolve(RunConfig(dataset="synthetic", method="plug", protocol="false")).method_options
     assert plug["p_drop"] == 0.5 and plug["active_missing"] == "impute" and plug["granularity"] == "sample"
     # a user's value wins over the protocol's, and the protocol options can be overridden one by one
-    assert resolve(RunConfig(dataset="synthetic", method="plug", protocol="false", method_options={"p_drop": "0.2"})).method_options["p_drop"] == 0.2
+    assert (
+        resolve(
+            RunConfig(dataset="synthetic", method="plug", protocol="false", method_options={"p_drop": "0.2"})
+        ).method_options["p_drop"]
+        == 0.2
+    )
     assert get_protocol("false", {"plug_p_drop": "0.3"}).plug_p_drop == 0.3
     # the compat protocol keeps the LASER-VFL behaviour (and its run keys)
     compat = resolve(RunConfig(dataset="synthetic", method="svfl", protocol="compat")).method_options
@@ -50,9 +69,19 @@ def test_false_protocol_sets_the_papers_baselines_and_preset():
 
 def test_new_options_at_their_old_values_leave_the_run_key_alone():
     base = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat"))
-    explicit = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"heads": "per_party", "pretrain": "none"}))
+    explicit = resolve(
+        RunConfig(
+            dataset="synthetic",
+            method="laser",
+            protocol="compat",
+            method_options={"heads": "per_party", "pretrain": "none"},
+        )
+    )
     assert base.key == explicit.key
-    assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"heads": "one"})).key != base.key
+    assert (
+        resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"heads": "one"})).key
+        != base.key
+    )
 
 
 def test_single_head_laser_loss_is_unbiased_for_the_mean_over_all_subsets():
@@ -100,7 +129,11 @@ def test_single_head_laser_with_an_mlp_head_matches_the_linear_trick_path():
         transposed = False  # ParamStore's layout flag (set only while a pack trains)
 
         def __getitem__(self, key):
-            return {"head.w0": w0, "head.b0": b0, "head.w": orig_w, "head.b": orig_b - 100.0 * orig_w.sum(1)}.get(key) if key.startswith("head.") else store[key]
+            return (
+                {"head.w0": w0, "head.b0": b0, "head.w": orig_w, "head.b": orig_b - 100.0 * orig_w.sum(1)}.get(key)
+                if key.startswith("head.")
+                else store[key]
+            )
 
     lin.head.store = _View()
     lin.gen.set_state(gen_state)
@@ -126,7 +159,9 @@ def test_vanilla_vfl_trains_on_aligned_batches_and_zero_imputes_at_test():
 def test_plugvfl_impute_trains_and_scores_samples_without_the_active_party():
     m = make("plug", k=3, active_missing="impute", p_drop=0.5)
     x = torch.randn(3, 4, 4)
-    obs = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 1, 0], [1, 1, 1]], dtype=torch.bool)  # party 2 (active) mostly missing
+    obs = torch.tensor(
+        [[1, 1, 0], [1, 0, 0], [0, 1, 0], [1, 1, 1]], dtype=torch.bool
+    )  # party 2 (active) mostly missing
     m.store.begin()
     loss, active = m.loss(batch(x, obs, torch.tensor([0, 1, 2, 0])), m.stages[0])
     assert loss is not None and bool(active[-1])  # the head trains on samples whose active block is missing
@@ -134,14 +169,18 @@ def test_plugvfl_impute_trains_and_scores_samples_without_the_active_party():
     assert p.counted.all()
     skip = make("plug", k=3)
     skip.store.begin()
-    loss, active = skip.loss(batch(x[:, :3], obs[:3], torch.tensor([0, 1, 2])), skip.stages[0])  # no active block: nothing trains
+    loss, active = skip.loss(
+        batch(x[:, :3], obs[:3], torch.tensor([0, 1, 2])), skip.stages[0]
+    )  # no active block: nothing trains
     assert not active.any() and (loss is None or float(loss.detach()) == 0.0)
 
 
 @pytest.mark.parametrize("name", ["svfl", "laser", "plug"])
 def test_simsiam_pretraining_is_a_first_stage_that_trains_only_the_parties_networks(name):
     m = make(name, k=3, pretrain="simsiam")
-    assert [s.name for s in m.stages] == ["pretrain", "train"] and m.stages[0].samples == "all" and not m.stages[0].labels
+    assert (
+        [s.name for s in m.stages] == ["pretrain", "train"] and m.stages[0].samples == "all" and not m.stages[0].labels
+    )
     obs = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 0]], dtype=torch.bool)
     m.train(True)
     m.store.begin()
@@ -154,7 +193,9 @@ def test_simsiam_pretraining_is_a_first_stage_that_trains_only_the_parties_netwo
     assert (g[ext_ids] > 0).all() and (g[ssl_ids] > 0).all()
     # in the labeled stage the SimSiam heads never train
     m.store.begin()
-    _, active = m.loss(batch(torch.randn(3, 4, 4), torch.ones(4, 3, dtype=torch.bool), torch.tensor([0, 1, 2, 0])), m.stages[1])
+    _, active = m.loss(
+        batch(torch.randn(3, 4, 4), torch.ones(4, 3, dtype=torch.bool), torch.tensor([0, 1, 2, 0])), m.stages[1]
+    )
     assert not active[ssl_ids].any()
 
 
@@ -183,17 +224,35 @@ def test_resized_crop_keeps_the_tile_size_and_a_full_crop_is_the_identity(monkey
 SYN = ["run", "--dataset", "synthetic", "--epochs", "1", "--quiet", "--data-opt", "n=300", "--test-missing", "none"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--method", "false1"], "give --labeled N"),
-    (["--method", "false2", "--labeled", "10", "--aligned", "20"], "--aligned <= --labeled"),
-    (["--method", "false1", "--labeled", "100000"], "is larger than the training set"),
-    (["--method", "false1", "--labeled", "50", "--method-opt", "kappa=0"], "kappa"),
-    (["--method", "false1", "--labeled", "50", "--method-opt", "n_pred_samples=0"], "n_pred_samples"),
-    (["--method", "svfl", "--parties", "4", "--data-opt", "blocks=4", "--data-opt", "block_width=1", "--data-opt", "informative=1",
-      "--train-missing", "mar1"], "zero variance within every sample"),
-    (["--method", "svfl", "--protocol", "false", "--protocol-opt", "plug_p_drop=1.5"], "plug_p_drop"),
-    (["--method", "laser", "--method-opt", "heads=two"], "choices are per_party, one"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--method", "false1"], "give --labeled N"),
+        (["--method", "false2", "--labeled", "10", "--aligned", "20"], "--aligned <= --labeled"),
+        (["--method", "false1", "--labeled", "100000"], "is larger than the training set"),
+        (["--method", "false1", "--labeled", "50", "--method-opt", "kappa=0"], "kappa"),
+        (["--method", "false1", "--labeled", "50", "--method-opt", "n_pred_samples=0"], "n_pred_samples"),
+        (
+            [
+                "--method",
+                "svfl",
+                "--parties",
+                "4",
+                "--data-opt",
+                "blocks=4",
+                "--data-opt",
+                "block_width=1",
+                "--data-opt",
+                "informative=1",
+                "--train-missing",
+                "mar1",
+            ],
+            "zero variance within every sample",
+        ),
+        (["--method", "svfl", "--protocol", "false", "--protocol-opt", "plug_p_drop=1.5"], "plug_p_drop"),
+        (["--method", "laser", "--method-opt", "heads=two"], "choices are per_party, one"),
+    ],
+)
 def test_false_protocol_bad_input(tmp_path, args, needle):
     r = runner.invoke(app, [*SYN, "--out", str(tmp_path / "o"), *args])
     assert r.exit_code == 2, r.output
@@ -205,25 +264,54 @@ def test_an_unquoted_protocol_false_in_yaml_is_the_false_protocol(tmp_path):
     from vflbench.experiment import load_experiment
 
     f = tmp_path / "e.yaml"
-    f.write_text(yaml.safe_dump({"name": "x", "methods": ["svfl"], "train_missing": ["mcar:0.2"], "test_missing": ["none"],
-                                 "datasets": {"synthetic": None}, "labeled": 50, "aligned": 10}) + "protocol: false\n")
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "methods": ["svfl"],
+                "train_missing": ["mcar:0.2"],
+                "test_missing": ["none"],
+                "datasets": {"synthetic": None},
+                "labeled": 50,
+                "aligned": 10,
+            }
+        )
+        + "protocol: false\n"
+    )
     exp = load_experiment(f)
     assert {r.protocol for r in exp.runs} == {"false"}
 
 
 # ------------------------------------------------------------------ the paper's tables
 def _rows(method, train, test, values, options=""):
-    return [dict(run_id=f"{method}{options}{train}{s}", dataset="isolet", method=method, train_missing=train, test_missing=test, seed=s,
-                 metric="accuracy", value=v, options=options, epoch=1) for s, v in enumerate(values)]
+    return [
+        dict(
+            run_id=f"{method}{options}{train}{s}",
+            dataset="isolet",
+            method=method,
+            train_missing=train,
+            test_missing=test,
+            seed=s,
+            metric="accuracy",
+            value=v,
+            options=options,
+            epoch=1,
+        )
+        for s, v in enumerate(values)
+    ]
 
 
 def test_false_tables_best_variant_asterisk_bold_seeds_and_agreement():
     from vflbench.report import make_table
 
     df = pd.DataFrame(
-        _rows("svfl", "mcar:0.2", "none", [70.0, 72.0], "pretrain=simsiam") + _rows("svfl", "mcar:0.2", "none", [75.0, 77.0], "pretrain=none")
-        + _rows("plug", "mcar:0.2", "none", [80.0], "pretrain=simsiam") + _rows("plug", "mcar:0.2", "none", [60.0], "pretrain=none")
-        + _rows("false1", "mcar:0.2", "none", [86.0, 86.6]) + _rows("false2", "mcar:0.2", "none", [85.0, 85.2]))
+        _rows("svfl", "mcar:0.2", "none", [70.0, 72.0], "pretrain=simsiam")
+        + _rows("svfl", "mcar:0.2", "none", [75.0, 77.0], "pretrain=none")
+        + _rows("plug", "mcar:0.2", "none", [80.0], "pretrain=simsiam")
+        + _rows("plug", "mcar:0.2", "none", [60.0], "pretrain=none")
+        + _rows("false1", "mcar:0.2", "none", [86.0, 86.6])
+        + _rows("false2", "mcar:0.2", "none", [85.0, 85.2])
+    )
     text, cells = make_table(df, "false-tables", "false-tables")
     c = cells.set_index("Method")
     assert c.loc["Vanilla VFL", "mean"] == 76.0 and c.loc["Vanilla VFL", "labeled_only"]  # labeled-only won: asterisk
@@ -242,9 +330,13 @@ def test_false_tables_best_variant_asterisk_bold_seeds_and_agreement():
 def test_false_tables_name_the_seed_count_of_each_table_and_of_every_cell_that_differs():
     from vflbench.report import make_table
 
-    df = pd.DataFrame(_rows("false1", "mcar:0.2", "none", [80.0, 82.0, 84.0]) + _rows("false2", "mcar:0.2", "none", [81.0, 83.0, 85.0])
-                      + _rows("svfl", "mcar:0.2", "none", [70.0, 72.0, 74.0, 76.0, 78.0], "pretrain=none")
-                      + _rows("false1", "mar1", "none", [60.0, 62.0]) + _rows("false2", "mar1", "none", [61.0, 63.0]))
+    df = pd.DataFrame(
+        _rows("false1", "mcar:0.2", "none", [80.0, 82.0, 84.0])
+        + _rows("false2", "mcar:0.2", "none", [81.0, 83.0, 85.0])
+        + _rows("svfl", "mcar:0.2", "none", [70.0, 72.0, 74.0, 76.0, 78.0], "pretrain=none")
+        + _rows("false1", "mar1", "none", [60.0, 62.0])
+        + _rows("false2", "mar1", "none", [61.0, 63.0])
+    )
     text, _ = make_table(df, "false-tables")
     assert "## Table 12: trained under MCAR 2 (3 seeds per cell, except where a cell says otherwise)" in text
     assert "74.0 (3.2, 5 seeds)*" not in text and "74.0 (3.2, 5 seeds)" in text  # the odd cell names its count

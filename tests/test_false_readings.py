@@ -20,8 +20,16 @@ runner = CliRunner()
 
 
 def semi(**kw):
-    return RunConfig(dataset="synthetic", method="laser", protocol="false", settings={"labeled": 120, "aligned": 20}, train_missing="mcar:0.3",
-                     test_missing=["none", "mcar:0.5"], data_options={"n": 600}, **kw)
+    return RunConfig(
+        dataset="synthetic",
+        method="laser",
+        protocol="false",
+        settings={"labeled": 120, "aligned": 20},
+        train_missing="mcar:0.3",
+        test_missing=["none", "mcar:0.5"],
+        data_options={"n": 600},
+        **kw,
+    )
 
 
 def test_val_split_holds_labeled_samples_out_of_training_entirely():
@@ -31,7 +39,9 @@ def test_val_split_holds_labeled_samples_out_of_training_entirely():
     n_val = round(0.25 * (120 - 20))
     assert len(inp.y_val) == n_val and inp.val.n == n_val
     assert inp.train.blocks.n == base.train.blocks.n - n_val
-    assert int(inp.train.labeled.sum()) == 120 - n_val  # the reserve stays; held-out samples are not unlabeled data either
+    assert (
+        int(inp.train.labeled.sum()) == 120 - n_val
+    )  # the reserve stays; held-out samples are not unlabeled data either
     assert int((inp.train.labeled & inp.train.obs.all(1)).sum()) >= 20
     assert set(inp.val_masks) == {"none", "mcar:0.5"} and inp.val_masks["none"].observed.all()
     assert 0.3 < 1 - inp.val_masks["mcar:0.5"].observed.mean() < 0.7
@@ -41,16 +51,53 @@ def test_val_split_holds_labeled_samples_out_of_training_entirely():
 
 
 def test_val_split_adds_validation_rows_and_needs_labeled(tmp_path):
-    args = ["run", "--dataset", "synthetic", "--data-opt", "n=600", "--method", "laser", "--protocol", "false", "--labeled", "120", "--aligned", "20",
-            "--train-missing", "mcar:0.3", "--test-missing", "none,mcar:0.5", "--epochs", "2", "--quiet", "--out", str(tmp_path)]
+    args = [
+        "run",
+        "--dataset",
+        "synthetic",
+        "--data-opt",
+        "n=600",
+        "--method",
+        "laser",
+        "--protocol",
+        "false",
+        "--labeled",
+        "120",
+        "--aligned",
+        "20",
+        "--train-missing",
+        "mcar:0.3",
+        "--test-missing",
+        "none,mcar:0.5",
+        "--epochs",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
     r = runner.invoke(app, [*args, "--protocol-opt", "val_split=0.25"])
     assert r.exit_code == 0, r.output
     df = pd.read_csv(next(tmp_path.rglob("results.csv")))
     val = df[df["metric"] == "val_accuracy"]
     assert len(val) == 2 and (val["n_test"] == 25).all() and (df.loc[df["metric"] == "accuracy", "n_test"] > 25).all()
     assert (df["protocol_options"] == "val_split=0.25").all()
-    bad = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "laser", "--protocol-opt", "val_split=0.2", "--epochs", "1", "--quiet",
-                              "--out", str(tmp_path / "b")])
+    bad = runner.invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "laser",
+            "--protocol-opt",
+            "val_split=0.2",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert bad.exit_code != 0 and "--labeled" in bad.output
 
 
@@ -61,22 +108,41 @@ def test_laser_epochs_is_a_protocol_option_below_the_user():
     assert r.stage_hp["pretrain"].epochs == plain.stage_hp["pretrain"].epochs  # only the supervised stage
     assert r.key != resolve(semi(method_options={"pretrain": "simsiam"})).key
     assert resolve(semi(protocol_options={"laser_epochs": "100"}, hp={"epochs": 7})).stage_hp["train"].epochs == 7
-    assert resolve(RunConfig(dataset="synthetic", method="plug", protocol="false", protocol_options={"laser_epochs": "100"})).hp.epochs != 100
+    assert (
+        resolve(
+            RunConfig(dataset="synthetic", method="plug", protocol="false", protocol_options={"laser_epochs": "100"})
+        ).hp.epochs
+        != 100
+    )
     with pytest.raises(VFLBenchError, match="whole number"):
         resolve(semi(protocol_options={"laser_epochs": "ten"}))
 
 
 def _row(method, test, value, seed, options="", protocol_options="", metric="accuracy"):
-    return {"dataset": "isolet", "method": method, "train_missing": "mcar:0.2", "test_missing": test, "metric": metric, "value": value,
-            "seed": seed, "options": options, "protocol_options": protocol_options, "run_id": f"{method}{options}{protocol_options}{seed}"}
+    return {
+        "dataset": "isolet",
+        "method": method,
+        "train_missing": "mcar:0.2",
+        "test_missing": test,
+        "metric": metric,
+        "value": value,
+        "seed": seed,
+        "options": options,
+        "protocol_options": protocol_options,
+        "run_id": f"{method}{options}{protocol_options}{seed}",
+    }
 
 
 def test_a_reading_is_printed_under_its_baseline_and_swapped_into_table_2():
     rows = []
     for s in (0, 1):
         for t in ("none", "mcar:0.5"):
-            rows += [_row("laser", t, 80 + s, s, "pretrain=none"), _row("false1", t, 70 + s, s),
-                     _row("laser", t, 60 + s, s, "pretrain=none", "laser_epochs=100"), _row("plug", t, 50, s, "pretrain=none")]
+            rows += [
+                _row("laser", t, 80 + s, s, "pretrain=none"),
+                _row("false1", t, 70 + s, s),
+                _row("laser", t, 60 + s, s, "pretrain=none", "laser_epochs=100"),
+                _row("plug", t, 50, s, "pretrain=none"),
+            ]
     ref = pd.read_csv("vflbench/reference/false_tables12_17.csv")
     text, best = false_tables(pd.DataFrame(rows), ref)
     lines = [ln for ln in text.splitlines() if ln.startswith("| Isolet")]
@@ -93,9 +159,13 @@ def test_variant_chosen_on_validation_against_the_test_set():
     rows = []
     for s in (0, 1):
         # the test set prefers SimSiam (81 > 80); validation prefers labeled-only (90 > 70)
-        rows += [_row("laser", "none", 80, s, "pretrain=none"), _row("laser", "none", 81, s, "pretrain=simsiam"),
-                 _row("laser", "none", 90, s, "pretrain=none", metric="val_accuracy"), _row("laser", "none", 70, s, "pretrain=simsiam", metric="val_accuracy"),
-                 _row("false1", "none", 75, s)]
+        rows += [
+            _row("laser", "none", 80, s, "pretrain=none"),
+            _row("laser", "none", 81, s, "pretrain=simsiam"),
+            _row("laser", "none", 90, s, "pretrain=none", metric="val_accuracy"),
+            _row("laser", "none", 70, s, "pretrain=simsiam", metric="val_accuracy"),
+            _row("false1", "none", 75, s),
+        ]
     text, _ = false_tables(pd.DataFrame(rows), None)
     sec = text.split("## Variant chosen on validation samples")[1]
     assert "Same choice in 0 of 1 cells" in sec
@@ -103,13 +173,25 @@ def test_variant_chosen_on_validation_against_the_test_set():
 
 
 def test_subset_invocations_of_one_experiment_accumulate_in_its_folder(tmp_path):
-    spec = {"name": "tiny", "layout": "generic", "protocol": "clean", "seeds": [0, 1], "parties": [4], "methods": ["local", "svfl"],
-            "train_missing": ["mcar:0.1"], "test_missing": ["none"], "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 300}}}}
+    spec = {
+        "name": "tiny",
+        "layout": "generic",
+        "protocol": "clean",
+        "seeds": [0, 1],
+        "parties": [4],
+        "methods": ["local", "svfl"],
+        "train_missing": ["mcar:0.1"],
+        "test_missing": ["none"],
+        "hp": {"epochs": 1},
+        "datasets": {"synthetic": {"data_options": {"n": 300}}},
+    }
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump(spec))
     out = tmp_path / "o"
     assert runner.invoke(app, ["sweep", str(exp), "--methods", "local", "--out", str(out)]).exit_code == 0
-    assert runner.invoke(app, ["sweep", str(exp), "--methods", "svfl", "--seeds", "0", "--out", str(out)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["sweep", str(exp), "--methods", "svfl", "--seeds", "0", "--out", str(out)]).exit_code == 0
+    )
     meta = json.loads((out / "sweep.json").read_text())
     assert meta["runs_total"] == 3 and meta["runs_finished"] == 3
     df = pd.read_csv(out / "results.csv")
@@ -117,8 +199,18 @@ def test_subset_invocations_of_one_experiment_accumulate_in_its_folder(tmp_path)
 
 
 def test_table_reads_several_folders_and_warns_about_repeated_seeds(tmp_path):
-    spec = {"name": "tiny", "layout": "generic", "protocol": "clean", "seeds": [0], "parties": [4], "methods": ["local"],
-            "train_missing": ["mcar:0.1"], "test_missing": ["none"], "hp": {"epochs": 1}, "datasets": {"synthetic": {"data_options": {"n": 300}}}}
+    spec = {
+        "name": "tiny",
+        "layout": "generic",
+        "protocol": "clean",
+        "seeds": [0],
+        "parties": [4],
+        "methods": ["local"],
+        "train_missing": ["mcar:0.1"],
+        "test_missing": ["none"],
+        "hp": {"epochs": 1},
+        "datasets": {"synthetic": {"data_options": {"n": 300}}},
+    }
     for name, extra in (("a", {}), ("b", {"eval_epochs": [1]})):
         exp = tmp_path / f"{name}.yaml"
         exp.write_text(yaml.safe_dump({**spec, **extra, "hp": {"epochs": 2}}))

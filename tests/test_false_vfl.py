@@ -19,8 +19,16 @@ from .helpers import batch
 
 
 def make(name="false1", k=3, w=4, c=3, seed=0, **opts):
-    ctx = MethodContext(k=k, n_classes=c, widths=[w] * k, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
-                        streams=Streams(seed), options={"d_h": 4, "d_z": 2, "hidden": 8, **opts})
+    ctx = MethodContext(
+        k=k,
+        n_classes=c,
+        widths=[w] * k,
+        in_ch=1,
+        model=ModelSpec("mlp", 6, (8,)),
+        device=torch.device("cpu"),
+        streams=Streams(seed),
+        options={"d_h": 4, "d_z": 2, "hidden": 8, **opts},
+    )
     return METHODS.get(name)(ctx)
 
 
@@ -88,8 +96,16 @@ class _Snapshot(Callback):
 @pytest.mark.parametrize("name,image", [("false1", False), ("false2", False), ("false2", True)])
 def test_stage_2_leaves_every_stage_1_parameter_bit_identical(name, image):
     k, n = 3, 64
-    ctx = MethodContext(k=k, n_classes=2, widths=[4] * k, in_ch=1, model=ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,)),
-                        device=torch.device("cpu"), streams=Streams(0), options={"d_h": 4, "d_z": 2, "hidden": 8, "kappa": 3})
+    ctx = MethodContext(
+        k=k,
+        n_classes=2,
+        widths=[4] * k,
+        in_ch=1,
+        model=ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,)),
+        device=torch.device("cpu"),
+        streams=Streams(0),
+        options={"d_h": 4, "d_z": 2, "hidden": 8, "kappa": 3},
+    )
     m = METHODS.get(name)(ctx)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, 1, 8, 8, generator=g) if image else torch.randn(k, n, 4, generator=g)
@@ -109,7 +125,9 @@ def test_stage_2_leaves_every_stage_1_parameter_bit_identical(name, image):
     disc = m.store.member_of == m.disc_id
     assert torch.equal(p1[0][~disc], p2[0][~disc])  # every stage-1 value in the flat store
     assert not torch.equal(p1[0][disc], p2[0][disc])  # the discriminator did train
-    assert all(torch.equal(a, c) for a, c in zip(p1[1:], p2[1:], strict=True))  # module parameters (image encoders/decoders/indicators)
+    assert all(
+        torch.equal(a, c) for a, c in zip(p1[1:], p2[1:], strict=True)
+    )  # module parameters (image encoders/decoders/indicators)
     assert all(torch.equal(a, c) for a, c in zip(b1, b2, strict=True))  # BatchNorm statistics too
 
 

@@ -33,8 +33,16 @@ POLICY = TrainPolicy(False, True, False, False)
 
 
 def make(name, k=3, c=3, seed=0, widths=None, hidden=(8, 5), **opts):
-    ctx = MethodContext(k=k, n_classes=c, widths=widths or [4] * k, in_ch=1, model=ModelSpec("mlp", 6, hidden, 7), device=torch.device("cpu"),
-                        streams=Streams(seed), options=opts)
+    ctx = MethodContext(
+        k=k,
+        n_classes=c,
+        widths=widths or [4] * k,
+        in_ch=1,
+        model=ModelSpec("mlp", 6, hidden, 7),
+        device=torch.device("cpu"),
+        streams=Streams(seed),
+        options=opts,
+    )
     return METHODS.get(name)(ctx)
 
 
@@ -45,7 +53,9 @@ def trainset(k=3, n=24, seed=0, labeled_every=2):
     obs[~obs.any(1), 0] = True
     labeled = torch.zeros(n, dtype=torch.bool)
     labeled[::labeled_every] = True
-    return TrainSet(BlockData.stacked(torch.randn(k, n, 4, generator=g)), torch.randint(0, 3, (n,), generator=g), obs, labeled)
+    return TrainSet(
+        BlockData.stacked(torch.randn(k, n, 4, generator=g)), torch.randint(0, 3, (n,), generator=g), obs, labeled
+    )
 
 
 def hp(epochs, lr=1e-2, opt="adam"):
@@ -66,7 +76,13 @@ def test_fedhssl_stages_alternate_epoch_by_epoch_over_their_own_samples():
         return orig(b, stage)
 
     m.loss = spy
-    hist = fit(m, data, {"cross": hp(2, 0.02, "sgd"), "local": hp(2, 0.02, "sgd"), "train": hp(3)}, POLICY, lambda s: zlib.crc32(s.encode()) % 1000)
+    hist = fit(
+        m,
+        data,
+        {"cross": hp(2, 0.02, "sgd"), "local": hp(2, 0.02, "sgd"), "train": hp(3)},
+        POLICY,
+        lambda s: zlib.crc32(s.encode()) % 1000,
+    )
     assert hist.stage == ["cross", "local", "cross", "local", "train", "train", "train"]
     full, lab = data.obs.all(1), data.labeled
     assert seen["cross"] == set(full.nonzero().view(-1).tolist())  # fully observed, labeled or not
@@ -101,8 +117,10 @@ def test_each_fedhssl_stage_trains_only_its_networks():
 
 
 def test_partial_model_aggregation_averages_the_chosen_part_only():
-    for pma, shared, private in (("top", ["local_top.w0", "ssl_local.proj0.w"], ["local_bottom.w0"]),
-                                 ("bottom", ["local_bottom.w0"], ["local_top.w0", "ssl_local.proj0.w"])):
+    for pma, shared, private in (
+        ("top", ["local_top.w0", "ssl_local.proj0.w"], ["local_bottom.w0"]),
+        ("bottom", ["local_bottom.w0"], ["local_top.w0", "ssl_local.proj0.w"]),
+    ):
         m = make("fedhssl", pma=pma)
         m.store.begin()
         before = {n: m.store[n].detach().clone() for n in shared + private}
@@ -168,8 +186,16 @@ def test_the_optimiser_steps_only_the_trainable_span_with_the_same_numbers():
 
 
 def lmake(**opts):
-    ctx = MethodContext(k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
-                        streams=Streams(0), options={"heads": "one", **opts})
+    ctx = MethodContext(
+        k=3,
+        n_classes=3,
+        widths=[4] * 3,
+        in_ch=1,
+        model=ModelSpec("mlp", 6, (8,)),
+        device=torch.device("cpu"),
+        streams=Streams(0),
+        options={"heads": "one", **opts},
+    )
     return METHODS.get("laser")(ctx)
 
 
@@ -183,7 +209,11 @@ def test_laser_zero_imputation_fuses_by_the_mean_over_all_parties():
     assert torch.allclose(m.exact_logits(x, obs), want, atol=1e-6)
     ref = lmake()  # subset fusion divides by the number of observed blocks instead
     ref.store.begin()
-    assert torch.allclose(ref.exact_logits(x, obs), ref.head(((ref.ext(x) * obs.T[:, :, None].float()).sum(0) / obs.sum(1, keepdim=True))[None]), atol=1e-6)
+    assert torch.allclose(
+        ref.exact_logits(x, obs),
+        ref.head(((ref.ext(x) * obs.T[:, :, None].float()).sum(0) / obs.sum(1, keepdim=True))[None]),
+        atol=1e-6,
+    )
 
 
 def test_laser_active_head_trains_only_on_subsets_with_the_active_block():
@@ -194,7 +224,7 @@ def test_laser_active_head_trains_only_on_subsets_with_the_active_block():
     no_active = torch.tensor([[0, 1, 1], [0, 1, 0], [0, 0, 1], [0, 1, 1]], dtype=torch.bool)
     m.store.begin()
     loss, active = m.loss(batch(x, no_active, y), m.stages[0])
-    assert not active[m.k:].any() and float(loss.detach()) == 0.0  # no subset holds block 0: nothing to learn from
+    assert not active[m.k :].any() and float(loss.detach()) == 0.0  # no subset holds block 0: nothing to learn from
     agg, w = m._tasks(batch(x, torch.ones(4, 3, dtype=torch.bool), y))
     drawn = agg[..., 0] > 0  # every drawn subset (weight > 0) contains block 0
     assert bool(drawn[w > 0].all())
@@ -211,11 +241,28 @@ def test_laser_freeze_keeps_pretrained_extractors_and_samples_aligned_trains_on_
 
 
 def test_sweep_methods_subset(tmp_path):
-    r = runner.invoke(app, ["sweep", "experiments/false_tables.yaml", "--datasets", "isolet", "--methods", "fedhssl", "--train-missing", "mcar:0.2",
-                            "--dry-run", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        [
+            "sweep",
+            "experiments/false_tables.yaml",
+            "--datasets",
+            "isolet",
+            "--methods",
+            "fedhssl",
+            "--train-missing",
+            "mcar:0.2",
+            "--dry-run",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "10 runs" in r.output and "laser" not in r.output
-    r = runner.invoke(app, ["sweep", "experiments/false_tables.yaml", "--methods", "fedhsl", "--dry-run", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        ["sweep", "experiments/false_tables.yaml", "--methods", "fedhsl", "--dry-run", "--out", str(tmp_path / "o")],
+    )
     assert r.exit_code != 0 and "--methods fedhsl not in this experiment" in r.output
 
 
@@ -226,9 +273,21 @@ def test_input_zero_imputation_is_an_evaluation_variant_of_the_zero_imputing_bas
     use = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 0, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
     z = zero_missing_inputs(x, use)
     assert (z[1, ::2] == 0).all() and torch.equal(z[0], x[0]) and torch.equal(z[1, 1], x[1, 1])
-    for m in (make("fedhssl", pretrain="none"), METHODS.get("svfl")(MethodContext(
-            k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"), streams=Streams(0),
-            options={"incomplete": "zero", "fusion": "concat"}))):
+    for m in (
+        make("fedhssl", pretrain="none"),
+        METHODS.get("svfl")(
+            MethodContext(
+                k=3,
+                n_classes=3,
+                widths=[4] * 3,
+                in_ch=1,
+                model=ModelSpec("mlp", 6, (8,)),
+                device=torch.device("cpu"),
+                streams=Streams(0),
+                options={"incomplete": "zero", "fusion": "concat"},
+            )
+        ),
+    ):
         assert m.eval_variants == ("impute_input",)
         m.train(False)
         m.store.begin()
@@ -238,8 +297,17 @@ def test_input_zero_imputation_is_an_evaluation_variant_of_the_zero_imputing_bas
         assert torch.allclose(a, m.logits(z, torch.ones_like(u)))  # the missing block is encoded from zeros
         m.use_variant(None)
         assert not torch.allclose(a, m.logits(x, u))  # by default its representation is zero instead
-    plain = METHODS.get("svfl")(MethodContext(k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
-                                              streams=Streams(0)))
+    plain = METHODS.get("svfl")(
+        MethodContext(
+            k=3,
+            n_classes=3,
+            widths=[4] * 3,
+            in_ch=1,
+            model=ModelSpec("mlp", 6, (8,)),
+            device=torch.device("cpu"),
+            streams=Streams(0),
+        )
+    )
     assert plain.eval_variants == ()  # random guesses for incomplete samples: nothing to impute
 
 
@@ -249,8 +317,16 @@ def test_simsiam_heads_are_outside_the_supervised_optimiser_with_the_same_number
     the extractors and heads); the parameters after training are bit-identical to stepping all."""
     out = []
     for spans in (True, False):
-        ctx = MethodContext(k=3, n_classes=3, widths=[4] * 3, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
-                            streams=Streams(0), options={"pretrain": "simsiam"})
+        ctx = MethodContext(
+            k=3,
+            n_classes=3,
+            widths=[4] * 3,
+            in_ch=1,
+            model=ModelSpec("mlp", 6, (8,)),
+            device=torch.device("cpu"),
+            streams=Streams(0),
+            options={"pretrain": "simsiam"},
+        )
         m = METHODS.get(name)(ctx)
         t = m.trainable(m.stages[1])
         assert not t[m.ssl.member_ids].any() and t[m.ext.member_ids].all()

@@ -26,7 +26,11 @@ class _Recorder(Method):
     """Three stages over the three sample sets; records what each stage saw."""
 
     name, display, paper, hp_key, f1_rule = "_recorder", "Recorder", "test", "all", "single"
-    stages = (Stage("pre", samples="all", labels=False), Stage("fine", samples="labeled"), Stage("vanilla", samples="aligned"))
+    stages = (
+        Stage("pre", samples="all", labels=False),
+        Stage("fine", samples="labeled"),
+        Stage("vanilla", samples="aligned"),
+    )
     seen: dict = {}
 
     def build(self):
@@ -42,7 +46,9 @@ class _Recorder(Method):
         lg = self.head(emb.mean(0, keepdim=True))[0]
         dev = batch.obs.device
         y = batch.y if batch.y is not None else torch.zeros(batch.size, dtype=torch.long, device=dev)
-        return masked_mean_ce(lg[None], y, torch.ones(1, batch.size, dtype=torch.bool, device=dev))[0], torch.ones(self.n_members, dtype=torch.bool, device=dev)
+        return masked_mean_ce(lg[None], y, torch.ones(1, batch.size, dtype=torch.bool, device=dev))[0], torch.ones(
+            self.n_members, dtype=torch.bool, device=dev
+        )
 
     def predict(self, batch):
         lg = self.head(self.ext(batch.blocks).mean(0, keepdim=True))[0]
@@ -60,8 +66,15 @@ def recorder():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_stages_see_the_samples_they_declare(recorder):
-    cfg = RunConfig(dataset="synthetic", method="_recorder", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 1000},
-                    hp={"epochs": 1, "batch_size": 64}, settings={"labeled": 120, "aligned": 30})
+    cfg = RunConfig(
+        dataset="synthetic",
+        method="_recorder",
+        train_missing="mcar:0.5",
+        test_missing=["none"],
+        data_options={"n": 1000},
+        hp={"epochs": 1, "batch_size": 64},
+        settings={"labeled": 120, "aligned": 30},
+    )
     run = resolve(cfg)
     from vflbench import pipeline
 
@@ -81,7 +94,11 @@ def test_stages_see_the_samples_they_declare(recorder):
 
 
 def test_stage_hyper_parameters_can_be_set_per_stage(recorder):
-    run = resolve(RunConfig(dataset="synthetic", method="_recorder", hp={"epochs": 2}, stage_hp={"fine": {"epochs": 5, "lr": 0.5}}))
+    run = resolve(
+        RunConfig(
+            dataset="synthetic", method="_recorder", hp={"epochs": 2}, stage_hp={"fine": {"epochs": 5, "lr": 0.5}}
+        )
+    )
     assert run.stage_hp["pre"].epochs == 2 and run.stage_hp["fine"].epochs == 5 and run.stage_hp["fine"].lr == 0.5
     with pytest.raises(VFLBenchError, match="no stage"):
         resolve(RunConfig(dataset="synthetic", method="_recorder", stage_hp={"nosuch": {"epochs": 1}}))
@@ -100,28 +117,57 @@ def test_bad_semi_supervised_requests_are_rejected():
 
 
 def test_an_explicit_user_option_beats_the_protocol(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "plug", "--protocol", "clean", "--method-opt", "plug_denominator=exclude",
-                            "--epochs", "1", "--quiet", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "plug",
+            "--protocol",
+            "clean",
+            "--method-opt",
+            "plug_denominator=exclude",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     m = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())
     assert m["config"]["method_options"]["plug_denominator"] == "exclude"
-    assert m["method"]["option_sources"] == {"p_drop": "protocol:clean", "plug_denominator": "user", "granularity": "protocol:clean",
-                                               "active_missing": "protocol:clean", "pretrain": "default"}
+    assert m["method"]["option_sources"] == {
+        "p_drop": "protocol:clean",
+        "plug_denominator": "user",
+        "granularity": "protocol:clean",
+        "active_missing": "protocol:clean",
+        "pretrain": "default",
+    }
     run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat"))
     assert run.method_options["laser_subsets"] == "batch" and run.option_sources["laser_subsets"] == "protocol:compat"
-    run = resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"laser_subsets": "sample"}))
+    run = resolve(
+        RunConfig(dataset="synthetic", method="laser", protocol="compat", method_options={"laser_subsets": "sample"})
+    )
     assert run.method_options["laser_subsets"] == "sample" and run.option_sources["laser_subsets"] == "user"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--method-opt", "nosuch=1"], "has no option nosuch"),
-    (["--method-opt", "p_drop=2"], "must be in [0, 1)"),
-    (["--method-opt", "p_drop=abc"], "expects float"),
-    (["--method-opt", "plug_denominator=maybe"], "choices are exclude, random"),
-    (["--method-opt", "p_drop"], "key=value"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--method-opt", "nosuch=1"], "has no option nosuch"),
+        (["--method-opt", "p_drop=2"], "must be in [0, 1)"),
+        (["--method-opt", "p_drop=abc"], "expects float"),
+        (["--method-opt", "plug_denominator=maybe"], "choices are exclude, random"),
+        (["--method-opt", "p_drop"], "key=value"),
+    ],
+)
 def test_bad_method_options_fail_before_training(tmp_path, args, needle):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "plug", "--quiet", "--out", str(tmp_path), *args])
+    r = runner.invoke(
+        app, ["run", "--dataset", "synthetic", "--method", "plug", "--quiet", "--out", str(tmp_path), *args]
+    )
     assert r.exit_code == 2 and needle in r.output, r.output
     assert not any(tmp_path.iterdir())
 
@@ -134,7 +180,13 @@ def test_methods_command_lists_the_registry():
     assert names[:6] == ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
     plug = next(x for x in rows if x["name"] == "plug")
     assert plug["display"] == "PlugVFL" and plug["paper"]
-    assert {o["name"] for o in plug["options"]} == {"p_drop", "active_missing", "plug_denominator", "granularity", "pretrain"}
+    assert {o["name"] for o in plug["options"]} == {
+        "p_drop",
+        "active_missing",
+        "plug_denominator",
+        "granularity",
+        "pretrain",
+    }
     r = runner.invoke(app, ["methods"])
     assert r.exit_code == 0 and "LASER-VFL" in r.output
 
@@ -142,8 +194,28 @@ def test_methods_command_lists_the_registry():
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_plugin_file_registers_and_runs(tmp_path):
     src = tmp_path / "mine.py"
-    src.write_text((__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py").read_text().replace('"obsmean"', '"mine"'))
-    r = runner.invoke(app, ["--plugin", str(src), "run", "--dataset", "synthetic", "--method", "mine", "--epochs", "2", "--quiet", "--out", str(tmp_path / "o")])
+    src.write_text(
+        (__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py")
+        .read_text()
+        .replace('"obsmean"', '"mine"')
+    )
+    r = runner.invoke(
+        app,
+        [
+            "--plugin",
+            str(src),
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "mine",
+            "--epochs",
+            "2",
+            "--quiet",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["--plugin", str(tmp_path / "absent.py"), "methods"])
     assert r.exit_code == 2 and "does not exist" in r.output
@@ -153,8 +225,17 @@ def test_plugin_file_registers_and_runs(tmp_path):
 def test_standard_vfl_traffic_by_hand():
     """Up: every complete training sample's embedding (cut floats x 4 bytes) per party per epoch;
     down: one gradient of the same size for each."""
-    run = resolve(RunConfig(dataset="synthetic", method="svfl", train_missing="none", test_missing=["none"], data_options={"n": 1000},
-                            hp={"epochs": 3}, model={"cut": 6}))
+    run = resolve(
+        RunConfig(
+            dataset="synthetic",
+            method="svfl",
+            train_missing="none",
+            test_missing=["none"],
+            data_options={"n": 1000},
+            hp={"epochs": 3},
+            model={"cut": 6},
+        )
+    )
     rows, man = execute(run, device=TEST_DEVICE)
     n_train = man["data"]["n_train"]
     per_party = n_train * 6 * 4 * 3
@@ -177,7 +258,9 @@ def _store(n_members):
     return s
 
 
-@pytest.mark.parametrize("name, kw", [("adam", dict(weight_decay=1e-2)), ("sgd", dict(momentum=0.8, weight_decay=1e-2))])
+@pytest.mark.parametrize(
+    "name, kw", [("adam", dict(weight_decay=1e-2)), ("sgd", dict(momentum=0.8, weight_decay=1e-2))]
+)
 def test_stale_updates_equal_torch_zero_grad_without_set_to_none(name, kw):
     """One optimiser over two members (as LASER-VFL's one Adam): with stale updates, a member a batch
     did not use still steps on a zero gradient once it has had one, exactly like
@@ -219,14 +302,29 @@ def test_stale_updates_stay_inside_their_optimiser_group():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_stale_updates_protocol_option_reaches_the_optimiser():
-    base = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.5", test_missing=["none"], data_options={"n": 800}, hp={"epochs": 2},
-                     protocol="compat", protocol_options={"stale_updates": "false"})
-    assert resolve(RunConfig(dataset="synthetic", method="laser", protocol="compat")).protocol.stale_updates  # compat's default
+    base = RunConfig(
+        dataset="synthetic",
+        method="laser",
+        train_missing="mcar:0.5",
+        test_missing=["none"],
+        data_options={"n": 800},
+        hp={"epochs": 2},
+        protocol="compat",
+        protocol_options={"stale_updates": "false"},
+    )
+    assert resolve(
+        RunConfig(dataset="synthetic", method="laser", protocol="compat")
+    ).protocol.stale_updates  # compat's default
     assert not resolve(RunConfig(dataset="synthetic", method="laser", protocol="clean")).protocol.stale_updates
     a = execute(resolve(base), device=TEST_DEVICE)[0]
-    b = execute(resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device=TEST_DEVICE)[0]
+    b = execute(
+        resolve(RunConfig(**{**base.__dict__, "protocol_options": {"stale_updates": "true"}})), device=TEST_DEVICE
+    )[0]
     assert [r["value"] for r in a] != [r["value"] for r in b]
-    c = execute(resolve(RunConfig(**{**base.__dict__, "method": "local", "protocol_options": {"stale_updates": "true"}})), device=TEST_DEVICE)[0]
+    c = execute(
+        resolve(RunConfig(**{**base.__dict__, "method": "local", "protocol_options": {"stale_updates": "true"}})),
+        device=TEST_DEVICE,
+    )[0]
     d = execute(resolve(RunConfig(**{**base.__dict__, "method": "local"})), device=TEST_DEVICE)[0]
     assert [r["value"] for r in c] == [r["value"] for r in d]  # per-model optimisers: no stale steps
 
@@ -257,7 +355,15 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
     try:
         from vflbench import pipeline
 
-        run = resolve(RunConfig(dataset="synthetic", method="_twostage", test_missing=["none"], data_options={"n": 300}, hp={"epochs": 1}))
+        run = resolve(
+            RunConfig(
+                dataset="synthetic",
+                method="_twostage",
+                test_missing=["none"],
+                data_options={"n": 300},
+                hp={"epochs": 1},
+            )
+        )
         inputs = pipeline.prepare(run, TEST_DEVICE)
         m = pipeline.build(run, inputs)
         w0 = m.extra.weight.detach().clone()
@@ -285,9 +391,11 @@ def test_experiment_files_take_plugins_method_options_and_labeled_runs(tmp_path)
     (tmp_path / "om.py").write_text((tmp_path / "om.py").read_text().replace('"obsmean"', '"om_exp"'))
     exp = tmp_path / "e.yaml"
     exp.write_text(
-        "name: t\nplugins: [om.py]\nmethods: [om_exp, plug]\ntrain_missing: [none]\ntest_missing: [none]\nlabeled: 50\naligned: 10\n"
+        "name: t\nplugins: [om.py]\nmethods: [om_exp, plug]\ntrain_missing: [none]\ntest_missing: [none]\nlabeled: "
+        "50\naligned: 10\n"
         "method_options: {plug: {p_drop: 0.3}}\n"
-        "datasets:\n  synthetic: {method_options: {om_exp: {min_observed: 2}}}\n")
+        "datasets:\n  synthetic: {method_options: {om_exp: {min_observed: 2}}}\n"
+    )
     e = load_experiment(exp)
     runs = {r.method: resolve(r) for r in e.runs}
     assert runs["om_exp"].method_options == {"min_observed": 2} and runs["plug"].method_options["p_drop"] == 0.3

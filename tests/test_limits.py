@@ -47,7 +47,18 @@ CLI = {  # limits on command options rather than run settings: the command line 
     "workers": ["sweep", "experiments/demo.yaml", "--workers"],
     "pack": ["sweep", "experiments/demo.yaml", "--pack"],
     "threads": ["run", "--dataset", "synthetic", "--method", "laser", "--threads"],
-    "timeout": ["party", "--rank", "0", "--rendezvous", "tcp://127.0.0.1:1", "--dataset", "synthetic", "--method", "laser", "--timeout"],
+    "timeout": [
+        "party",
+        "--rank",
+        "0",
+        "--rendezvous",
+        "tcp://127.0.0.1:1",
+        "--dataset",
+        "synthetic",
+        "--method",
+        "laser",
+        "--timeout",
+    ],
 }
 
 
@@ -56,7 +67,9 @@ def test_a_huge_value_is_refused_within_a_second_naming_its_limit(name, tmp_path
     lim = LIMITS[name]
     t0 = time.perf_counter()
     if name in CLI:
-        r = runner.invoke(app, [*CLI[name], lim.huge, "--out", str(tmp_path / "o")] if name != "timeout" else [*CLI[name], lim.huge])
+        r = runner.invoke(
+            app, [*CLI[name], lim.huge, "--out", str(tmp_path / "o")] if name != "timeout" else [*CLI[name], lim.huge]
+        )
         assert r.exit_code == 2, r.output
         msg = r.output
         assert not (tmp_path / "o").exists()  # nothing half-written
@@ -69,6 +82,18 @@ def test_a_huge_value_is_refused_within_a_second_naming_its_limit(name, tmp_path
 
 
 def test_values_at_the_limits_are_accepted():
-    assert resolve(RunConfig(dataset="synthetic", method="sum", mechanism="pbm:b=1024,beta=0.1")).settings["mechanism"]["b"] == 1024
-    assert resolve(RunConfig(dataset="synthetic", method="laser", hp={"batch_size": 1_048_576})).hp.batch_size == 1_048_576
-    assert resolve(RunConfig(dataset="synthetic", method="laser", runtime="processes", net_bandwidth=0)).settings["net_bandwidth"] == 0
+    assert (
+        resolve(RunConfig(dataset="synthetic", method="sum", mechanism="pbm:b=1024,beta=0.1")).settings["mechanism"][
+            "b"
+        ]
+        == 1024
+    )
+    assert (
+        resolve(RunConfig(dataset="synthetic", method="laser", hp={"batch_size": 1_048_576})).hp.batch_size == 1_048_576
+    )
+    assert (
+        resolve(RunConfig(dataset="synthetic", method="laser", runtime="processes", net_bandwidth=0)).settings[
+            "net_bandwidth"
+        ]
+        == 0
+    )

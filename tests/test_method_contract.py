@@ -42,8 +42,14 @@ def _variants(name: str) -> dict[str, dict]:
     cls = METHODS.get(name)
     out = {name: {}}
     for proto in PROTOCOLS.values():
-        opts = {o.name: getattr(proto, o.protocol) for o in cls.option_specs if o.protocol and getattr(proto, o.protocol) != o.default}
-        opts = {k: v for k, v in opts.items() if k not in ("laser_subsets", "plug_denominator", "granularity")}  # evaluation-only choices
+        opts = {
+            o.name: getattr(proto, o.protocol)
+            for o in cls.option_specs
+            if o.protocol and getattr(proto, o.protocol) != o.default
+        }
+        opts = {
+            k: v for k, v in opts.items() if k not in ("laser_subsets", "plug_denominator", "granularity")
+        }  # evaluation-only choices
         if opts and opts not in out.values():
             out[f"{name}[{proto.name}]"] = opts
     for o in cls.option_specs:
@@ -66,8 +72,17 @@ def make(name: str, k: int = 3, c: int = 3, image: bool = False, seed: int = 0, 
     """Build a method (or a variant, ``name[...]``, of :data:`CASES`) on tiny synthetic shapes."""
     base, opts = CASES.get(name, (name, {}))
     model = ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,))
-    ctx = MethodContext(k=k, n_classes=c, widths=[4] * k, in_ch=1, model=model, device=torch.device("cpu"), streams=Streams(seed),
-                        options={**opts, **(options or {})}, positive_class=1 if c == 2 else None)
+    ctx = MethodContext(
+        k=k,
+        n_classes=c,
+        widths=[4] * k,
+        in_ch=1,
+        model=model,
+        device=torch.device("cpu"),
+        streams=Streams(seed),
+        options={**opts, **(options or {})},
+        positive_class=1 if c == 2 else None,
+    )
     return METHODS.get(base)(ctx)
 
 
@@ -101,7 +116,13 @@ def member_grad(method: Method) -> torch.Tensor:
 @pytest.mark.parametrize("name", ALL)
 def test_declares_what_the_runner_reads(name):
     cls = cls_of(name)
-    assert cls.name == CASES[name][0] and isinstance(cls.display, str) and cls.display and isinstance(cls.paper, str) and cls.paper
+    assert (
+        cls.name == CASES[name][0]
+        and isinstance(cls.display, str)
+        and cls.display
+        and isinstance(cls.paper, str)
+        and cls.paper
+    )
     assert cls.f1_rule in F1_RULES
     assert cls.stages and len({s.name for s in cls.stages}) == len(cls.stages)
     stages = cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **CASES[name][1]})
@@ -145,15 +166,21 @@ def test_loss_is_finite_and_gradients_reach_only_active_members(name):
             m.store.begin()
             loss, active = m.loss(batch(blocks(3, n, False), obs, y if stage.labels else None), stage)
             assert active.shape == (m.n_members,) and active.dtype == torch.bool
-            if loss is None or not active.any():  # nothing trains on this batch (e.g. Standard VFL without complete samples)
+            if (
+                loss is None or not active.any()
+            ):  # nothing trains on this batch (e.g. Standard VFL without complete samples)
                 continue
             assert torch.isfinite(loss) and loss.ndim == 0
             loss.backward()
             g = member_grad(m)
-            assert (g[~active] == 0).all(), f"stage {stage.name}: inactive members received gradient: {(~active).nonzero().view(-1).tolist()}"
+            assert (g[~active] == 0).all(), (
+                f"stage {stage.name}: inactive members received gradient: {(~active).nonzero().view(-1).tolist()}"
+            )
             assert g[active].sum() > 0
             trained += 1
-        assert trained >= 1, f"stage {stage.name}: the method trained on neither a mixed batch nor one with a missing party"
+        assert trained >= 1, (
+            f"stage {stage.name}: the method trained on neither a mixed batch nor one with a missing party"
+        )
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -168,7 +195,16 @@ def test_all_missing_samples_are_handled(name):
     with torch.no_grad():
         p = m.predict(batch(blocks(3, n, False), obs))
     assert not bool(p.counted.any())
-    met = compute_metrics(p.preds.numpy(), p.valid.numpy(), None, p.counted.numpy(), np.zeros(n, dtype=int), rule=m.f1_rule, n_classes=3, positive_class=None)
+    met = compute_metrics(
+        p.preds.numpy(),
+        p.valid.numpy(),
+        None,
+        p.counted.numpy(),
+        np.zeros(n, dtype=int),
+        rule=m.f1_rule,
+        n_classes=3,
+        positive_class=None,
+    )
     assert met["n_counted"] == 0
 
 
@@ -183,7 +219,16 @@ def test_binary_scores_follow_the_metric_rules(name):
     assert p.scores is not None and p.scores.shape == p.preds.shape
     assert ((p.scores >= 0) & (p.scores <= 1)).all()
     y = np.arange(n) % 2
-    met = compute_metrics(p.preds.numpy(), p.valid.numpy(), p.scores.numpy(), p.counted.numpy(), y, rule=m.f1_rule, n_classes=2, positive_class=1)
+    met = compute_metrics(
+        p.preds.numpy(),
+        p.valid.numpy(),
+        p.scores.numpy(),
+        p.counted.numpy(),
+        y,
+        rule=m.f1_rule,
+        n_classes=2,
+        positive_class=1,
+    )
     assert 0 <= met["n_counted"] <= int(p.counted.sum()) and met["n_test"] == n
     assert 0 <= met["accuracy"] <= 100 and 0 <= met["f1"] <= 100
 
@@ -220,11 +265,19 @@ def test_learns_an_easy_task_above_chance(name):
     base, opts = CASES[name]
     cls = cls_of(name)
     semi = {"labeled": 1200, "aligned": 100} if cls.needs_labeled else {}
-    cfg = RunConfig(dataset="synthetic", method=base, method_options={k: str(v) for k, v in opts.items()}, train_missing="mcar:0.1",
-                    test_missing=["none", "mcar:0.3"], seed=0, data_options={"n": 3000, "separation": 1.5},
-                    hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp}, settings=semi,
-                    # a SimSiam stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
-                    stage_hp={"pretrain": {"epochs": 2}} if opts.get("pretrain") == "simsiam" else {})
+    cfg = RunConfig(
+        dataset="synthetic",
+        method=base,
+        method_options={k: str(v) for k, v in opts.items()},
+        train_missing="mcar:0.1",
+        test_missing=["none", "mcar:0.3"],
+        seed=0,
+        data_options={"n": 3000, "separation": 1.5},
+        hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp},
+        settings=semi,
+        # a SimSiam stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
+        stage_hp={"pretrain": {"epochs": 2}} if opts.get("pretrain") == "simsiam" else {},
+    )
     rows, _ = execute(resolve(cfg), device=TEST_DEVICE)
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert acc["none"] > 80, acc  # chance is 50%
@@ -233,7 +286,12 @@ def test_learns_an_easy_task_above_chance(name):
 def _non_default(o: Option):
     if o.choices is not None:
         return next(c for c in o.choices if c != o.default)
-    candidates = {bool: lambda d: [not d], int: lambda d: [d + 1, 2], float: lambda d: [d + 0.25, d * 0.5, 0.5], str: lambda d: [d + "x"]}[o.type](o.default)
+    candidates = {
+        bool: lambda d: [not d],
+        int: lambda d: [d + 1, 2],
+        float: lambda d: [d + 0.25, d * 0.5, 0.5],
+        str: lambda d: [d + "x"],
+    }[o.type](o.default)
     for v in candidates:
         try:
             return o.parse(v, "?")
@@ -251,7 +309,11 @@ def test_options_round_trip_through_the_manifest(name):
         if cls.validate_options({**{o.name: o.default for o in cls.option_specs}, **chosen, key: value}) is None:
             chosen[key] = value
     semi = {"labeled": 50} if cls.needs_labeled else {}
-    run = resolve(RunConfig(dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}, settings=semi))
+    run = resolve(
+        RunConfig(
+            dataset="synthetic", method=name, method_options={k: str(v) for k, v in chosen.items()}, settings=semi
+        )
+    )
     assert {k: run.method_options[k] for k in chosen} == chosen
     assert all(run.option_sources[k] == "user" for k in chosen)
     assert set(run.method_options) == {o.name for o in cls.option_specs}

@@ -18,8 +18,15 @@ from .helpers import STAGE, batch, train_step
 
 def ctx(k=3, c=3, options=None, width=4):
     return MethodContext(
-        k=k, n_classes=c, widths=[width] * k, in_ch=1, model=ModelSpec("mlp", 6, (8,)), device=torch.device("cpu"),
-        streams=Streams(0), options=options or {}, positive_class=1 if c == 2 else None,
+        k=k,
+        n_classes=c,
+        widths=[width] * k,
+        in_ch=1,
+        model=ModelSpec("mlp", 6, (8,)),
+        device=torch.device("cpu"),
+        streams=Streams(0),
+        options=options or {},
+        positive_class=1 if c == 2 else None,
     )
 
 
@@ -180,7 +187,15 @@ def test_same_seed_same_numbers_other_seed_differs():
     from vflbench.pipeline import execute
 
     def go(seed):
-        cfg = RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.2", test_missing=["mcar:0.5"], seed=seed, data_options={"n": 1500}, hp={"epochs": 3})
+        cfg = RunConfig(
+            dataset="synthetic",
+            method="laser",
+            train_missing="mcar:0.2",
+            test_missing=["mcar:0.5"],
+            seed=seed,
+            data_options={"n": 1500},
+            hp={"epochs": 3},
+        )
         return [r["value"] for r in execute(resolve(cfg), device=TEST_DEVICE)[0]]
 
     a, b = go(0), go(0)
@@ -210,7 +225,9 @@ def test_cifar_resnet_extractors_match_the_authors_shapes():
     n_half = sum(p.numel() for p in half.parameters())
     n_full = sum(p.numel() for p in full.parameters())
     assert abs(n_half - 3.06e6) / 3.06e6 < 0.02 and abs(n_full - 11.69e6) / 11.69e6 < 0.02
-    assert half.conv1.padding == (0, 0) and half.conv1.out_channels == 32 and isinstance(half.maxpool, torch.nn.Identity)
+    assert (
+        half.conv1.padding == (0, 0) and half.conv1.out_channels == 32 and isinstance(half.maxpool, torch.nn.Identity)
+    )
     assert full.conv1.kernel_size == (3, 3) and full.conv1.stride == (1, 1)
     q = torch.randn(2, 3, 16, 16)  # a CIFAR quadrant
     assert half(q).shape == (2, 1024) and full(q).shape == (2, 1024)
@@ -219,8 +236,16 @@ def test_cifar_resnet_extractors_match_the_authors_shapes():
 
 
 def image_ctx(method_options=None):
-    return MethodContext(k=4, n_classes=10, widths=[16] * 4, in_ch=1, model=ModelSpec("cnn-small", 8), device=torch.device("cpu"),
-                         streams=Streams(0), options=method_options or {})
+    return MethodContext(
+        k=4,
+        n_classes=10,
+        widths=[16] * 4,
+        in_ch=1,
+        model=ModelSpec("cnn-small", 8),
+        device=torch.device("cpu"),
+        streams=Streams(0),
+        options=method_options or {},
+    )
 
 
 @pytest.mark.parametrize("name", ["local", "laser", "combinatorial", "plug", "svfl"])
@@ -247,7 +272,13 @@ def test_image_methods_run_end_to_end(name):
     from vflbench.config import RunConfig, resolve
     from vflbench.pipeline import execute
 
-    cfg = RunConfig(dataset="digits", method=name, train_missing="mcar:0.2", test_missing=["none", "mcar:0.5"], hp={"epochs": 2, "lr": 3e-3})
+    cfg = RunConfig(
+        dataset="digits",
+        method=name,
+        train_missing="mcar:0.2",
+        test_missing=["none", "mcar:0.5"],
+        hp={"epochs": 2, "lr": 3e-3},
+    )
     rows, man = execute(resolve(cfg), device=TEST_DEVICE)
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert man["partition"]["blocks"] == [[0, 4, 0, 4], [0, 4, 4, 8], [4, 8, 0, 4], [4, 8, 4, 8]]

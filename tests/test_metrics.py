@@ -42,7 +42,16 @@ def test_compute_metrics_reports_counts_and_auprc():
     y = np.array([1, 0, 1, 0])
     preds = np.array([[1, 0, 1, 1]])
     scores = np.array([[0.9, 0.1, 0.8, 0.7]])
-    m = compute_metrics(preds, np.ones((1, 4), bool), scores, np.array([1, 1, 1, 0], bool), y, rule="single", n_classes=2, positive_class=1)
+    m = compute_metrics(
+        preds,
+        np.ones((1, 4), bool),
+        scores,
+        np.array([1, 1, 1, 0], bool),
+        y,
+        rule="single",
+        n_classes=2,
+        positive_class=1,
+    )
     assert m["accuracy"] == 100.0 and m["n_counted"] == 3 and m["n_test"] == 4
     assert m["f1"] == pytest.approx(100.0) and m["auprc"] == pytest.approx(100.0)
     assert auprc(scores, np.ones((1, 4), bool), np.ones(4, bool), y, "single") == pytest.approx(1.0)

@@ -56,7 +56,9 @@ def test_mcar_beta_draws_once_per_block_with_beta_mean(a, b):
 def test_mnar_depends_on_sign_of_block_mean():
     rng = np.random.default_rng(3)
     mean = rng.standard_normal((N, 8))
-    m = generate_masks("mnar:0.7", N, 8, np.random.default_rng(4), block_mean=mean, block_var=np.ones_like(mean)).observed
+    m = generate_masks(
+        "mnar:0.7", N, 8, np.random.default_rng(4), block_mean=mean, block_var=np.ones_like(mean)
+    ).observed
     neg, pos = mean < 0, mean >= 0
     assert abs((~m[neg]).mean() - 0.7) < tol(0.7, neg.sum())
     assert abs((~m[pos]).mean() - 0.3) < tol(0.3, pos.sum())
@@ -113,7 +115,16 @@ def test_per_batch_patterns_constant_within_batch():
 
 def test_per_batch_rejects_data_dependent_mechanisms():
     with pytest.raises(VFLBenchError, match="per batch"):
-        generate_masks("mar1", 100, 4, np.random.default_rng(0), block_mean=np.zeros((100, 4)), block_var=np.ones((100, 4)), granularity="batch", batch_size=10)
+        generate_masks(
+            "mar1",
+            100,
+            4,
+            np.random.default_rng(0),
+            block_mean=np.zeros((100, 4)),
+            block_var=np.ones((100, 4)),
+            granularity="batch",
+            batch_size=10,
+        )
 
 
 def test_all_missing_keep_vs_resample():
@@ -124,7 +135,9 @@ def test_all_missing_keep_vs_resample():
     assert res.info["resampled"] >= (~keep.observed.any(1)).sum()
 
 
-@pytest.mark.parametrize("spec", ["mcar:1.5", "mcar:-0.1", "mcar", "bogus:1", "mnar", "mcar-beta:0,2", "mcar:x", "none:3"])
+@pytest.mark.parametrize(
+    "spec", ["mcar:1.5", "mcar:-0.1", "mcar", "bogus:1", "mnar", "mcar-beta:0,2", "mcar:x", "none:3"]
+)
 def test_bad_specs_are_clear_errors(spec):
     with pytest.raises(VFLBenchError):
         parse_mechanism(spec)

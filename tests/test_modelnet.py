@@ -31,7 +31,11 @@ def write_renders(root, scheme="shaded", skip_view=None):
                 for view in range(1, 13):
                     if (label, split, obj, view) == skip_view:
                         continue
-                    name = f"{cls}_{obj + 1:04d}.obj.shaded_v{view:03d}.png" if scheme == "shaded" else f"{cls}_{obj + 1:04d}_{view:03d}.jpg"
+                    name = (
+                        f"{cls}_{obj + 1:04d}.obj.shaded_v{view:03d}.png"
+                        if scheme == "shaded"
+                        else f"{cls}_{obj + 1:04d}_{view:03d}.jpg"
+                    )
                     Image.fromarray(np.full((40, 40), level(label, obj, view), np.uint8)).save(d / name, quality=100)
 
 
@@ -39,7 +43,12 @@ def write_renders(root, scheme="shaded", skip_view=None):
 def test_pairs_layout_gives_each_party_one_view_of_its_pair(tmp_data, scheme):
     write_renders(tmp_data / "modelnet10" / "modelnet40_images_new_12x", scheme)
     ds = load_dataset("modelnet10", {"size": 8, "normalize": "none"})
-    assert ds.x_train.shape == (10 * N_TRAIN * 6, 1, 16, 24) and ds.x_test.shape == (10 * N_TEST * 2, 1, 16, 24)  # 6 / 2 draws
+    assert ds.x_train.shape == (10 * N_TRAIN * 6, 1, 16, 24) and ds.x_test.shape == (
+        10 * N_TEST * 2,
+        1,
+        16,
+        24,
+    )  # 6 / 2 draws
     assert np.bincount(ds.y_train).tolist() == [N_TRAIN * 6] * 10
     part = make_partition("tiles", ds.x_train.shape[1:], 6, np.random.default_rng(0))
     tiles = part.split(ds.x_train)

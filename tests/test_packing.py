@@ -21,9 +21,24 @@ DATA = {"n": 400, "n_classes": 2}  # synthetic, binary: accuracy, F1 and AUPRC a
 
 def _runs(method, protocol, seeds=(0, 1, 2), train_missing="mcar:0.3", **kw):
     opts = {"p_drop": 0.3} if method == "plug" else {}  # exercise the per-batch draw
-    return [resolve(RunConfig(dataset="synthetic", method=method, train_missing=train_missing, test_missing=["none", "mcar:0.5"], seed=s,
-                              protocol=protocol, data_options=DATA, method_options=opts, hp={"epochs": 3, "batch_size": 32},
-                              settings={"eval_epochs": [1, 3]}, **kw)) for s in seeds]
+    return [
+        resolve(
+            RunConfig(
+                dataset="synthetic",
+                method=method,
+                train_missing=train_missing,
+                test_missing=["none", "mcar:0.5"],
+                seed=s,
+                protocol=protocol,
+                data_options=DATA,
+                method_options=opts,
+                hp={"epochs": 3, "batch_size": 32},
+                settings={"eval_epochs": [1, 3]},
+                **kw,
+            )
+        )
+        for s in seeds
+    ]
 
 
 def test_every_method_with_a_plain_mlp_loss_is_packable():
@@ -81,13 +96,26 @@ def test_runs_that_cannot_share_a_pack_are_refused_before_training():
     with pytest.raises(NotPackable, match="more than their seed"):
         execute_pack([*_runs("laser", "compat", seeds=(0,)), *_runs("svfl", "compat", seeds=(1,))], device="cpu")
     with pytest.raises(NotPackable, match="loss is not written for packing"):
-        execute_pack([resolve(RunConfig(dataset="synthetic", method="pbm", seed=s, data_options=DATA, hp={"epochs": 1})) for s in (0, 1)], device="cpu")
+        execute_pack(
+            [
+                resolve(RunConfig(dataset="synthetic", method="pbm", seed=s, data_options=DATA, hp={"epochs": 1}))
+                for s in (0, 1)
+            ],
+            device="cpu",
+        )
 
 
 def test_packs_group_only_seeds_of_packable_tabular_runs():
     laser, svfl = _runs("laser", "compat", seeds=range(5)), _runs("svfl", "compat", seeds=range(2))
     pbm = [resolve(RunConfig(dataset="synthetic", method="pbm", seed=s, data_options=DATA)) for s in (0, 1)]
-    pre = [resolve(RunConfig(dataset="synthetic", method="laser", seed=s, data_options=DATA, method_options={"pretrain": "simsiam"})) for s in (0, 1)]
+    pre = [
+        resolve(
+            RunConfig(
+                dataset="synthetic", method="laser", seed=s, data_options=DATA, method_options={"pretrain": "simsiam"}
+            )
+        )
+        for s in (0, 1)
+    ]
     groups = packs([*laser, *svfl, *pbm, *pre], 3)
     assert [len(g) for g in groups] == [3, 2, 2, 1, 1, 1, 1]
     assert [r.seed for r in groups[0]] == [0, 1, 2] and {r.method for r in groups[2]} == {"svfl"}
@@ -114,19 +142,36 @@ def _sweep(tmp_path, **experiment):
     """Write a synthetic-data sweep file with ``experiment``'s fields, sweep it with one worker into
     ``tmp_path/s``; returns (the file, the CLI result, the runs' manifests)."""
     exp = tmp_path / "e.yaml"
-    exp.write_text(yaml.safe_dump({"name": "p", "protocol": "compat", "test_missing": ["none"], "datasets": {"synthetic": {"data_options": DATA}},
-                                   **experiment}))
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "p",
+                "protocol": "compat",
+                "test_missing": ["none"],
+                "datasets": {"synthetic": {"data_options": DATA}},
+                **experiment,
+            }
+        )
+    )
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
     return exp, r, [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
 
 
 def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
-    exp, r, manifests = _sweep(tmp_path, methods=["laser", "pbm"], seeds=[0, 1, 2], train_missing=["mcar:0.3"], hp={"epochs": 2, "batch_size": 32})
+    exp, r, manifests = _sweep(
+        tmp_path,
+        methods=["laser", "pbm"],
+        seeds=[0, 1, 2],
+        train_missing=["mcar:0.3"],
+        hp={"epochs": 2, "batch_size": 32},
+    )
     assert "3 of them in 1 pack(s)" in r.output
     assert len(manifests) == 6
     assert sorted(m.get("pack", {}).get("size", 0) for m in manifests) == [0, 0, 0, 3, 3, 3]  # PBM-VFL runs alone
-    r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])  # resumes: nothing left
+    r = CliRunner().invoke(
+        app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")]
+    )  # resumes: nothing left
     assert r.exit_code == 0 and "6 already finished, 0 to run" in r.output
     r = CliRunner().invoke(app, ["sweep", str(exp), "--pack", "0", "--out", str(tmp_path / "t")])
     assert r.exit_code == 2 and "--pack must be >= 1" in r.output
@@ -134,14 +179,25 @@ def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
     exp.write_text(exp.read_text().replace("- 2\n", "- 2\n- 5\n"))
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0 and "6 already finished, 2 to run" in r.output, r.output
-    sizes = [json.loads(p.read_text()).get("pack", {}).get("size") for p in (tmp_path / "s" / "runs").glob("*laser*_s5_*/manifest.json")]
+    sizes = [
+        json.loads(p.read_text()).get("pack", {}).get("size")
+        for p in (tmp_path / "s" / "runs").glob("*laser*_s5_*/manifest.json")
+    ]
     assert sizes == [1]
     r = CliRunner().invoke(app, ["sweep", str(exp), "--workers", "1", "--pack", "1", "--out", str(tmp_path / "u")])
-    assert r.exit_code == 0 and not any("pack" in json.loads(p.read_text()) for p in (tmp_path / "u" / "runs").glob("*/manifest.json"))
+    assert r.exit_code == 0 and not any(
+        "pack" in json.loads(p.read_text()) for p in (tmp_path / "u" / "runs").glob("*/manifest.json")
+    )
 
 
 def test_sweep_packs_training_settings_together_and_manifests_say_so(tmp_path):
-    _, r, manifests = _sweep(tmp_path, methods=["laser"], seeds=[0, 1], train_missing=["none", "mcar:0.3"], hp={"epochs": 1, "batch_size": 32})
+    _, r, manifests = _sweep(
+        tmp_path,
+        methods=["laser"],
+        seeds=[0, 1],
+        train_missing=["none", "mcar:0.3"],
+        hp={"epochs": 1, "batch_size": 32},
+    )
     assert "4 of them in 1 pack(s)" in r.output
     assert len(manifests) == 4
     for m in manifests:

@@ -30,7 +30,12 @@ def test_feature_blocks_are_disjoint_and_deterministic(name):
 
 def test_importance_alpha_controls_inequality():
     def spread(alpha):
-        return np.mean([np.std(make_partition("importance", (200,), 4, np.random.default_rng(s), alpha=alpha).widths()) for s in range(30)])
+        return np.mean(
+            [
+                np.std(make_partition("importance", (200,), 4, np.random.default_rng(s), alpha=alpha).widths())
+                for s in range(30)
+            ]
+        )
 
     assert spread(0.3) > 2 * spread(50.0)
 

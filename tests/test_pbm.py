@@ -99,7 +99,16 @@ def test_the_server_sees_exactly_the_decoded_counts():
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_large_b_approaches_npq_gradients():
     def grads(opts):
-        run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 400}, method_options=opts, hp={"epochs": 1}))
+        run = resolve(
+            RunConfig(
+                dataset="synthetic",
+                method="pbm",
+                parties=3,
+                data_options={"n": 400},
+                method_options=opts,
+                hp={"epochs": 1},
+            )
+        )
         from vflbench import pipeline
 
         inputs = pipeline.prepare(run, TEST_DEVICE)
@@ -114,7 +123,9 @@ def test_large_b_approaches_npq_gradients():
         return m.store.flat.grad.clone()
 
     exact = grads({"mechanism": "npq"})
-    close = grads({"b": 1024, "beta": 0.25})  # b's limit (vflbench.limits): the accountant's cost, 8x the paper's largest b
+    close = grads(
+        {"b": 1024, "beta": 0.25}
+    )  # b's limit (vflbench.limits): the accountant's cost, 8x the paper's largest b
     mid = grads({"b": 64, "beta": 0.25})
     far = grads({"b": 8, "beta": 0.1})
     assert torch.allclose(close, exact, atol=0.05)
@@ -152,8 +163,17 @@ def test_each_masked_upload_is_uniform_and_masks_are_fresh():
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_secagg_masked_gives_bit_identical_runs():
     def rows(secagg):
-        run = resolve(RunConfig(dataset="synthetic", method="pbm", parties=3, data_options={"n": 300}, hp={"epochs": 2},
-                                method_options={"secagg": secagg, "b": 8, "beta": 0.2}, test_missing=["none", "mcar:0.3"]))
+        run = resolve(
+            RunConfig(
+                dataset="synthetic",
+                method="pbm",
+                parties=3,
+                data_options={"n": 300},
+                hp={"epochs": 2},
+                method_options={"secagg": secagg, "b": 8, "beta": 0.2},
+                test_missing=["none", "mcar:0.3"],
+            )
+        )
         return execute(run, device=TEST_DEVICE)[0]
 
     plain, masked = rows("plain"), rows("masked")
@@ -162,18 +182,39 @@ def test_secagg_masked_gives_bit_identical_runs():
 
 
 # ---------------------------------------------------------------- the accountant (spec 2.6 golden values)
-@pytest.mark.parametrize("b, beta, m, alpha, expected", [
-    (2, 0.05, 4, 2, 0.02036), (2, 0.05, 4, 8, 0.08189), (4, 0.1, 4, 2, 0.17159), (4, 0.1, 4, 8, 0.68342), (4, 0.1, 4, 32, 1.35828),
-    (16, 0.1, 4, 2, 0.68481), (16, 0.1, 4, 8, 2.73218), (16, 0.15, 4, 2, 1.68619), (8, 0.25, 5, 2, 2.60064), (8, 0.25, 5, 8, 7.14738),
-    (64, 0.1, 5, 8, 9.00374), (128, 0.1, 10, 8, 9.06691), (8, 0.01, 4, 8, 0.01281),
-])
+@pytest.mark.parametrize(
+    "b, beta, m, alpha, expected",
+    [
+        (2, 0.05, 4, 2, 0.02036),
+        (2, 0.05, 4, 8, 0.08189),
+        (4, 0.1, 4, 2, 0.17159),
+        (4, 0.1, 4, 8, 0.68342),
+        (4, 0.1, 4, 32, 1.35828),
+        (16, 0.1, 4, 2, 0.68481),
+        (16, 0.1, 4, 8, 2.73218),
+        (16, 0.15, 4, 2, 1.68619),
+        (8, 0.25, 5, 2, 2.60064),
+        (8, 0.25, 5, 8, 7.14738),
+        (64, 0.1, 5, 8, 9.00374),
+        (128, 0.1, 10, 8, 9.06691),
+        (8, 0.01, 4, 8, 0.01281),
+    ],
+)
 def test_exact_feature_rdp_matches_the_spec_vectors(b, beta, m, alpha, expected):
     assert exact_feature_rdp(b, beta, m, [alpha])[0] == pytest.approx(expected, abs=1e-5)
 
 
-@pytest.mark.parametrize("b, beta, m, alpha, expected", [
-    (16, 0.1, 4, 2, 9.8656), (16, 0.1, 4, 8, 21.300), (4, 0.05, 4, 2, 0.6337), (64, 0.1, 5, 2, 49.328), (32, 0.1, 10, 8, 106.50), (2, 0.05, 6, 8, 1.4657),
-])
+@pytest.mark.parametrize(
+    "b, beta, m, alpha, expected",
+    [
+        (16, 0.1, 4, 2, 9.8656),
+        (16, 0.1, 4, 8, 21.300),
+        (4, 0.05, 4, 2, 0.6337),
+        (64, 0.1, 5, 2, 49.328),
+        (32, 0.1, 10, 8, 106.50),
+        (2, 0.05, 6, 8, 1.4657),
+    ],
+)
 def test_exact_sample_rdp_matches_the_spec_vectors(b, beta, m, alpha, expected):
     assert exact_sample_rdp(b, beta, m, [alpha])[0] == pytest.approx(expected, rel=2e-4)
 
@@ -193,23 +234,31 @@ def test_linear_conversion_equals_a_fine_grid_minimum():
     assert mironov_linear(c, delta) == pytest.approx(6.0689, abs=1e-4)
 
 
-@pytest.mark.parametrize("m, p, b, beta, e, feat1, feat8, samp1, samp8", [
-    (4, 16, 16, 0.1, 1, 6.069, 20.48, 33.11, 148.5),
-    (4, 16, 16, 0.1, 600, 517, 3448, 8686, 6.917e4),
-    (4, 16, 4, 0.05, 600, 57.25, 286, 586.1, 4366),
-    (5, 16, 64, 0.1, 100, 301.9, 1913, 6600, 5.247e4),
-    (10, 16, 64, 0.1, 100, 171.1, 1013, 2.073e4, 1.651e5),
-    (5, 16, 32, 0.1, 100, 171.1, 1013, 3323, 2.626e4),
-    (6, 4096, 2, 0.05, 250, 1052, 7387, 3.832e4, 3.058e5),
-    (4, 128, 2, 0.01, 700, 18.84, 76.47, 132.8, 852.5),
-])
+@pytest.mark.parametrize(
+    "m, p, b, beta, e, feat1, feat8, samp1, samp8",
+    [
+        (4, 16, 16, 0.1, 1, 6.069, 20.48, 33.11, 148.5),
+        (4, 16, 16, 0.1, 600, 517, 3448, 8686, 6.917e4),
+        (4, 16, 4, 0.05, 600, 57.25, 286, 586.1, 4366),
+        (5, 16, 64, 0.1, 100, 301.9, 1913, 6600, 5.247e4),
+        (10, 16, 64, 0.1, 100, 171.1, 1013, 2.073e4, 1.651e5),
+        (5, 16, 32, 0.1, 100, 171.1, 1013, 3323, 2.626e4),
+        (6, 4096, 2, 0.05, 250, 1052, 7387, 3.832e4, 3.058e5),
+        (4, 128, 2, 0.01, 700, 18.84, 76.47, 132.8, 852.5),
+    ],
+)
 def test_paper_mode_matches_the_spec_table(m, p, b, beta, e, feat1, feat8, samp1, samp8):
     def eps(c0, kind):
         acc = NoisySumAccountant(AccountantSpec("pbm", m, p, b, beta, c0=c0, mode="paper"), n_samples=2)
         acc.releases[:, m] = e  # every sample released E times by all M parties
         return acc.get_epsilon(1e-5, kind)
 
-    for got, want in ((eps(1, "feature"), feat1), (eps(8, "feature"), feat8), (eps(1, "sample"), samp1), (eps(8, "sample"), samp8)):
+    for got, want in (
+        (eps(1, "feature"), feat1),
+        (eps(8, "feature"), feat8),
+        (eps(1, "sample"), samp1),
+        (eps(8, "sample"), samp8),
+    ):
         assert got == pytest.approx(want, rel=2e-3)
 
 
@@ -268,18 +317,21 @@ runner = CliRunner()
 PBM = ["run", "--dataset", "synthetic", "--method", "pbm", "--epochs", "1", "--quiet", "--data-opt", "n=300"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--method-opt", "beta=0.3"], "beta must be in (0, 1/4]"),
-    (["--method-opt", "beta=0"], "beta must be in (0, 1/4]"),
-    (["--method-opt", "b=0"], "must be >= 1"),
-    (["--method-opt", "C=0"], "must be a finite number > 0"),
-    (["--method-opt", "mechanism=ldp", "--method-opt", "secagg=masked"], "use secagg=plain with ldp"),
-    (["--method-opt", "delta=1"], "delta must be in (0, 1)"),
-    (["--method-opt", "delta=0"], "delta must be in (0, 1)"),
-    (["--target", "train_auprc=0.9", "--data-opt", "n_classes=3"], "binary tasks only"),
-    (["--target", "test_auprc=0.9"], "--target must look like METRIC=VALUE"),
-    (["--target", "train_accuracy=1.5"], "--target value must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--method-opt", "beta=0.3"], "beta must be in (0, 1/4]"),
+        (["--method-opt", "beta=0"], "beta must be in (0, 1/4]"),
+        (["--method-opt", "b=0"], "must be >= 1"),
+        (["--method-opt", "C=0"], "must be a finite number > 0"),
+        (["--method-opt", "mechanism=ldp", "--method-opt", "secagg=masked"], "use secagg=plain with ldp"),
+        (["--method-opt", "delta=1"], "delta must be in (0, 1)"),
+        (["--method-opt", "delta=0"], "delta must be in (0, 1)"),
+        (["--target", "train_auprc=0.9", "--data-opt", "n_classes=3"], "binary tasks only"),
+        (["--target", "test_auprc=0.9"], "--target must look like METRIC=VALUE"),
+        (["--target", "train_accuracy=1.5"], "--target value must be in (0, 1]"),
+    ],
+)
 def test_bad_pbm_input_is_one_line_and_exit_2(tmp_path, args, needle):
     r = runner.invoke(app, [*PBM, "--out", str(tmp_path / "o"), *args])
     assert r.exit_code == 2, r.output
@@ -290,13 +342,48 @@ def test_bad_pbm_input_is_one_line_and_exit_2(tmp_path, args, needle):
 @needs_mirror
 @pytest.mark.slow
 def test_phishing_run_writes_privacy_cost_and_target_columns(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "phishing", "--method", "pbm", "--parties", "5", "--method-opt", "b=32", "--method-opt", "beta=0.2",
-                            "--target", "train_auprc=0.9", "--seed", "0", "--epochs", "2", "--quiet", "--test-missing", "none", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "phishing",
+            "--method",
+            "pbm",
+            "--parties",
+            "5",
+            "--method-opt",
+            "b=32",
+            "--method-opt",
+            "beta=0.2",
+            "--target",
+            "train_auprc=0.9",
+            "--seed",
+            "0",
+            "--epochs",
+            "2",
+            "--quiet",
+            "--test-missing",
+            "none",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     df = pd.read_csv(next(tmp_path.rglob("results.csv")))
-    for col in ("epsilon_feature_record_no_local_training", "epsilon_sample_record_no_local_training", "epsilon_column_block",
-                "epsilon_feature_paper_formula", "epsilon_feature_record_no_local_training_at_target", "accountant", "privacy_upper_bound",
-                "comm_bits_paper", "comm_bytes_up", "comm_bytes_down", "epochs_to_target"):
+    for col in (
+        "epsilon_feature_record_no_local_training",
+        "epsilon_sample_record_no_local_training",
+        "epsilon_column_block",
+        "epsilon_feature_paper_formula",
+        "epsilon_feature_record_no_local_training_at_target",
+        "accountant",
+        "privacy_upper_bound",
+        "comm_bits_paper",
+        "comm_bytes_up",
+        "comm_bytes_down",
+        "epochs_to_target",
+    ):
         assert col in df.columns, col
     assert {"auprc", "auprc@exact"} <= set(df["metric"])
     row = df.iloc[0]
@@ -308,7 +395,9 @@ def test_phishing_run_writes_privacy_cost_and_target_columns(tmp_path):
     # monitoring pass (the server sees that noisy sum too)
     assert row["accountant"] == "pld" and bool(row["privacy_upper_bound"]) and row["privacy_releases"] == 4
     pld = AccountantSpec("pbm", 5, 16, 32, 0.2)
-    assert row["epsilon_feature_record_no_local_training"] == pytest.approx(epsilon(pld, [0, 0, 0, 0, 4], 1e-5, "feature_record"))
+    assert row["epsilon_feature_record_no_local_training"] == pytest.approx(
+        epsilon(pld, [0, 0, 0, 0, 4], 1e-5, "feature_record")
+    )
     assert row["epsilon_column_block"] >= row["epsilon_feature_record_no_local_training"]
     assert row["epsilon_feature_paper_formula"] == pytest.approx(mironov_linear(4 * 8 * 16 * 32 * 0.04 / 5, 1e-5))
     assert "epsilon_feature_record_no_local_training" in r.output and "accountant=pld" in r.output
@@ -316,8 +405,26 @@ def test_phishing_run_writes_privacy_cost_and_target_columns(tmp_path):
 
 # ---------------------------------------------------------------- equal-privacy baselines and the frontier
 def test_ldp_matched_to_pbm_spends_the_same_certified_epsilon(tmp_path):
-    base = ["run", "--dataset", "synthetic", "--data-opt", "n=300", "--method", "pbm", "--parties", "3", "--epochs", "2", "--quiet",
-            "--test-missing", "none", "--method-opt", "b=16", "--method-opt", "beta=0.15"]
+    base = [
+        "run",
+        "--dataset",
+        "synthetic",
+        "--data-opt",
+        "n=300",
+        "--method",
+        "pbm",
+        "--parties",
+        "3",
+        "--epochs",
+        "2",
+        "--quiet",
+        "--test-missing",
+        "none",
+        "--method-opt",
+        "b=16",
+        "--method-opt",
+        "beta=0.15",
+    ]
     rows = {}
     for mech in ("pbm", "ldp"):
         out = tmp_path / mech
@@ -327,7 +434,9 @@ def test_ldp_matched_to_pbm_spends_the_same_certified_epsilon(tmp_path):
         rows[mech] = pd.read_csv(next(out.rglob("results.csv"))).iloc[0]
     pbm, ldp = rows["pbm"], rows["ldp"]
     assert ldp["ldp_match"] == "epsilon" and ldp["accountant"] == "pld"
-    assert ldp["epsilon_feature_record_no_local_training"] == pytest.approx(pbm["epsilon_feature_record_no_local_training"], rel=1e-6)
+    assert ldp["epsilon_feature_record_no_local_training"] == pytest.approx(
+        pbm["epsilon_feature_record_no_local_training"], rel=1e-6
+    )
     assert ldp["ldp_sigma"] < ldp_sigma(3, 16, 0.15)  # the paper's sigma is far more private than PBM
 
 
@@ -336,15 +445,39 @@ def test_frontier_plot_puts_each_series_at_its_certified_epsilon(tmp_path):
 
     rows = []
     for seed in (0, 1):
-        for mech, match, eps, auprc in (("pbm", None, 100.0, 90.0), ("ldp", "paper", 20.0, 60.0), ("ldp", "epsilon", 100.0, 70.0), ("npq", None, float("inf"), 99.0)):
+        for mech, match, eps, auprc in (
+            ("pbm", None, 100.0, 90.0),
+            ("ldp", "paper", 20.0, 60.0),
+            ("ldp", "epsilon", 100.0, 70.0),
+            ("npq", None, float("inf"), 99.0),
+        ):
             for epoch, v in ((1, auprc - 10), (2, auprc + seed)):
-                rows.append({"run_id": f"{mech}{match}{seed}", "dataset": "phishing", "method": "pbm", "train_missing": "none", "test_missing": "none",
-                             "seed": seed, "metric": "auprc", "value": v, "epoch": epoch, "parties": 10, "mechanism": mech, "b": 32, "beta": 0.1,
-                             "ldp_match": match, "accountant": "pld" if mech != "npq" else "none", "epsilon_feature_record_no_local_training": eps})
+                rows.append(
+                    {
+                        "run_id": f"{mech}{match}{seed}",
+                        "dataset": "phishing",
+                        "method": "pbm",
+                        "train_missing": "none",
+                        "test_missing": "none",
+                        "seed": seed,
+                        "metric": "auprc",
+                        "value": v,
+                        "epoch": epoch,
+                        "parties": 10,
+                        "mechanism": mech,
+                        "b": 32,
+                        "beta": 0.1,
+                        "ldp_match": match,
+                        "accountant": "pld" if mech != "npq" else "none",
+                        "epsilon_feature_record_no_local_training": eps,
+                    }
+                )
     (tmp_path / "res").mkdir()
     pd.DataFrame(rows).to_csv(tmp_path / "res" / "results.csv", index=False)
     paths = plot_frontier(tmp_path / "res", tmp_path / "frontier")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv"}
     pts = pd.read_csv(tmp_path / "frontier.csv").set_index("series")
-    assert pts.loc["PBM", "metric_mean"] == pytest.approx(90.5) and pts.loc["PBM", "epsilon"] == 100.0  # the final epoch only
+    assert (
+        pts.loc["PBM", "metric_mean"] == pytest.approx(90.5) and pts.loc["PBM", "epsilon"] == 100.0
+    )  # the final epoch only
     assert pts.loc["LDP (epsilon sigma)", "epsilon"] == 100.0 and pts.loc["LDP (paper sigma)", "epsilon"] == 20.0

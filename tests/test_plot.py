@@ -9,9 +9,18 @@ runner = CliRunner()
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_scalability_curves_and_bars(tmp_path):
-    spec = {"name": "scal", "protocol": "clean", "seeds": [0], "parties": [2, 4], "methods": ["svfl", "laser"],
-            "train_missing": ["mcar:0.1"], "test_missing": ["mcar:0.1"], "hp": {"epochs": 2},
-            "lr_by_parties": {"laser": {4: 0.002}}, "datasets": {"synthetic": {"data_options": {"n": 800}}}}
+    spec = {
+        "name": "scal",
+        "protocol": "clean",
+        "seeds": [0],
+        "parties": [2, 4],
+        "methods": ["svfl", "laser"],
+        "train_missing": ["mcar:0.1"],
+        "test_missing": ["mcar:0.1"],
+        "hp": {"epochs": 2},
+        "lr_by_parties": {"laser": {4: 0.002}},
+        "datasets": {"synthetic": {"data_options": {"n": 800}}},
+    }
     exp = tmp_path / "scal.yaml"
     exp.write_text(yaml.safe_dump(spec))
     out = tmp_path / "sweep"
@@ -19,7 +28,10 @@ def test_scalability_curves_and_bars(tmp_path):
     assert r.exit_code == 0, r.output
     import json
 
-    lrs = {(m["config"]["method"], m["config"]["parties"]): m["config"]["hp"]["lr"] for m in (json.loads(p.read_text()) for p in out.glob("runs/*/manifest.json"))}
+    lrs = {
+        (m["config"]["method"], m["config"]["parties"]): m["config"]["hp"]["lr"]
+        for m in (json.loads(p.read_text()) for p in out.glob("runs/*/manifest.json"))
+    }
     assert lrs[("laser", 4)] == 0.002 and lrs[("laser", 2)] == 1e-3  # lr_by_parties applies per method and K
     for kind in ("scalability", "curves", "bars"):
         r = runner.invoke(app, ["plot", kind, str(out), "--out", str(tmp_path / kind)])

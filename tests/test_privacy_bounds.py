@@ -49,7 +49,10 @@ def brute_epsilon(pairs: list[tuple[np.ndarray, np.ndarray]], delta: float = DEL
     lp, lq = np.array(lp), np.array(lq)
 
     def hockey(eps: float) -> float:
-        return max(float(np.sum(np.maximum(0.0, np.exp(lp) - np.exp(eps + lq)))), float(np.sum(np.maximum(0.0, np.exp(lq) - np.exp(eps + lp)))))
+        return max(
+            float(np.sum(np.maximum(0.0, np.exp(lp) - np.exp(eps + lq)))),
+            float(np.sum(np.maximum(0.0, np.exp(lq) - np.exp(eps + lp)))),
+        )
 
     lo, hi = 0.0, float(np.max(np.abs(lp - lq))) + 1e-9
     if hockey(0.0) <= delta:
@@ -138,7 +141,9 @@ def test_paper_mode_is_labelled_and_falls_below_the_certified_value():
 
 def test_the_issue_setting_reports_about_1040():
     """M = 5, b = 32, beta = 0.1, P = 16, 100 epochs: an independent PLD oracle gives 1039.7."""
-    assert epsilon(AccountantSpec("pbm", 5, 16, 32, 0.1), [0, 0, 0, 0, 100], DELTA, "feature_record") == pytest.approx(1039.7, rel=0.005)
+    assert epsilon(AccountantSpec("pbm", 5, 16, 32, 0.1), [0, 0, 0, 0, 100], DELTA, "feature_record") == pytest.approx(
+        1039.7, rel=0.005
+    )
 
 
 # ---------------------------------------------------------------- the Gaussian (LDP) side
@@ -166,8 +171,12 @@ def test_matched_ldp_sigma_gives_pbm_s_epsilon(mode):
     counts = [0, 0, 0, 0, 100]
     sigma = match_ldp_sigma(pbm, counts, DELTA)
     ldp = AccountantSpec("ldp", 5, 16, sigma=sigma, mode=mode)
-    assert epsilon(ldp, counts, DELTA, "feature_record") == pytest.approx(epsilon(pbm, counts, DELTA, "feature_record"), rel=1e-6)
-    assert epsilon(ldp, counts, DELTA, "feature_record") <= epsilon(pbm, counts, DELTA, "feature_record") * (1 + 1e-9)  # never less private
+    assert epsilon(ldp, counts, DELTA, "feature_record") == pytest.approx(
+        epsilon(pbm, counts, DELTA, "feature_record"), rel=1e-6
+    )
+    assert epsilon(ldp, counts, DELTA, "feature_record") <= epsilon(pbm, counts, DELTA, "feature_record") * (
+        1 + 1e-9
+    )  # never less private
 
 
 def test_pld_epsilon_survives_dp_accountings_overflow():
@@ -194,7 +203,8 @@ def test_the_worst_of_many_histories_is_bounded_without_one_call_per_history(mod
     assert worst_epsilon(spec, rows[:1], DELTA, unit) == epsilon(spec, rows[0], DELTA, unit)
 
 
-# ---------------------------------------------------------------- per-party releases (a mechanism at any method's boundary)
+# ---------------------------------------------------------------- per-party releases (a mechanism at any method's
+# boundary)
 @pytest.mark.parametrize("mode", ["pld", "exact"])
 @pytest.mark.parametrize("b,beta,k,t", [(3, 0.2, 3, 1), (2, 0.25, 2, 2), (4, 0.1, 4, 1)])
 def test_each_release_feature_epsilon_bounds_the_exact_value(mode, b, beta, k, t):
@@ -220,7 +230,9 @@ def test_each_release_sample_epsilon_equals_the_summed_one(mode):
     against the brute force over the k separate releases too."""
     b, beta, k = 2, 0.2, 3
     counts = [0, 0, 1, 0]
-    each = epsilon(AccountantSpec("pbm", 4, 1, b=b, beta=beta, mode=mode, release="each"), counts, DELTA, "sample_record")
+    each = epsilon(
+        AccountantSpec("pbm", 4, 1, b=b, beta=beta, mode=mode, release="each"), counts, DELTA, "sample_record"
+    )
     summed = epsilon(AccountantSpec("pbm", 4, 1, b=b, beta=beta, mode=mode), counts, DELTA, "sample_record")
     assert each == summed
     hi, lo = binom.pmf(np.arange(b + 1), b, 0.5 + beta), binom.pmf(np.arange(b + 1), b, 0.5 - beta)

@@ -28,10 +28,32 @@ def hand_made():
     }
     for m, vs in vals.items():
         for seed, v in enumerate(vs):
-            rows.append({"run_id": f"{m}{seed}", "dataset": "credit", "method": m, "train_missing": "none", "test_missing": "none",
-                         "seed": seed, "metric": "f1", "value": v, "protocol": "compat"})
-            rows.append({"run_id": f"{m}{seed}", "dataset": "credit", "method": m, "train_missing": "none", "test_missing": "none",
-                         "seed": seed, "metric": "accuracy", "value": 70.0, "protocol": "compat"})
+            rows.append(
+                {
+                    "run_id": f"{m}{seed}",
+                    "dataset": "credit",
+                    "method": m,
+                    "train_missing": "none",
+                    "test_missing": "none",
+                    "seed": seed,
+                    "metric": "f1",
+                    "value": v,
+                    "protocol": "compat",
+                }
+            )
+            rows.append(
+                {
+                    "run_id": f"{m}{seed}",
+                    "dataset": "credit",
+                    "method": m,
+                    "train_missing": "none",
+                    "test_missing": "none",
+                    "seed": seed,
+                    "metric": "accuracy",
+                    "value": 70.0,
+                    "protocol": "compat",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -85,7 +107,11 @@ def test_table_cli_and_errors(tmp_path):
     assert r.exit_code == 0 and "LASER-VFL" in r.output
     r = runner.invoke(app, ["table", str(p), "--format", "csv"])
     assert r.exit_code == 0 and r.output.startswith("dataset,metric,method")
-    for args, needle in ((["--layout", "x"], "Unknown layout"), (["--reference", "nope"], "Unknown reference"), (["--format", "pdf"], "Unknown format")):
+    for args, needle in (
+        (["--layout", "x"], "Unknown layout"),
+        (["--reference", "nope"], "Unknown reference"),
+        (["--format", "pdf"], "Unknown format"),
+    ):
         r = runner.invoke(app, ["table", str(p), *args])
         assert r.exit_code == 2 and needle in r.output
     bad = tmp_path / "bad.csv"

@@ -20,8 +20,22 @@ def test_split_specs_keeps_per_block_lists_together():
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @needs_mirror
 def test_run_credit_end_to_end_is_repeatable(tmp_path):
-    args = ["run", "--dataset", "credit", "--method", "laser", "--train-missing", "mcar:0.1", "--test-missing", "none,mcar:0.5",
-            "--seed", "0", "--epochs", "2", "--quiet"]
+    args = [
+        "run",
+        "--dataset",
+        "credit",
+        "--method",
+        "laser",
+        "--train-missing",
+        "mcar:0.1",
+        "--test-missing",
+        "none,mcar:0.5",
+        "--seed",
+        "0",
+        "--epochs",
+        "2",
+        "--quiet",
+    ]
     r1 = runner.invoke(app, args + ["--out", str(tmp_path / "a")])
     assert r1.exit_code == 0, r1.output
     r2 = runner.invoke(app, args + ["--out", str(tmp_path / "b")])

@@ -26,10 +26,28 @@ from vflbench.runtime import free_port, refusal
 from .conftest import needs_mirror
 
 runner = CliRunner()
-SUPPORTED = [m for m in METHODS if refusal(METHODS.get(m)) is None and METHODS.get(m).__module__.startswith("vflbench.methods")]  # not a test's plugin
-# --device: under VFLBENCH_TEST_DEVICE=cuda (make test-gpu) both runtimes compute on the GPU, every process of the processes run included
-FLAGS = ["--dataset", "credit", "--epochs", "2", "--seed", "1", "--train-missing", "mcar:0.3", "--train-samples", "3000",
-         "--test-missing", "none,mcar:0.5", "--quiet", "--device", TEST_DEVICE]
+SUPPORTED = [
+    m for m in METHODS if refusal(METHODS.get(m)) is None and METHODS.get(m).__module__.startswith("vflbench.methods")
+]  # not a test's plugin
+# --device: under VFLBENCH_TEST_DEVICE=cuda (make test-gpu) both runtimes compute on the GPU, every process of the
+# processes run included
+FLAGS = [
+    "--dataset",
+    "credit",
+    "--epochs",
+    "2",
+    "--seed",
+    "1",
+    "--train-missing",
+    "mcar:0.3",
+    "--train-samples",
+    "3000",
+    "--test-missing",
+    "none,mcar:0.5",
+    "--quiet",
+    "--device",
+    TEST_DEVICE,
+]
 
 
 def test_the_methods_the_issue_names_claim_support():
@@ -43,11 +61,19 @@ def _one(out: Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(d / "results.csv"), json.loads((d / "manifest.json").read_text())
 
 
-SEEDED = ("--noise-source", "seeded")  # reproducible party noise: the equivalence needs it (the default across processes is secret)
-CASES = [*[(m, ()) for m in SUPPORTED if m != "pbm"],
-         ("pbm", ("--method-opt", "noise=party", *SEEDED)),  # PBM-VFL: each party draws its own noise
-         ("pbm", ("--method-opt", "noise=party", "--method-opt", "secagg=masked", *SEEDED)),  # with SecAgg keys from X25519 across processes
-         ("sum", ("--mechanism", "pbm:b=32,beta=0.2,noise=party", "--secagg", "masked", *SEEDED))]
+SEEDED = (
+    "--noise-source",
+    "seeded",
+)  # reproducible party noise: the equivalence needs it (the default across processes is secret)
+CASES = [
+    *[(m, ()) for m in SUPPORTED if m != "pbm"],
+    ("pbm", ("--method-opt", "noise=party", *SEEDED)),  # PBM-VFL: each party draws its own noise
+    (
+        "pbm",
+        ("--method-opt", "noise=party", "--method-opt", "secagg=masked", *SEEDED),
+    ),  # with SecAgg keys from X25519 across processes
+    ("sum", ("--mechanism", "pbm:b=32,beta=0.2,noise=party", "--secagg", "masked", *SEEDED)),
+]
 
 
 @needs_mirror
@@ -55,7 +81,9 @@ CASES = [*[(m, ()) for m in SUPPORTED if m != "pbm"],
 def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     a = runner.invoke(app, ["run", "--method", method, *FLAGS, *extra, "--out", str(tmp_path / "in")])
     assert a.exit_code == 0, a.output
-    b = runner.invoke(app, ["run", "--method", method, *FLAGS, *extra, "--runtime", "processes", "--out", str(tmp_path / "pr")])
+    b = runner.invoke(
+        app, ["run", "--method", method, *FLAGS, *extra, "--runtime", "processes", "--out", str(tmp_path / "pr")]
+    )
     assert b.exit_code == 0, b.output
     (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
     assert ma["run_key"] == mb["run_key"]
@@ -64,7 +92,10 @@ def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     drop = lambda c: {k: v for k, v in c.items() if k != "model"}  # noqa: E731  (the channel's class name)
     assert drop(ma["communication"]) == drop(mb["communication"])  # and accounted traffic
     trains_alone = method in ("local", "ensemble")  # nothing crosses in training
-    assert ma["extras"]["comm_bytes_up"] == mb["extras"]["comm_bytes_up"] and (mb["extras"]["comm_bytes_up"] > 0) != trains_alone
+    assert (
+        ma["extras"]["comm_bytes_up"] == mb["extras"]["comm_bytes_up"]
+        and (mb["extras"]["comm_bytes_up"] > 0) != trains_alone
+    )
     rt = mb["runtime"]
     assert rt["measured_equals_accounted"], rt["mismatch"]
     for key in ("train_up", "train_down", "eval_up"):
@@ -72,7 +103,9 @@ def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     assert (rt["measured"]["bytes_train_up"] > 0) != trains_alone and rt["framing"]["messages"] > 0
     assert "runtime=processes" not in ",".join(rb.columns) and mb["config"]["settings"]["runtime"] == "processes"
     assert rt["labels_at_parties"] == trains_alone  # parties that train alone hold the labels
-    assert ma["device"] == mb["device"] == TEST_DEVICE and rt["party_devices"] == [TEST_DEVICE] * 4  # every process on one device
+    assert (
+        ma["device"] == mb["device"] == TEST_DEVICE and rt["party_devices"] == [TEST_DEVICE] * 4
+    )  # every process on one device
 
 
 @needs_mirror
@@ -82,8 +115,24 @@ def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp
         trace = tmp_path / f"trace_{mode}"
         trace.mkdir()
         monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(trace))
-        r = runner.invoke(app, ["run", "--method", "pbm", *FLAGS, "--method-opt", "noise=party", "--method-opt", f"secagg={mode}",
-                                "--runtime", "processes", *SEEDED, "--out", str(tmp_path / mode)])
+        r = runner.invoke(
+            app,
+            [
+                "run",
+                "--method",
+                "pbm",
+                *FLAGS,
+                "--method-opt",
+                "noise=party",
+                "--method-opt",
+                f"secagg={mode}",
+                "--runtime",
+                "processes",
+                *SEEDED,
+                "--out",
+                str(tmp_path / mode),
+            ],
+        )
         assert r.exit_code == 0, r.output
         runs[mode] = _one(tmp_path / mode)
         import torch
@@ -103,7 +152,9 @@ def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp
                 assert same < 0.05, (k, same)  # masked: equal to the plain count about 1/256 of the time, by chance
                 assert received[k][rows].float().mean() > 100  # spread over Z_256, not counts in 0..32
     (rp, mp), (rm, mm) = runs["plain"], runs["masked"]
-    assert rp["value"].tolist() == rm["value"].tolist() and mp["history"]["loss"] == mm["history"]["loss"]  # bit-identical to plain
+    assert (
+        rp["value"].tolist() == rm["value"].tolist() and mp["history"]["loss"] == mm["history"]["loss"]
+    )  # bit-identical to plain
 
 
 @needs_mirror
@@ -111,31 +162,66 @@ def test_secret_noise_is_drawn_inside_each_party_and_the_epsilon_says_whom_it_ho
     """The default across processes: each party reseeds its noise from the OS. The run is not the
     seeded one (its numbers differ), the manifest and every row say so, no secret seed is recorded,
     and with masked SecAgg the epsilon holds against the server; in one process it does not."""
-    flags = ["--dataset", "credit", "--epochs", "1", "--seed", "1", "--train-missing", "mcar:0.3", "--train-samples", "800",
-             "--test-missing", "none", "--quiet", "--method", "pbm", "--method-opt", "noise=party", "--method-opt", "secagg=masked"]
+    flags = [
+        "--dataset",
+        "credit",
+        "--epochs",
+        "1",
+        "--seed",
+        "1",
+        "--train-missing",
+        "mcar:0.3",
+        "--train-samples",
+        "800",
+        "--test-missing",
+        "none",
+        "--quiet",
+        "--method",
+        "pbm",
+        "--method-opt",
+        "noise=party",
+        "--method-opt",
+        "secagg=masked",
+    ]
     r = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "secret")])
     assert r.exit_code == 0, r.output
     s = runner.invoke(app, ["run", *flags, "--out", str(tmp_path / "seeded")])
     assert s.exit_code == 0, s.output
     (rs, ms), (rd, md) = _one(tmp_path / "secret"), _one(tmp_path / "seeded")
-    assert ms["config"]["settings"]["noise_source"] == "secret" and "noise_source" not in md["config"].get("settings", {})
+    assert ms["config"]["settings"]["noise_source"] == "secret" and "noise_source" not in md["config"].get(
+        "settings", {}
+    )
     assert ms["run_key"] != md["run_key"] and ms["history"]["loss"] != md["history"]["loss"]
     assert set(rs["noise_source"]) == {"secret"} and set(rd["noise_source"]) == {"seeded"}
-    assert set(rs["epsilon_holds_against"]) == {"server,parties,observer"} and set(rd["epsilon_holds_against"]) == {"observer-without-seed"}
+    assert set(rs["epsilon_holds_against"]) == {"server,parties,observer"} and set(rd["epsilon_holds_against"]) == {
+        "observer-without-seed"
+    }
     assert ms["privacy"]["holds_against"]["server"]["holds"] and not md["privacy"]["holds_against"]["server"]["holds"]
-    assert all(str(v).startswith("secret") for k, v in ms["seeds"]["streams"].items() if k.startswith("mechanism/party"))
+    assert all(
+        str(v).startswith("secret") for k, v in ms["seeds"]["streams"].items() if k.startswith("mechanism/party")
+    )
     assert len(ms["runtime"]["measured"]["secagg_key_fingerprint"]) == 19
 
 
 def test_pbm_across_processes_needs_each_party_to_draw_its_own_noise(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "pbm", "--runtime", "processes", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app, ["run", "--dataset", "synthetic", "--method", "pbm", "--runtime", "processes", "--out", str(tmp_path)]
+    )
     assert r.exit_code == 2 and "noise=party" in r.output and len(r.output.strip().splitlines()) == 1
 
 
 def test_a_method_that_cannot_run_distributed_is_refused_in_one_line(tmp_path):
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "fedhssl", "--runtime", "processes", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "cannot run with --runtime processes" in r.output and len(r.output.strip().splitlines()) == 1
-    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "laser", "--net-latency", "20", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app, ["run", "--dataset", "synthetic", "--method", "fedhssl", "--runtime", "processes", "--out", str(tmp_path)]
+    )
+    assert (
+        r.exit_code == 2
+        and "cannot run with --runtime processes" in r.output
+        and len(r.output.strip().splitlines()) == 1
+    )
+    r = runner.invoke(
+        app, ["run", "--dataset", "synthetic", "--method", "laser", "--net-latency", "20", "--out", str(tmp_path)]
+    )
     assert r.exit_code == 2 and "add --runtime processes" in r.output
     rows = {r["name"]: r for r in json.loads(runner.invoke(app, ["methods", "--format", "json"]).output)}
     assert rows["laser"]["processes"] and rows["local"]["processes"] and not rows["false1"]["processes"]
@@ -148,10 +234,22 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
     url = f"tcp://127.0.0.1:{port}"
     flags = ["--dataset", "credit", "--method", "laser", "--epochs", "40", "--seed", "0", "--timeout", "30"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(tmp_path / "out"), *flags],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    parties = [subprocess.Popen([sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env) for k in range(4)]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(tmp_path / "out"), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    parties = [
+        subprocess.Popen(
+            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        for k in range(4)
+    ]
     try:
         time.sleep(12)  # joined and training (an epoch takes about a second)
         assert server.poll() is None, server.communicate()
@@ -173,12 +271,21 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
 @needs_mirror
 def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, monkeypatch):
     exp = tmp_path / "exp.yaml"
-    exp.write_text("name: dies\nruntime: processes\nseeds: [0]\nparties: [4]\ntrain_missing: [none]\ntest_missing: [none]\n"
-                   "hp: {epochs: 2}\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n")
-    monkeypatch.setenv("VFLBENCH_KILL_PARTY", "laser:1:1")  # party 1 of the LASER-VFL run dies when its second epoch starts
+    exp.write_text(
+        "name: dies\nruntime: processes\nseeds: [0]\nparties: [4]\ntrain_missing: [none]\ntest_missing: [none]\n"
+        "hp: {epochs: 2}\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n"
+    )
+    monkeypatch.setenv(
+        "VFLBENCH_KILL_PARTY", "laser:1:1"
+    )  # party 1 of the LASER-VFL run dies when its second epoch starts
     r = runner.invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "out")])
     summary = json.loads((tmp_path / "out" / "sweep.json").read_text())
     failed = summary["runs_failed"]
-    assert len(failed) == 1 and "laser" in failed[0]["run_id"] and "Lost party 1" in failed[0]["error"] and "epoch 2" in failed[0]["error"], r.output
+    assert (
+        len(failed) == 1
+        and "laser" in failed[0]["run_id"]
+        and "Lost party 1" in failed[0]["error"]
+        and "epoch 2" in failed[0]["error"]
+    ), r.output
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
     assert set(rows["method"]) == {"svfl"}  # the other run finished; nothing of the failed one was written

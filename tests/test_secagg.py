@@ -52,10 +52,27 @@ def _quarter(x: list[int], a: int, b: int, c: int, d: int) -> None:
 
 def chacha20_block(key: bytes, counter: int, nonce: bytes) -> bytes:
     """RFC 7539 section 2.3, written from the RFC (independent of the library under test)."""
-    state = [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574, *struct.unpack("<8I", key), counter, *struct.unpack("<3I", nonce)]
+    state = [
+        0x61707865,
+        0x3320646E,
+        0x79622D32,
+        0x6B206574,
+        *struct.unpack("<8I", key),
+        counter,
+        *struct.unpack("<3I", nonce),
+    ]
     x = list(state)
     for _ in range(10):
-        for a, b, c, d in ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15), (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14)):
+        for a, b, c, d in (
+            (0, 4, 8, 12),
+            (1, 5, 9, 13),
+            (2, 6, 10, 14),
+            (3, 7, 11, 15),
+            (0, 5, 10, 15),
+            (1, 6, 11, 12),
+            (2, 7, 8, 13),
+            (3, 4, 9, 14),
+        ):
             _quarter(x, a, b, c, d)
     return struct.pack("<16I", *[(u + v) & M32 for u, v in zip(x, state, strict=True)])
 
@@ -68,29 +85,41 @@ def library_keystream(key: bytes, counter: int, nonce: bytes, nbytes: int) -> by
 
 RFC_2_3_2 = bytes.fromhex(  # key 00..1f, nonce 000000090000004a00000000, block counter 1
     "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
-    "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e")
+    "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"
+)
 RFC_A1_1 = bytes.fromhex(  # key zero, nonce zero, counter 0
     "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
-    "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586")
+    "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586"
+)
 RFC_A1_2 = bytes.fromhex(  # key zero, nonce zero, counter 1
     "9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
-    "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f")
-RFC_2_4_2 = bytes.fromhex("6e2e359a2568f98041ba0728dd0d6981e97e7aec1d4360c20a27afccfd9fae0b")  # "Ladies and Gentlemen..." encrypted, counter 1
+    "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f"
+)
+RFC_2_4_2 = bytes.fromhex(
+    "6e2e359a2568f98041ba0728dd0d6981e97e7aec1d4360c20a27afccfd9fae0b"
+)  # "Ladies and Gentlemen..." encrypted, counter 1
 KEY_0_31 = bytes(range(32))
 
 
-@pytest.mark.parametrize("key,counter,nonce,expected", [
-    (KEY_0_31, 1, bytes.fromhex("000000090000004a00000000"), RFC_2_3_2),
-    (bytes(32), 0, bytes(12), RFC_A1_1),
-    (bytes(32), 1, bytes(12), RFC_A1_2),
-], ids=["2.3.2", "A.1#1", "A.1#2"])
+@pytest.mark.parametrize(
+    "key,counter,nonce,expected",
+    [
+        (KEY_0_31, 1, bytes.fromhex("000000090000004a00000000"), RFC_2_3_2),
+        (bytes(32), 0, bytes(12), RFC_A1_1),
+        (bytes(32), 1, bytes(12), RFC_A1_2),
+    ],
+    ids=["2.3.2", "A.1#1", "A.1#2"],
+)
 def test_chacha20_known_answers_by_the_rfc_by_hand_and_as_vflbench_calls_the_library(key, counter, nonce, expected):
     assert chacha20_block(key, counter, nonce) == expected
     assert library_keystream(key, counter, nonce, 64) == expected
 
 
 def test_chacha20_encryption_known_answer_and_counter_continuity():
-    plain = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it."
+    plain = (
+        b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, "
+        b"sunscreen would be it."
+    )
     stream = library_keystream(KEY_0_31, 1, bytes.fromhex("000000000000004a00000000"), len(plain))
     assert bytes(p ^ s for p, s in zip(plain, stream, strict=True))[:32] == RFC_2_4_2
     # the library's stream is the block function at counter, counter + 1, ... (the layout KeyedMasking relies on)
@@ -185,7 +214,17 @@ def test_masks_above_32_bits_use_64_bit_words_and_stay_below_the_modulus():
 def test_pair_keys_are_bound_to_the_run_the_pair_and_both_public_keys():
     pa, pb, pc = os.urandom(32), os.urandom(32), os.urandom(32)
     base = pair_key_info("abc", 0, 1, pa, pb)
-    assert len({base, pair_key_info("abd", 0, 1, pa, pb), pair_key_info("abc", 0, 2, pa, pb), pair_key_info("abc", 0, 1, pa, pc)}) == 4
+    assert (
+        len(
+            {
+                base,
+                pair_key_info("abd", 0, 1, pa, pb),
+                pair_key_info("abc", 0, 2, pa, pb),
+                pair_key_info("abc", 0, 1, pa, pc),
+            }
+        )
+        == 4
+    )
 
 
 class _PartyWire:
@@ -205,8 +244,16 @@ def test_a_substituted_or_low_order_public_key_is_refused_or_shows_in_the_finger
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    other = X25519PrivateKey.generate().public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    fake = X25519PrivateKey.generate().public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    other = (
+        X25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
+    fake = (
+        X25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
     keys, fp = agree_pair_keys(_PartyWire(1, 3, lambda mine: [mine, other]), "run")
     keys2, fp2 = agree_pair_keys(_PartyWire(1, 3, lambda mine: [mine, fake]), "run")  # an active server's substitution
     assert set(keys) == {1} and len(keys[1]) == 32 and fp != fp2

@@ -49,10 +49,16 @@ def test_default_leaves_the_key_alone_and_the_example_moves_it(name):
     plain = _run(**needs)
     # the default a run gets when nobody sets it: the declared one, or (default_for) the one the other settings imply
     at_default = _run(**needs, **{name: s.text(plain.settings[name] if s.default_for else s.default)})
-    recorded = lambda run: (run.to_dict() if s.placement == "top" else run.to_dict().get("settings", {})).get(name)  # noqa: E731
+
+    def recorded(run):
+        return (run.to_dict() if s.placement == "top" else run.to_dict().get("settings", {})).get(name)
+
     assert at_default.key == plain.key
-    # a setting recorded always carries its resolved value (e.g. the protocol's preset); the others are absent at their default
-    assert recorded(at_default) == (s.text(plain.settings[name]) if s.always or plain.settings[name] != s.default else None)
+    # a setting recorded always carries its resolved value (e.g. the protocol's preset); the others are absent at their
+    # default
+    assert recorded(at_default) == (
+        s.text(plain.settings[name]) if s.always or plain.settings[name] != s.default else None
+    )
     if s.default_for is not None:  # where the run implies the declared default, giving it changes no key
         bare = _run()
         assert _run(**{name: s.text(s.default)}).key == bare.key and bare.settings[name] == s.default
@@ -80,7 +86,13 @@ def test_a_bad_value_is_one_clear_error(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_experiment_files_take_it_at_the_top_and_per_dataset(name):
     s = SETTINGS[name]
-    spec = {"name": "x", "methods": [METHOD], "train_missing": ["none"], "test_missing": ["none"], "datasets": {"synthetic": {}}}
+    spec = {
+        "name": "x",
+        "methods": [METHOD],
+        "train_missing": ["none"],
+        "test_missing": ["none"],
+        "datasets": {"synthetic": {}},
+    }
     if s.axis is not None:  # a grid axis: the file lists values under its own key, one run each
         runs = build_experiment({**spec, s.axis: [s.example]}).runs
         assert [r.settings[name] for r in runs] == [s.example]
@@ -109,7 +121,15 @@ def test_train_samples_trains_on_a_seeded_subset_with_the_masks_of_the_full_run(
     from vflbench.pipeline import prepare
 
     def inputs(**settings):
-        run = resolve(RunConfig(dataset="synthetic", method="laser", train_missing="mcar:0.3", data_options={"n": 800}, settings=settings))
+        run = resolve(
+            RunConfig(
+                dataset="synthetic",
+                method="laser",
+                train_missing="mcar:0.3",
+                data_options={"n": 800},
+                settings=settings,
+            )
+        )
         return prepare(run, "cpu")
 
     full, a, b = inputs(), inputs(train_samples=100), inputs(train_samples=100)
@@ -126,13 +146,20 @@ def test_fields_declared_after_the_frozen_layout_are_keyed_only_apart_from_their
     from vflbench import keys
 
     # a v2 option is keyed at its default; an option declared later only when set apart from it
-    assert keys.method_options("laser", {"fusion": "mean", "heads": "per_party", "samples": "labeled"}) == {"fusion": "mean"}
+    assert keys.method_options("laser", {"fusion": "mean", "heads": "per_party", "samples": "labeled"}) == {
+        "fusion": "mean"
+    }
     assert keys.method_options("laser", {"fusion": "mean", "heads": "one"}) == {"fusion": "mean", "heads": "one"}
-    assert keys.method_options("sum", {"C": 1.0, "embed_dim": 16, "eval": "mechanism", "hidden": "128,64"}) == {}  # a v3 method
+    assert (
+        keys.method_options("sum", {"C": 1.0, "embed_dim": 16, "eval": "mechanism", "hidden": "128,64"}) == {}
+    )  # a v3 method
     assert keys.method_options("sum", {"C": 2.0}) == {"C": 2.0}
     proto = keys.protocol({"name": "clean", "shuffle": True, "val_split": 0.0, "laser_epochs": 100})
     assert proto == {"name": "clean", "shuffle": True, "laser_epochs": 100}
-    assert keys.data_options("fashion-mnist", {"normalize": "dataset", "train_subset": 0, "test_subset": 0}) == {"normalize": "dataset", "train_subset": 0}
+    assert keys.data_options("fashion-mnist", {"normalize": "dataset", "train_subset": 0, "test_subset": 0}) == {
+        "normalize": "dataset",
+        "train_subset": 0,
+    }
 
 
 def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
@@ -140,7 +167,9 @@ def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
 
     cls = METHODS.get("laser")
     before = resolve(RunConfig(dataset="synthetic", method="laser")).key
-    monkeypatch.setattr(cls, "option_specs", (*cls.option_specs, Option("new_knob", int, 3, "an option declared later")))
+    monkeypatch.setattr(
+        cls, "option_specs", (*cls.option_specs, Option("new_knob", int, 3, "an option declared later"))
+    )
     assert resolve(RunConfig(dataset="synthetic", method="laser")).key == before
     assert resolve(RunConfig(dataset="synthetic", method="laser", method_options={"new_knob": "4"})).key != before
 
@@ -155,18 +184,32 @@ def test_every_run_field_is_declared_once_with_its_flag_and_experiment_key():
     from dataclasses import fields as dc_fields
 
     structural = {f.name for f in dc_fields(RunConfig)} - {"settings", "path_bases", "hp_sources"}
-    assert structural == {n for n, f in FIELDS.items() if f.into is None}  # every RunConfig field a user sets is declared
+    assert structural == {
+        n for n, f in FIELDS.items() if f.into is None
+    }  # every RunConfig field a user sets is declared
     for name, f in FIELDS.items():
         if f.flag is not None:
             assert f.cli_flag in help_text, name
         for level, keys in (("top", TOP_KEYS), ("dataset", DATASET_KEYS)):
-            assert (f.yaml_key in keys) == (f.yaml_key is not None and level in f.levels) or f.yaml_key in {"methods"}, (name, level)
+            assert (f.yaml_key in keys) == (f.yaml_key is not None and level in f.levels) or f.yaml_key in {
+                "methods"
+            }, (name, level)
     assert not set(FIELDS) & set(SETTINGS)
 
 
 def test_a_command_line_becomes_the_request_the_fields_declare():
-    cfg = request({"dataset": "credit", "method": "laser", "epochs": 3, "hp": ["lr=0.01", "pretrain.epochs=2"], "hidden": "8,8",
-                   "partition_options": ["alpha=0.5"], "method_options": ["p_drop=0.2"], "seed": "4"})
+    cfg = request(
+        {
+            "dataset": "credit",
+            "method": "laser",
+            "epochs": 3,
+            "hp": ["lr=0.01", "pretrain.epochs=2"],
+            "hidden": "8,8",
+            "partition_options": ["alpha=0.5"],
+            "method_options": ["p_drop=0.2"],
+            "seed": "4",
+        }
+    )
     assert cfg["hp"] == {"lr": "0.01", "epochs": 3} and cfg["stage_hp"] == {"pretrain": {"epochs": "2"}}
     assert cfg["hp_sources"] == {"lr": "--hp", "epochs": "flag"}
     assert cfg["model"] == {"hidden": [8, 8]} and cfg["partition_options"] == {"alpha": 0.5}
@@ -178,10 +221,26 @@ def test_a_command_line_becomes_the_request_the_fields_declare():
 
 
 def test_every_run_field_round_trips_through_the_manifest():
-    cfg = RunConfig(dataset="synthetic", method="laser", partitioner="random", protocol="clean", protocol_options={"shuffle": "false"},
-                    hp={"epochs": 2, "lr": 0.01}, model={"hidden": [8]}, seed=2)
+    cfg = RunConfig(
+        dataset="synthetic",
+        method="laser",
+        partitioner="random",
+        protocol="clean",
+        protocol_options={"shuffle": "false"},
+        hp={"epochs": 2, "lr": 0.01},
+        model={"hidden": [8]},
+        seed=2,
+    )
     run = resolve(cfg)
     again = resolve(config_from_manifest({"config": json.loads(json.dumps(run.to_dict(), default=str))}))
     provenance = ("option_sources", "hp_sources")  # a reproduced run gives every value explicitly
-    strip = lambda r: {k: v for k, v in json.loads(json.dumps(r.to_dict(), default=str)).items() if k not in provenance}  # noqa: E731
-    assert again.key == run.key and strip(again) == strip(run) and run.partitioner == "random" and run.protocol.shuffle is False
+
+    def strip(r):
+        return {k: v for k, v in json.loads(json.dumps(r.to_dict(), default=str)).items() if k not in provenance}
+
+    assert (
+        again.key == run.key
+        and strip(again) == strip(run)
+        and run.partitioner == "random"
+        and run.protocol.shuffle is False
+    )

@@ -49,7 +49,9 @@ def test_cli_datasets_json_reports_offline_sets():
 
 @needs_mirror
 def test_cli_masks_credit_mcar_half():
-    r = runner.invoke(app, ["masks", "--dataset", "credit", "--parties", "4", "--missing", "mcar:0.5", "--format", "json"])
+    r = runner.invoke(
+        app, ["masks", "--dataset", "credit", "--parties", "4", "--missing", "mcar:0.5", "--format", "json"]
+    )
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["n"] == 24000
@@ -59,10 +61,40 @@ def test_cli_masks_credit_mcar_half():
 
 
 def test_cli_masks_batch_and_reserve_on_synthetic():
-    r = runner.invoke(app, ["masks", "--dataset", "synthetic", "--missing", "mcar:0.5", "--granularity", "batch", "--batch-size", "100", "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "masks",
+            "--dataset",
+            "synthetic",
+            "--missing",
+            "mcar:0.5",
+            "--granularity",
+            "batch",
+            "--batch-size",
+            "100",
+            "--format",
+            "json",
+        ],
+    )
     s = json.loads(r.stdout)
     assert s["info"]["granularity"] == "batch"
-    r = runner.invoke(app, ["masks", "--dataset", "synthetic", "--missing", "mcar:0.9", "--labeled", "500", "--aligned", "100", "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "masks",
+            "--dataset",
+            "synthetic",
+            "--missing",
+            "mcar:0.9",
+            "--labeled",
+            "500",
+            "--aligned",
+            "100",
+            "--format",
+            "json",
+        ],
+    )
     s = json.loads(r.stdout)
     assert s["fully_observed_fraction"] >= 100 / 3000
 

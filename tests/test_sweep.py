@@ -109,8 +109,16 @@ def test_parallel_workers_match_serial(tmp_path):
     for w in ("1", "2"):
         r = runner.invoke(app, ["sweep", str(exp), "--out", str(tmp_path / f"w{w}"), "--workers", w])
         assert r.exit_code == 0, r.output
-    a = pd.read_csv(tmp_path / "w1" / "results.csv").sort_values(["run_id", "test_missing", "metric"]).reset_index(drop=True)
-    b = pd.read_csv(tmp_path / "w2" / "results.csv").sort_values(["run_id", "test_missing", "metric"]).reset_index(drop=True)
+    a = (
+        pd.read_csv(tmp_path / "w1" / "results.csv")
+        .sort_values(["run_id", "test_missing", "metric"])
+        .reset_index(drop=True)
+    )
+    b = (
+        pd.read_csv(tmp_path / "w2" / "results.csv")
+        .sort_values(["run_id", "test_missing", "metric"])
+        .reset_index(drop=True)
+    )
     pd.testing.assert_frame_equal(a, b)  # same seeds, same numbers, whatever the parallelism
 
 
@@ -135,7 +143,12 @@ def test_ray_executor_tiny_sweep(tmp_path):
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_unavailable_dataset_is_skipped_with_a_note(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "empty"))
-    spec = {**TINY, "seeds": [0], "methods": ["local"], "datasets": {"synthetic": {"data_options": {"n": 600}}, "hapt": {}}}
+    spec = {
+        **TINY,
+        "seeds": [0],
+        "methods": ["local"],
+        "datasets": {"synthetic": {"data_options": {"n": 600}}, "hapt": {}},
+    }
     r = runner.invoke(app, ["sweep", str(write(tmp_path, spec)), "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     assert "skipping hapt" in r.output and "vflbench data fetch hapt" in r.output
@@ -177,8 +190,27 @@ def test_run_records_the_threads_it_used(tmp_path, monkeypatch):
 
     from vflbench.cli import app
 
-    r = CliRunner().invoke(app, ["run", "--dataset", "synthetic", "--method", "local", "--epochs", "1", "--quiet", "--data-opt", "n=200",
-                                 "--test-missing", "none", "--threads", "2", "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "local",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--data-opt",
+            "n=200",
+            "--test-missing",
+            "none",
+            "--threads",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     manifest = json.loads(next(tmp_path.rglob("manifest.json")).read_text())
     assert manifest["threads"] == 2
@@ -188,7 +220,9 @@ def test_run_records_the_threads_it_used(tmp_path, monkeypatch):
 
 def test_sweep_runs_a_subset_of_the_training_settings(tmp_path):
     exp = write(tmp_path, yaml.safe_dump({**TINY, "train_missing": ["none", "mcar:0.1", "mcar:0.5"]}))
-    r = runner.invoke(app, ["sweep", str(exp), "--train-missing", "mcar:0.5,none", "--dry-run", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app, ["sweep", str(exp), "--train-missing", "mcar:0.5,none", "--dry-run", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 0, r.output
     assert "train=mcar:0.5" in r.output and "train=none" in r.output and "train=mcar:0.1" not in r.output
     bad = runner.invoke(app, ["sweep", str(exp), "--train-missing", "mar1", "--dry-run"])
@@ -203,7 +237,14 @@ def test_merged_results_keep_text_columns_as_text(tmp_path):
     from vflbench.outputs import read_results_csv
 
     p = tmp_path / "results.csv"
-    pd.DataFrame({"run_id": ["a", "b"], "protocol": ["false", "false"], "test_missing": ["none", "mcar:0.5"], "value": [1.0, 2.0]}).to_csv(p, index=False)
+    pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "protocol": ["false", "false"],
+            "test_missing": ["none", "mcar:0.5"],
+            "value": [1.0, 2.0],
+        }
+    ).to_csv(p, index=False)
     df = read_results_csv(p)
     assert df["protocol"].tolist() == ["false", "false"] and df["test_missing"].tolist() == ["none", "mcar:0.5"]
     assert pd.read_csv(p)["protocol"].dtype == bool  # what plain read_csv did
@@ -213,18 +254,40 @@ def test_epochs_column_counts_every_stage():
     from vflbench.config import RunConfig, resolve
     from vflbench.pipeline import row
 
-    run = resolve(RunConfig(dataset="synthetic", method="false1", parties=3, data_options={"n": 300}, settings={"labeled": 100, "aligned": 20},
-                            stage_hp={"pretrain": {"epochs": 4}, "train": {"epochs": 7}}))
+    run = resolve(
+        RunConfig(
+            dataset="synthetic",
+            method="false1",
+            parties=3,
+            data_options={"n": 300},
+            settings={"labeled": 100, "aligned": 20},
+            stage_hp={"pretrain": {"epochs": 4}, "train": {"epochs": 7}},
+        )
+    )
     r = row(run, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})
     assert r["epochs"] == 11 and r["stage_epochs"] == "pretrain:4;train:7"
-    single = resolve(RunConfig(dataset="synthetic", method="svfl", parties=3, data_options={"n": 300}, hp={"epochs": 5}))
+    single = resolve(
+        RunConfig(dataset="synthetic", method="svfl", parties=3, data_options={"n": 300}, hp={"epochs": 5})
+    )
     assert row(single, "none", "accuracy", 50.0, {"n_counted": 1, "n_test": 1}, {})["epochs"] == 5
 
 
 def test_partitioners_and_their_options_sweep_like_any_axis():
     from vflbench.experiment import build_experiment
 
-    exp = build_experiment({"name": "p", "methods": ["local"], "partitioner": ["contiguous", "correlation"],
-                            "partition_options": {"correlation": {"beta": [0.2, 0.8]}}, "train_missing": ["none"], "test_missing": ["none"],
-                            "datasets": {"synthetic": {"data_options": {"n": 200}}}})
-    assert [(r.partitioner, r.partition_options) for r in exp.runs] == [("contiguous", {}), ("correlation", {"beta": 0.2}), ("correlation", {"beta": 0.8})]
+    exp = build_experiment(
+        {
+            "name": "p",
+            "methods": ["local"],
+            "partitioner": ["contiguous", "correlation"],
+            "partition_options": {"correlation": {"beta": [0.2, 0.8]}},
+            "train_missing": ["none"],
+            "test_missing": ["none"],
+            "datasets": {"synthetic": {"data_options": {"n": 200}}},
+        }
+    )
+    assert [(r.partitioner, r.partition_options) for r in exp.runs] == [
+        ("contiguous", {}),
+        ("correlation", {"beta": 0.2}),
+        ("correlation", {"beta": 0.8}),
+    ]

@@ -54,7 +54,10 @@ def test_preprocessing_is_fitted_on_the_training_split_and_recorded():
     assert pre["missing_cells"]["per_column"]["employment"] == int(raw["employment"].isna().sum())
     assert pre["rows"] == {"read": 600, "dropped_missing_target": 0, "train": 480, "test": 120}
     # one-hot columns follow their source column; widths per source column add up to the encoded width
-    assert pre["columns"]["region"] == {"kind": "categorical", "encoded_width": 4} and pre["columns"]["age"]["kind"] == "numeric"
+    assert (
+        pre["columns"]["region"] == {"kind": "categorical", "encoded_width": 4}
+        and pre["columns"]["age"]["kind"] == "numeric"
+    )
     assert ds.x_train.shape[1] == sum(c["encoded_width"] for c in pre["columns"].values()) == len(ds.feature_sources)
     assert ds.feature_sources[:2] == ["age", "income"] and "customer_id" not in ds.feature_sources
     num = [i for i, s in enumerate(ds.feature_sources) if pre["columns"][s]["kind"] == "numeric"]
@@ -86,7 +89,10 @@ def test_tsv_gzip_and_arff_read_the_same_table(tmp_path):
     arff += [f"{r.x1},{r.x2},{r.label}" for r in df.itertuples()]
     (tmp_path / "t.arff").write_text("\n".join(arff) + "\n")
     with pytest.warns(UserWarning, match="'x1' \\(an identifier \\(a row number"):  # x1 = 0..19 is a row number
-        loaded = [load_dataset(f"csv:{tmp_path / f}", {"target": "label", "scaler": "none"}) for f in ("t.tsv", "t.csv.gz", "t.arff")]
+        loaded = [
+            load_dataset(f"csv:{tmp_path / f}", {"target": "label", "scaler": "none"})
+            for f in ("t.tsv", "t.csv.gz", "t.arff")
+        ]
     for ds in loaded[1:]:
         assert np.array_equal(ds.x_train, loaded[0].x_train) and np.array_equal(ds.y_test, loaded[0].y_test)
 
@@ -98,7 +104,11 @@ BAD_TABLES = {  # case: (file content (None: no file), --data-opt target, the me
     "empty": ("", "y", "is empty"),
     "header_only": ("a,b,y\n", "y", "no data rows"),
     "duplicate": ("a,a,y\n1,2,u\n3,4,v\n", "y", "duplicate column name(s) 'a'"),
-    "target_unknown": ("a,b,label\n1,2,u\n3,4,v\n", "lable", "no column 'lable' (closest: 'label'). Columns: a, b, label"),
+    "target_unknown": (
+        "a,b,label\n1,2,u\n3,4,v\n",
+        "lable",
+        "no column 'lable' (closest: 'label'). Columns: a, b, label",
+    ),
     "target_absent": ("a,b,label\n1,2,u\n3,4,v\n", None, "--data-opt target=COLUMN. Columns: a, b, label"),
     "one_class": ("a,y\n" + "".join(f"{i},u\n" for i in range(10)), "y", "has 1 class (u)"),
     "regression": ("a,y\n" + "".join(f"{i},{i * 1.5}\n" for i in range(40)), "y", "looks like a regression target"),
@@ -124,24 +134,53 @@ def test_bad_tables_fail_with_one_clear_line(tmp_path, case):
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("case", ["malformed", "not_mapping", "wrong_k", "unknown_column", "two_parties", "empty_party", "glob_nothing", "target"])
+@pytest.mark.parametrize(
+    "case",
+    ["malformed", "not_mapping", "wrong_k", "unknown_column", "two_parties", "empty_party", "glob_nothing", "target"],
+)
 def test_bad_parties_files(tmp_path, case):
     f = tmp_path / "parties.yaml"
     k = 3
     text, needle = {
         "malformed": ("bank: [age, income\ninsurer: [claims]\n", "not valid YAML at line"),
         "not_mapping": ("- age\n- income\n", "must be a mapping"),
-        "wrong_k": ("bank: [age]\ninsurer: [claims]\n", "defines 2 parties (bank, insurer) but the run has --parties 3; set --parties 2"),
-        "unknown_column": ("bank: [age, incme]\ninsurer: [claims]\ntelecom: [region]\n", "unknown column 'incme' (closest: 'income')"),
-        "two_parties": ("bank: [age, claims]\ninsurer: [claims]\ntelecom: [region]\n", "column 'claims' is given to two parties ('bank' and 'insurer')"),
+        "wrong_k": (
+            "bank: [age]\ninsurer: [claims]\n",
+            "defines 2 parties (bank, insurer) but the run has --parties 3; set --parties 2",
+        ),
+        "unknown_column": (
+            "bank: [age, incme]\ninsurer: [claims]\ntelecom: [region]\n",
+            "unknown column 'incme' (closest: 'income')",
+        ),
+        "two_parties": (
+            "bank: [age, claims]\ninsurer: [claims]\ntelecom: [region]\n",
+            "column 'claims' is given to two parties ('bank' and 'insurer')",
+        ),
         "empty_party": ("bank: [age]\ninsurer: []\ntelecom: [region]\n", "party 'insurer' has no columns"),
         "glob_nothing": ("bank: [age]\ninsurer: ['zz_*']\ntelecom: [region]\n", "pattern 'zz_*' matches no column"),
         "target": ("bank: [age]\ninsurer: [default]\ntelecom: [region]\n", "'default', which is the target"),
     }[case]
     f.write_text(text)
     out = tmp_path / "out"
-    r = invoke("run", "--dataset", NAME, *OPTS, "--partitioner", "columns", "--part-opt", f"file={f}", "--parties", k,
-               "--method", "svfl", "--epochs", "1", "--quiet", "--out", out)
+    r = invoke(
+        "run",
+        "--dataset",
+        NAME,
+        *OPTS,
+        "--partitioner",
+        "columns",
+        "--part-opt",
+        f"file={f}",
+        "--parties",
+        k,
+        "--method",
+        "svfl",
+        "--epochs",
+        "1",
+        "--quiet",
+        "--out",
+        out,
+    )
     assert r.exit_code == 2 and needle in " ".join(r.output.split()), r.output
     assert "Traceback" not in r.output and not out.exists()
 
@@ -172,7 +211,9 @@ def test_correlation_partitioner_score_moves_with_beta():
     base = rng.normal(size=(n, groups))
     x = np.repeat(base, 4, axis=1) + 0.3 * rng.normal(size=(n, 16))
     df = pd.DataFrame(x, columns=[f"f{i}" for i in range(16)]).assign(y=(base.sum(1) > 0).astype(int))
-    ds = type("D", (), {"x_train": x.astype(np.float32), "feature_sources": None, "feature_names": list(df.columns[:16])})()
+    ds = type(
+        "D", (), {"x_train": x.astype(np.float32), "feature_sources": None, "feature_names": list(df.columns[:16])}
+    )()
     scores = []
     for beta in (0.0, 0.25, 0.5, 0.75, 1.0):
         part = make_partition("correlation", (16,), 4, np.random.default_rng(1), data=ds, beta=beta)
@@ -190,12 +231,22 @@ def test_inspect_prints_what_the_loader_inferred():
     r = invoke("inspect", NAME, *OPTS, "--partitioner", "columns", "--part-opt", f"file={PARTIES}")
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    for needle in ("600 rows -> 480 train / 120 test", "employment │ categorical │ 42 │ 4 │ telecom", "│ yes │ 1 │ 162 │ 40 │ yes",
-                   "missing cells: 117", "bank │ 5", "parties (columns, K=3)"):
+    for needle in (
+        "600 rows -> 480 train / 120 test",
+        "employment │ categorical │ 42 │ 4 │ telecom",
+        "│ yes │ 1 │ 162 │ 40 │ yes",
+        "missing cells: 117",
+        "bank │ 5",
+        "parties (columns, K=3)",
+    ):
         assert needle in text, needle
     r = invoke("inspect", NAME, *OPTS, "--format", "json")
     rep = json.loads(r.output)
-    assert rep["missing_cells"] == 117 and [c["class"] for c in rep["classes"]] == ["no", "yes"] and len(rep["parties"]) == 4
+    assert (
+        rep["missing_cells"] == 117
+        and [c["class"] for c in rep["classes"]] == ["no", "yes"]
+        and len(rep["parties"]) == 4
+    )
 
 
 def test_the_file_content_is_part_of_the_run(tmp_path):
@@ -212,18 +263,56 @@ def test_the_file_content_is_part_of_the_run(tmp_path):
 def test_every_method_runs_on_the_example_table_and_repeats_exactly(tmp_path):
     for name in METHODS.names():
         out = tmp_path / name
-        semi = ["--labeled", "200", "--aligned", "50"] if METHODS.get(name).needs_labeled else []  # FALSE-VFL is semi-supervised
-        r = invoke("run", "--dataset", NAME, *OPTS, *COLS, "--method", name, "--train-missing", "mcar:0.3", "--test-missing", "none,mcar:0.3",
-                   "--epochs", "2", "--quiet", "--out", out, *semi)
+        semi = (
+            ["--labeled", "200", "--aligned", "50"] if METHODS.get(name).needs_labeled else []
+        )  # FALSE-VFL is semi-supervised
+        r = invoke(
+            "run",
+            "--dataset",
+            NAME,
+            *OPTS,
+            *COLS,
+            "--method",
+            name,
+            "--train-missing",
+            "mcar:0.3",
+            "--test-missing",
+            "none,mcar:0.3",
+            "--epochs",
+            "2",
+            "--quiet",
+            "--out",
+            out,
+            *semi,
+        )
         assert r.exit_code == 0, (name, r.output)
         res = pd.read_csv(next(out.rglob("results.csv")))
         assert set(res["test_missing"]) == {"none", "mcar:0.3"} and res["value"].notna().all()
         man = json.loads(next(out.rglob("manifest.json")).read_text())
         assert man["partition"]["params"]["parties"] == ["bank", "insurer", "telecom"]
-        assert man["data"]["preprocessing"]["classes"] == {"no": 0, "yes": 1} and man["data"]["checksums"]["loans.csv"] == man["data"]["options"]["file_sha256"]
+        assert (
+            man["data"]["preprocessing"]["classes"] == {"no": 0, "yes": 1}
+            and man["data"]["checksums"]["loans.csv"] == man["data"]["options"]["file_sha256"]
+        )
     again = tmp_path / "again"
-    r = invoke("run", "--dataset", NAME, *OPTS, *COLS, "--method", "laser", "--train-missing", "mcar:0.3", "--test-missing", "none,mcar:0.3",
-               "--epochs", "2", "--quiet", "--out", again)
+    r = invoke(
+        "run",
+        "--dataset",
+        NAME,
+        *OPTS,
+        *COLS,
+        "--method",
+        "laser",
+        "--train-missing",
+        "mcar:0.3",
+        "--test-missing",
+        "none,mcar:0.3",
+        "--epochs",
+        "2",
+        "--quiet",
+        "--out",
+        again,
+    )
     first = pd.read_csv(next((tmp_path / "laser").rglob("results.csv")))
     assert pd.read_csv(next(again.rglob("results.csv")))["value"].tolist() == first["value"].tolist()
 
@@ -264,7 +353,9 @@ def test_the_readme_study_example_writes_a_table(tmp_path):
     (tmp_path / "my.yaml").write_text(block)
     r = invoke("sweep", tmp_path / "my.yaml", "--quick", "--out", tmp_path / "out", "--workers", "1")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "out" / "table.md").exists() and "| Standard VFL |" in (tmp_path / "out" / "table.md").read_text()
+    assert (tmp_path / "out" / "table.md").exists() and "| Standard VFL |" in (
+        tmp_path / "out" / "table.md"
+    ).read_text()
 
 
 def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch, tmp_path):
@@ -289,7 +380,9 @@ def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch,
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
     ds = load_dataset("openml:61")  # the target defaults to OpenML's declared target (61: iris)
     assert calls == {"data_id": 61, "data_home": str(tmp_path / "data" / "openml")}
-    assert ds.preprocessing["target"] == "class" and ds.preprocessing["positive_class"] == "p" and ds.x_train.shape[1] == 4
+    assert (
+        ds.preprocessing["target"] == "class" and ds.preprocessing["positive_class"] == "p" and ds.x_train.shape[1] == 4
+    )
     r = invoke("inspect", "openml:404")
     assert r.exit_code == 2 and "needs an internet connection the first time" in " ".join(r.output.split())
     r = invoke("inspect", "openml:abc")
@@ -300,8 +393,18 @@ def test_openml_tables_go_through_fetch_openml_and_say_when_offline(monkeypatch,
 def _messy(tmp_path, sep=","):
     rng = np.random.default_rng(0)
     n = 120
-    df = pd.DataFrame({"id": np.arange(n), "a": rng.normal(size=n), "b": rng.normal(size=n).round(2).astype(object), "c": rng.normal(size=n),
-                       "d": rng.normal(size=n), "const": 1, "empty": np.nan, "cls": rng.integers(0, 2, n).astype(float)})
+    df = pd.DataFrame(
+        {
+            "id": np.arange(n),
+            "a": rng.normal(size=n),
+            "b": rng.normal(size=n).round(2).astype(object),
+            "c": rng.normal(size=n),
+            "d": rng.normal(size=n),
+            "const": 1,
+            "empty": np.nan,
+            "cls": rng.integers(0, 2, n).astype(float),
+        }
+    )
     df.loc[7, "b"] = "?"
     df.loc[:2, "cls"] = np.nan
     path = tmp_path / "messy.csv"
@@ -317,11 +420,17 @@ def test_the_separator_is_detected_and_recorded(tmp_path, sep):
     assert ds.preprocessing["sep"] == sep and ds.preprocessing["rows"]["dropped_missing_target"] == 3
 
 
-@pytest.mark.parametrize("opts, needle", [
-    ({"target": "cls"}, "column 'b' is numeric but for 1 value(s) such as '?'"),
-    ({"target": "cls", "sep": ";"}, "no column 'cls'"),  # a wrong separator given explicitly is used, and the header does not split
-    ({"target": "cls", "keep": "nope", "coerce": "true"}, "keep='nope' is not a feature column"),
-])
+@pytest.mark.parametrize(
+    "opts, needle",
+    [
+        ({"target": "cls"}, "column 'b' is numeric but for 1 value(s) such as '?'"),
+        (
+            {"target": "cls", "sep": ";"},
+            "no column 'cls'",
+        ),  # a wrong separator given explicitly is used, and the header does not split
+        ({"target": "cls", "keep": "nope", "coerce": "true"}, "keep='nope' is not a feature column"),
+    ],
+)
 def test_a_messy_table_is_refused_with_the_column_named(tmp_path, opts, needle):
     import warnings
 
@@ -338,8 +447,12 @@ def test_useless_columns_are_dropped_with_a_warning_unless_kept(tmp_path):
         ds = load_dataset(f"csv:{path}", {"target": "cls", "coerce": "true"})
     text = " ".join(str(w.message) for w in rec)
     assert "3 row(s) have no value in the target" in text and "'?'" in text
-    assert "'id' (an identifier (a row number" in text and "'const' (constant" in text and "'empty' (all missing)" in text
-    assert sorted(ds.preprocessing["auto_dropped_columns"]) == ["const", "empty", "id"] and ds.preprocessing["coerced_columns"] == {"b": ["?"]}
+    assert (
+        "'id' (an identifier (a row number" in text and "'const' (constant" in text and "'empty' (all missing)" in text
+    )
+    assert sorted(ds.preprocessing["auto_dropped_columns"]) == ["const", "empty", "id"] and ds.preprocessing[
+        "coerced_columns"
+    ] == {"b": ["?"]}
     assert ds.feature_names == ["a", "b", "c", "d"]
     with pytest.warns(UserWarning):
         kept = load_dataset(f"csv:{path}", {"target": "cls", "coerce": "true", "keep": "id"})
@@ -347,7 +460,9 @@ def test_useless_columns_are_dropped_with_a_warning_unless_kept(tmp_path):
 
 
 def test_small_binary_tables_are_not_called_regression_and_test_files_need_the_target(tmp_path):
-    pd.DataFrame({"a": [1, 2, 3, 4, 5, 6.0], "b": [0.5, 0.1, 0.3, 0.9, 0.2, 0.7], "y": [0, 1, 0, 1, 0, 1]}).to_csv(tmp_path / "six.csv", index=False)
+    pd.DataFrame({"a": [1, 2, 3, 4, 5, 6.0], "b": [0.5, 0.1, 0.3, 0.9, 0.2, 0.7], "y": [0, 1, 0, 1, 0, 1]}).to_csv(
+        tmp_path / "six.csv", index=False
+    )
     ds = load_dataset(f"csv:{tmp_path / 'six.csv'}", {"target": "y", "test_size": "0.5"})
     assert ds.info.n_classes == 2
     pd.DataFrame({"a": [1.0], "b": [2.0]}).to_csv(tmp_path / "t.csv", index=False)

@@ -14,13 +14,44 @@ def holds(scope):
     return {k for k, v in scope.items() if v["holds"]}
 
 
-@pytest.mark.parametrize("release,secagg,runtime,noise,expected,text", [
-    ("sum", "masked", "processes", "secret", {"server", "parties", "observer"}, "server,parties,observer"),
-    ("sum", "plain", "processes", "secret", {"parties", "observer"}, "parties,observer"),  # the server reads each party's counts
-    ("each", "plain", "processes", "secret", {"server", "parties", "observer"}, "server,parties,observer"),  # charged one by one
-    ("sum", "masked", "processes", "seeded", {"observer"}, "observer-without-seed"),  # the server regenerates seeded noise
-    ("sum", "masked", "inprocess", "seeded", {"observer"}, "observer-without-seed"),  # a simulation: one program draws it all
-])
+@pytest.mark.parametrize(
+    "release,secagg,runtime,noise,expected,text",
+    [
+        ("sum", "masked", "processes", "secret", {"server", "parties", "observer"}, "server,parties,observer"),
+        (
+            "sum",
+            "plain",
+            "processes",
+            "secret",
+            {"parties", "observer"},
+            "parties,observer",
+        ),  # the server reads each party's counts
+        (
+            "each",
+            "plain",
+            "processes",
+            "secret",
+            {"server", "parties", "observer"},
+            "server,parties,observer",
+        ),  # charged one by one
+        (
+            "sum",
+            "masked",
+            "processes",
+            "seeded",
+            {"observer"},
+            "observer-without-seed",
+        ),  # the server regenerates seeded noise
+        (
+            "sum",
+            "masked",
+            "inprocess",
+            "seeded",
+            {"observer"},
+            "observer-without-seed",
+        ),  # a simulation: one program draws it all
+    ],
+)
 def test_epsilon_holds_against_exactly_whom_the_rules_say(release, secagg, runtime, noise, expected, text):
     scope = epsilon_scope(release, secagg, runtime, noise)
     assert holds(scope) == expected
@@ -36,18 +67,26 @@ def test_the_noise_source_defaults_to_secret_across_processes_and_seeded_in_one(
     pbm = dict(method="pbm", method_options={"noise": "party"})
     assert _resolve(**pbm, runtime="processes").settings["noise_source"] == "secret"
     assert _resolve(**pbm).settings["noise_source"] == "seeded"
-    assert _resolve(method="sum", mechanism="pbm:b=32,beta=0.1,noise=party", runtime="processes").settings["noise_source"] == "secret"
-    assert _resolve(method="svfl", runtime="processes").settings["noise_source"] == "seeded"  # nothing to hide: no noise drawn
+    assert (
+        _resolve(method="sum", mechanism="pbm:b=32,beta=0.1,noise=party", runtime="processes").settings["noise_source"]
+        == "secret"
+    )
+    assert (
+        _resolve(method="svfl", runtime="processes").settings["noise_source"] == "seeded"
+    )  # nothing to hide: no noise drawn
     seeded = _resolve(**pbm, runtime="processes", noise_source="seeded")
     assert seeded.key == _resolve(**pbm).key  # seeded is the canonical default: no earlier key moves
     assert _resolve(**pbm, runtime="processes").key != seeded.key  # a secret run is another run
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(method="pbm", noise_source="secret"), "add --runtime processes"),
-    (dict(method="svfl", runtime="processes", noise_source="secret"), "draws none"),
-    (dict(method="pbm", noise_source="urandom"), "seeded | secret"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(method="pbm", noise_source="secret"), "add --runtime processes"),
+        (dict(method="svfl", runtime="processes", noise_source="secret"), "draws none"),
+        (dict(method="pbm", noise_source="urandom"), "seeded | secret"),
+    ],
+)
 def test_a_noise_source_that_cannot_hold_is_refused_in_one_line(kw, msg):
     with pytest.raises(VFLBenchError, match=msg):
         _resolve(**kw)
@@ -56,7 +95,7 @@ def test_a_noise_source_that_cannot_hold_is_refused_in_one_line(kw, msg):
 def test_the_plain_count_trace_hook_is_refused_with_secret_noise(monkeypatch, tmp_path):
     import torch
 
-    from vflbench.runtime import _trace
+    from vflbench.wire import _trace
 
     monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(tmp_path))
     with pytest.raises(VFLBenchError, match="refused with secret noise"):

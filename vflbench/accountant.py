@@ -48,7 +48,9 @@ from scipy.special import log_ndtr, logsumexp
 
 from .errors import VFLBenchError
 
-ORDERS = np.array([1.1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256, 512, 1024], dtype=float)  # the spec's grid (its golden values use it)
+ORDERS = np.array(
+    [1.1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256, 512, 1024], dtype=float
+)  # the spec's grid (its golden values use it)
 MODES = ("paper", "exact", "pld")
 CONVERSIONS = ("mironov", "cks")
 
@@ -59,7 +61,11 @@ def s_m(m: int, alpha):
     alpha = np.asarray(alpha, dtype=float)
     if m == 1:
         return alpha
-    return (2.0 ** (m + 1) - 2.0 ** (m - 1) - 2) * alpha - (3 * 2.0 ** (m - 1) - 3 * m) + (2.0 ** (m - 1) - 1) / (2.0 ** (m - 2) * (alpha - 1))
+    return (
+        (2.0 ** (m + 1) - 2.0 ** (m - 1) - 2) * alpha
+        - (3 * 2.0 ** (m - 1) - 3 * m)
+        + (2.0 ** (m - 1) - 1) / (2.0 ** (m - 2) * (alpha - 1))
+    )
 
 
 def s_m_recursive(m: int, alpha: float) -> float:
@@ -122,7 +128,12 @@ def exact_sample_rdp(b: int, beta: float, n: int, alpha) -> np.ndarray:
     Bin(nb, q) tensorises, D = nb/(alpha-1) log(p^a q^(1-a) + (1-p)^a (1-q)^(1-a)); capped."""
     a = np.atleast_1d(np.asarray(alpha, dtype=float))
     p, q = 0.5 + beta, 0.5 - beta
-    d = n * b / (a - 1) * np.logaddexp(a * math.log(p) + (1 - a) * math.log(q), a * math.log(1 - p) + (1 - a) * math.log(1 - q))
+    d = (
+        n
+        * b
+        / (a - 1)
+        * np.logaddexp(a * math.log(p) + (1 - a) * math.log(q), a * math.log(1 - p) + (1 - a) * math.log(1 - q))
+    )
     return np.minimum(d, n * pure_dp_cap(b, beta))
 
 
@@ -198,7 +209,9 @@ class AccountantSpec:
     c0: float = 8.0
     mode: str = "pld"
     conversion: str = "mironov"
-    release: str = "sum"  # "sum": the server sees only the sum over the parties; "each": every party's values (a mechanism at any method's boundary)
+    # "sum": the server sees only the sum over the parties; "each": every party's values (a mechanism at any method's
+    # boundary)
+    release: str = "sum"
 
     @property
     def upper_bound(self) -> bool:
@@ -230,8 +243,13 @@ def _pbm_feature_pld(spec: AccountantSpec, k: int, p_o: float):
 
     la, lb = feature_pmfs(spec.b, spec.beta, k, p_o)
     return pld_lib.from_two_probability_mass_functions(
-        {i: float(v) for i, v in enumerate(la)}, {i: float(v) for i, v in enumerate(lb)},
-        pessimistic_estimate=True, value_discretization_interval=PLD_INTERVAL, log_mass_truncation_bound=PLD_TRUNCATION, symmetric=False)
+        {i: float(v) for i, v in enumerate(la)},
+        {i: float(v) for i, v in enumerate(lb)},
+        pessimistic_estimate=True,
+        value_discretization_interval=PLD_INTERVAL,
+        log_mass_truncation_bound=PLD_TRUNCATION,
+        symmetric=False,
+    )
 
 
 def _pbm_sample_pld(spec: AccountantSpec, k: int):
@@ -241,8 +259,13 @@ def _pbm_sample_pld(spec: AccountantSpec, k: int):
     support = np.arange(k * spec.b + 1)
     la, lb = binom.logpmf(support, k * spec.b, 0.5 + spec.beta), binom.logpmf(support, k * spec.b, 0.5 - spec.beta)
     return pld_lib.from_two_probability_mass_functions(
-        {i: float(v) for i, v in enumerate(la)}, {i: float(v) for i, v in enumerate(lb)},
-        pessimistic_estimate=True, value_discretization_interval=PLD_INTERVAL, log_mass_truncation_bound=PLD_TRUNCATION, symmetric=True)
+        {i: float(v) for i, v in enumerate(la)},
+        {i: float(v) for i, v in enumerate(lb)},
+        pessimistic_estimate=True,
+        value_discretization_interval=PLD_INTERVAL,
+        log_mass_truncation_bound=PLD_TRUNCATION,
+        symmetric=True,
+    )
 
 
 PLD_INTERVAL = 1e-3  # discretisation of the privacy loss; pessimistic rounding keeps the bound valid
@@ -291,7 +314,9 @@ def epsilon(spec: AccountantSpec, counts, delta: float, unit: str) -> float:
         return _pbm_pld_epsilon(s, counts, ks, delta, unit)
     linear = s.mechanism == "ldp" or (s.mode == "paper" and unit != "sample_record")
     if linear and s.conversion == "mironov":
-        return mironov_linear(sum(counts[k - 1] * float(per_release_rdp(s, k, unit, np.array([1.0]))[0]) for k in ks), delta)
+        return mironov_linear(
+            sum(counts[k - 1] * float(per_release_rdp(s, k, unit, np.array([1.0]))[0]) for k in ks), delta
+        )
     rdp = sum(counts[k - 1] * per_release_rdp(s, k, unit, ORDERS) for k in ks)
     return mironov(rdp, ORDERS, delta) if s.conversion == "mironov" else cks(rdp, ORDERS, delta)
 
@@ -351,7 +376,9 @@ class NoisySumAccountant:
     def step(self, idx: torch.Tensor, n_parties: torch.Tensor) -> None:
         """One release: the samples ``idx`` ``[B]`` had their sums revealed, each over ``n_parties``
         ``[B]`` parties (0: nothing was sent for that sample)."""
-        self.releases.index_put_((idx, n_parties.to(torch.long)), torch.ones_like(idx, dtype=torch.int64), accumulate=True)
+        self.releases.index_put_(
+            (idx, n_parties.to(torch.long)), torch.ones_like(idx, dtype=torch.int64), accumulate=True
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"spec": self.spec.__dict__, "releases": self.releases.cpu().clone()}
@@ -384,7 +411,11 @@ class NoisySumAccountant:
         return self._cache[key]
 
 
-CANDIDATES = {"pld": 1, "exact": 8, "paper": 8}  # histories given the mode's full computation; the others are bounded by the RDP screen
+CANDIDATES = {
+    "pld": 1,
+    "exact": 8,
+    "paper": 8,
+}  # histories given the mode's full computation; the others are bounded by the RDP screen
 
 
 def worst_epsilon(spec: AccountantSpec, rows, delta: float, unit: str) -> float:
@@ -419,7 +450,12 @@ def match_ldp_sigma(pbm: AccountantSpec, counts, delta: float, unit: str = "feat
     """The LDP noise std whose epsilon (same mode, same releases ``counts``, same unit) equals PBM's,
     by bisection on log sigma (epsilon falls as sigma grows); ends on the more private side."""
     target = epsilon(pbm, counts, delta, unit)
-    ldp = lambda sig: AccountantSpec("ldp", pbm.parties, pbm.dim, C=pbm.C, sigma=sig, c0=pbm.c0, mode=pbm.mode, conversion=pbm.conversion)  # noqa: E731
+
+    def ldp(sig: float) -> AccountantSpec:
+        return AccountantSpec(
+            "ldp", pbm.parties, pbm.dim, C=pbm.C, sigma=sig, c0=pbm.c0, mode=pbm.mode, conversion=pbm.conversion
+        )
+
     lo, hi = 1e-6, 1e6
     for _ in range(100):
         mid = math.sqrt(lo * hi)
@@ -442,7 +478,8 @@ def ldp_sigma(parties: int, b: int, beta: float, C: float = 1.0, c0: float = 1.0
 
 
 UNIT_COLUMNS = {  # CSV column -> what it protects
-    "epsilon_feature_record_no_local_training": "one party's features of one record, assuming the record does not enter local training (Thm 6.1's unit)",
+    "epsilon_feature_record_no_local_training": "one party's features of one record, assuming the record does not "
+    "enter local training (Thm 6.1's unit)",
     "epsilon_sample_record_no_local_training": "one record at every party, same assumption (Thm 6.2's unit)",
     "epsilon_column_block": "one party's whole column block (holds for Algorithm 2 as trained)",
 }
@@ -453,18 +490,26 @@ def describe(extras: dict[str, Any]) -> list[str]:
     if "accountant" not in extras or extras.get("accountant") == "none":
         return []
     mode = extras["accountant"]
-    bound = "certified upper bounds" if extras.get("privacy_upper_bound") else "the paper's closed forms, NOT upper bounds"
-    lines = [f"privacy, accountant={mode} ({bound}), delta={extras.get('delta', float('nan')):g}, "
-             f"{extras.get('privacy_releases', 0):g} releases per sample:"]
+    bound = (
+        "certified upper bounds" if extras.get("privacy_upper_bound") else "the paper's closed forms, NOT upper bounds"
+    )
+    lines = [
+        f"privacy, accountant={mode} ({bound}), delta={extras.get('delta', float('nan')):g}, "
+        f"{extras.get('privacy_releases', 0):g} releases per sample:"
+    ]
     for col, what in UNIT_COLUMNS.items():
         if col in extras:
             lines.append(f"  {col} = {extras[col]:.6g}  [{what}]")
     if "epsilon_feature_paper_formula" in extras:
-        lines.append(f"  epsilon_feature_paper_formula = {extras['epsilon_feature_paper_formula']:.6g}  "
-                     f"[Thm 6.1 with c0={extras.get('c0', float('nan')):g}: for comparison, not an upper bound]")
+        lines.append(
+            f"  epsilon_feature_paper_formula = {extras['epsilon_feature_paper_formula']:.6g}  "
+            f"[Thm 6.1 with c0={extras.get('c0', float('nan')):g}: for comparison, not an upper bound]"
+        )
     if "ldp_sigma" in extras:
         lines.append(f"  LDP noise std sigma = {extras['ldp_sigma']:.6g}")
     if "epsilon_holds_against" in extras:
-        lines.append(f"  holds against: {extras['epsilon_holds_against']} (noise {extras.get('noise_source', '?')}; "
-                     "honest-but-curious, non-colluding; manifest privacy.holds_against says why)")
+        lines.append(
+            f"  holds against: {extras['epsilon_holds_against']} (noise {extras.get('noise_source', '?')}; "
+            "honest-but-curious, non-colluding; manifest privacy.holds_against says why)"
+        )
     return lines

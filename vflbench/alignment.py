@@ -28,7 +28,14 @@ import numpy as np
 from .errors import VFLBenchError
 
 ALIGN = ("psi", "plain")
-DEFAULTS: dict[str, Any] = {"id": "id", "target": "", "align": "psi", "test_size": 0.2, "split_seed": 0, "scaler": "standard"}
+DEFAULTS: dict[str, Any] = {
+    "id": "id",
+    "target": "",
+    "align": "psi",
+    "test_size": 0.2,
+    "split_seed": 0,
+    "scaler": "standard",
+}
 HELP = {
     "id": "the ID column every party file has (--id-column)",
     "target": "the label column; the file that has it gives the labels (required)",
@@ -60,24 +67,31 @@ def _header(path: str) -> list[str]:
     """A party file's column names (its first line), without reading the rest."""
     import pandas as pd
 
-    from .datasets.table import read_table
+    from .datasets.reading import read_table
     from .paths import user_path
 
     try:
         return [str(c) for c in pd.read_csv(user_path(path), nrows=0, sep=None, engine="python").columns]
-    except (ValueError, OSError, pd.errors.ParserError):  # not plain CSV text (e.g. ARFF, gzip): read it the loader's way
+    except (
+        ValueError,
+        OSError,
+        pd.errors.ParserError,
+    ):  # not plain CSV text (e.g. ARFF, gzip): read it the loader's way
         return [str(c) for c in read_table(user_path(path)).columns]
 
 
 def read_party(path: str, id_col: str):
     """A party's file as a DataFrame with the ID column as the exact text the file holds (whitespace
     trimmed, case kept: ``00123`` and ``123`` are different IDs)."""
-    from .datasets.table import read_table
+    from .datasets.reading import read_table
     from .paths import user_path
 
     df = read_table(user_path(path), text_columns=(id_col,))
     if id_col not in df.columns:
-        raise VFLBenchError(f"{path}: no ID column {id_col!r} (its columns: {', '.join(map(str, df.columns[:12]))}); give --id-column NAME.")
+        raise VFLBenchError(
+            f"{path}: no ID column {id_col!r} (its columns: {', '.join(map(str, df.columns[:12]))}); give --id-column "
+            "NAME."
+        )
     df = df.copy()
     df[id_col] = df[id_col].astype(str).str.strip()
     if df[id_col].duplicated().any():
@@ -102,9 +116,13 @@ def id_form_warning(label_name: str, label_ids: list[str], party_name: str, part
     for p in party_ids:
         if p not in exact and (q := loose.get(_loose(p))) is not None:
             n = sum(1 for x in party_ids if x not in exact and _loose(x) in loose)
-            return (f"IDs of {party_name} and {label_name} are written differently: {p!r} in {party_name} would be {q!r} in {label_name} if "
-                    f"compared as numbers or without case ({n} such ID(s)). They are joined as exact text (whitespace trimmed, case kept), "
-                    f"so these are different entities; fix the files if they are the same ones.")
+            return (
+                f"IDs of {party_name} and {label_name} are written differently: {p!r} in {party_name} would be {q!r} "
+                f"in {label_name} if "
+                f"compared as numbers or without case ({n} such ID(s)). They are joined as exact text (whitespace "
+                "trimmed, case kept), "
+                f"so these are different entities; fix the files if they are the same ones."
+            )
     return None
 
 
@@ -130,10 +148,17 @@ def holding_report(align: dict[str, Any]) -> tuple[list[str], list[str]]:
     for name, held in align["held_per_party"].items():
         lines.append(f"alignment ({align['method']}): {name} holds {held:,} of {n:,} samples ({held / n:.1%})")
         if held == 0:
-            warns.append(f"{name} holds none of the {n:,} samples: its block is missing for every sample, in training and in every test "
-                         "setting (test setting 'none' then means no further missingness, not every block observed; rows: parties_absent).")
+            warns.append(
+                f"{name} holds none of the {n:,} samples: its block is missing for every sample, in training and in "
+                "every test "
+                "setting (test setting 'none' then means no further missingness, not every block observed; rows: "
+                "parties_absent)."
+            )
         elif held < MIN_SHARE * n:
-            warns.append(f"{name} holds only {held:,} of {n:,} samples ({held / n:.1%}, under {MIN_SHARE:.0%}): its block is missing for almost every sample.")
+            warns.append(
+                f"{name} holds only {held:,} of {n:,} samples ({held / n:.1%}, under {MIN_SHARE:.0%}): its block is "
+                "missing for almost every sample."
+            )
     return lines, warns
 
 
@@ -154,7 +179,12 @@ def check_local_id_forms(name: str, opts: dict[str, Any]) -> None:
     ids, owner = {}, None
     for n, p in files:
         try:
-            ids[n] = pd.read_csv(user_path(p), usecols=[id_col], dtype=str, sep=None, engine="python")[id_col].astype(str).str.strip().tolist()
+            ids[n] = (
+                pd.read_csv(user_path(p), usecols=[id_col], dtype=str, sep=None, engine="python")[id_col]
+                .astype(str)
+                .str.strip()
+                .tolist()
+            )
         except (ValueError, OSError, pd.errors.ParserError):
             return  # not plain CSV text, or no such column: the party process reports it in its own words
         if owner is None and target and target in _header(p):
@@ -185,13 +215,17 @@ def label_side(df, id_col: str, opts: dict[str, Any], path: str) -> LabelSide:
     tgt = resolve_target(Table(path, df, None), {"target": target, "positive": ""})
     y = tgt.y_text.map(tgt.mapping).to_numpy(np.int64)
     try:
-        tr, te = train_test_split(np.arange(len(y)), test_size=float(opts["test_size"]), random_state=int(opts["split_seed"]), stratify=y)
+        tr, te = train_test_split(
+            np.arange(len(y)), test_size=float(opts["test_size"]), random_state=int(opts["split_seed"]), stratify=y
+        )
     except ValueError as e:
         raise VFLBenchError(f"{path}: cannot split the labelled samples ({e}).") from None
     return LabelSide(df[id_col].tolist(), y, list(tgt.classes), tgt.positive, tr, te)
 
 
-def party_block(df, id_col: str, exclude: set[str], sample_ids: list[str], train: np.ndarray, test: np.ndarray, scaler: str):
+def party_block(
+    df, id_col: str, exclude: set[str], sample_ids: list[str], train: np.ndarray, test: np.ndarray, scaler: str
+):
     """A party's encoded columns for every sample (``[n_train, w]``, ``[n_test, w]``, names): its own
     rows where it holds the sample's ID, imputed like missing cells elsewhere; fitted on the training samples."""
     import pandas as pd
@@ -219,10 +253,23 @@ def party_block(df, id_col: str, exclude: set[str], sample_ids: list[str], train
     steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
     if scalers[scaler] is not None:
         steps.append(("scale", scalers[scaler]()))
-    ct = ColumnTransformer([("num", Pipeline(steps), num),
-                            ("cat", Pipeline([("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
-                                              ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False))]), cat)],
-                           remainder="drop", sparse_threshold=0.0)
+    ct = ColumnTransformer(
+        [
+            ("num", Pipeline(steps), num),
+            (
+                "cat",
+                Pipeline(
+                    [
+                        ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+                        ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
+                    ]
+                ),
+                cat,
+            ),
+        ],
+        remainder="drop",
+        sparse_threshold=0.0,
+    )
     xtr = ct.fit_transform(frame.iloc[train]).astype(np.float32)
     xte = ct.transform(frame.iloc[test]).astype(np.float32)
     names = list(num)
@@ -247,7 +294,10 @@ def _psi():
     try:
         import private_set_intersection.python as psi
     except ImportError:
-        raise VFLBenchError("--align psi needs openmined-psi: pip install 'vflbench[parties]' (or use --align plain, which is not private).") from None
+        raise VFLBenchError(
+            "--align psi needs openmined-psi: pip install 'vflbench[parties]' (or use --align plain, which is not "
+            "private)."
+        ) from None
     return psi
 
 
@@ -284,12 +334,24 @@ def target_file(files: list[tuple[str, str]], frames: dict[str, Any], target: st
     if not target:
         raise VFLBenchError("Aligned party files need the label column: --data-opt target=COLUMN.")
     if len(having) != 1:
-        raise VFLBenchError(f"The target {target!r} must be in exactly one party file (found in {len(having)}: {', '.join(having) or 'none'}).")
+        raise VFLBenchError(
+            f"The target {target!r} must be in exactly one party file (found in {len(having)}: "
+            f"{', '.join(having) or 'none'})."
+        )
     return having[0]
 
 
-def assemble(name: str, files: list[tuple[str, str]], side: LabelSide, blocks: list[tuple[np.ndarray, np.ndarray, list[str]] | None],
-             widths: list[int], held: np.ndarray, how: str, checksums: dict[str, str], labels: bool = True):
+def assemble(
+    name: str,
+    files: list[tuple[str, str]],
+    side: LabelSide,
+    blocks: list[tuple[np.ndarray, np.ndarray, list[str]] | None],
+    widths: list[int],
+    held: np.ndarray,
+    how: str,
+    checksums: dict[str, str],
+    labels: bool = True,
+):
     """The run's Dataset: every party's block in its column range (zeros for a block this process
     does not hold), ``party_widths`` for the partition and the alignment's observed mask."""
     from .datasets.base import Dataset, DatasetInfo
@@ -302,24 +364,39 @@ def assemble(name: str, files: list[tuple[str, str]], side: LabelSide, blocks: l
     for k, w in enumerate(widths):
         b = blocks[k]
         if b is not None:
-            xtr[:, off:off + w], xte[:, off:off + w] = b[0], b[1]
+            xtr[:, off : off + w], xte[:, off : off + w] = b[0], b[1]
             names += [f"{files[k][0]}:{c}" for c in b[2]]
         else:
             names += [f"{files[k][0]}:#{j}" for j in range(w)]
         off += w
-    info = DatasetInfo(name=name, title=name, kind="tabular", n_classes=len(side.classes), shape=(int(sum(widths)),), source=name,
-                       license="the user's", positive_class=side.positive)
+    info = DatasetInfo(
+        name=name,
+        title=name,
+        kind="tabular",
+        n_classes=len(side.classes),
+        shape=(int(sum(widths)),),
+        source=name,
+        license="the user's",
+        positive_class=side.positive,
+    )
     y = side.y if labels else np.zeros_like(side.y)
     ds = Dataset(info, xtr, y[side.train], xte, y[side.test], feature_names=names)
     ds.party_widths = list(widths)
     ds.party_names = [n for n, _ in files]
     ds.structural = {"train": held[side.train], "test": held[side.test]}  # [n, K]: the party holds the sample's ID
     ds.checksums = dict(checksums)
-    ds.preprocessing = {"alignment": {
-        "method": how, "private": how == "psi", "samples": int(len(side.ids)),
-        "held_per_party": {files[k][0]: int(held[:, k].sum()) for k in range(len(files))},
-        "held_by_all": int(held.all(1).sum()), "held_by_none": int((~held.any(1)).sum()),
-        "rows_train": int(n_tr), "rows_test": int(n_te)}}
+    ds.preprocessing = {
+        "alignment": {
+            "method": how,
+            "private": how == "psi",
+            "samples": int(len(side.ids)),
+            "held_per_party": {files[k][0]: int(held[:, k].sum()) for k in range(len(files))},
+            "held_by_all": int(held.all(1).sum()),
+            "held_by_none": int((~held.any(1)).sum()),
+            "rows_train": int(n_tr),
+            "rows_test": int(n_te),
+        }
+    }
     return ds
 
 
@@ -338,7 +415,9 @@ def load_aligned(name: str, opts: dict[str, Any]):
     warn_id_forms(files, {n: frames[n][id_col].tolist() for n, _ in files}, owner)
     side = label_side(frames[owner], id_col, opts, dict(files)[owner])
     held = np.stack([intersect(side.ids, frames[n][id_col].tolist(), how) for n, _ in files], axis=1)
-    blocks = [party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, str(opts["scaler"])) for n, _ in files]
+    blocks = [
+        party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, str(opts["scaler"])) for n, _ in files
+    ]
     sums = {p: sha256_file(user_path(p)) for _, p in files}
     return assemble(name, files, side, blocks, [b[0].shape[1] for b in blocks], held, how, sums)
 
@@ -349,16 +428,18 @@ def aligned_spec(name: str):
     from .datasets.registry import DatasetSpec
 
     files = parse_party_data(name.split(":", 1)[1])
-    info = DatasetInfo(name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's")
+    info = DatasetInfo(
+        name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's"
+    )
 
     def load(_dir, opts):
-        from .runtime import current_wire
+        from .federation import current_wire
 
         wire = current_wire()
         return load_aligned(name, opts) if wire is None else load_distributed(name, opts, wire)
 
     def probe(opts):
-        from .runtime import federated
+        from .federation import federated
 
         if federated():  # a party or server process may hold its own file only: the shapes come with the alignment
             return info
@@ -366,12 +447,20 @@ def aligned_spec(name: str):
 
     from .paths import user_path
 
-    return DatasetSpec(info, load, (), dict(DEFAULTS), dict(HELP), fetcher=lambda _dir, download: {},
-                       available_fn=lambda _dir: _federated() or all(user_path(p).exists() for _, p in files), prober=probe)
+    return DatasetSpec(
+        info,
+        load,
+        (),
+        dict(DEFAULTS),
+        dict(HELP),
+        fetcher=lambda _dir, download: {},
+        available_fn=lambda _dir: _federated() or all(user_path(p).exists() for _, p in files),
+        prober=probe,
+    )
 
 
 def _federated() -> bool:
-    from .runtime import federated
+    from .federation import federated
 
     return federated()
 
@@ -402,8 +491,8 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
     import torch
 
     from .datasets.fetch import sha256_file
+    from .federation import SERVER
     from .paths import user_path
-    from .runtime import SERVER
 
     files = parse_party_data(name.split(":", 1)[1])
     k = len(files)
@@ -417,7 +506,9 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
                 owner_path = (n, p, read_party(p, id_col)[[id_col, target]])
                 break
         if owner_path is None:
-            raise VFLBenchError(f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}.")
+            raise VFLBenchError(
+                f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}."
+            )
         side = label_side(owner_path[2], id_col, opts, owner_path[1])
         held = np.zeros((len(side.ids), k), dtype=bool)
         for j in range(k):
@@ -432,8 +523,15 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
                 held[:, j] = [i in have for i in side.ids]
         for j in range(k):  # which of party j's own IDs are samples, where, and which are training samples
             at = np.flatnonzero(held[:, j])
-            mine = {"ids": [side.ids[i] for i in at], "positions": at.tolist(), "n": len(side.ids),
-                    "train": side.train.tolist(), "test": side.test.tolist(), "classes": side.classes, "positive": side.positive}
+            mine = {
+                "ids": [side.ids[i] for i in at],
+                "positions": at.tolist(),
+                "n": len(side.ids),
+                "train": side.train.tolist(),
+                "test": side.test.tolist(),
+                "classes": side.classes,
+                "positive": side.positive,
+            }
             _send_bytes(wire, json.dumps(mine).encode(), j + 1)
         widths = [int(wire.recv((1,), torch.int64, j + 1, None)) for j in range(k)]
         for j in range(k):
@@ -447,7 +545,9 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
     header = json.loads(_recv_bytes(wire, SERVER).decode())
     ids = df[id_col].tolist()
     if header["align"] != how:
-        raise VFLBenchError(f"the server aligns by {header['align']}, this party by {how}; give every process the same --align.")
+        raise VFLBenchError(
+            f"the server aligns by {header['align']}, this party by {how}; give every process the same --align."
+        )
     if how == "psi":
         setup, response = psi_answer(ids, int(header["n"]), _recv_bytes(wire, SERVER))
         _send_bytes(wire, setup, SERVER)
@@ -456,7 +556,10 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
         _send_bytes(wire, json.dumps(ids).encode(), SERVER)
     mine = json.loads(_recv_bytes(wire, SERVER).decode())
     n = int(mine["n"])
-    train, test = np.asarray(mine["train"], dtype=np.int64), np.asarray(mine["test"], dtype=np.int64)  # the split, in the server's order
+    train, test = (
+        np.asarray(mine["train"], dtype=np.int64),
+        np.asarray(mine["test"], dtype=np.int64),
+    )  # the split, in the server's order
     # the party's view of the samples: its own IDs where it holds them, placeholders elsewhere (imputed)
     sample_ids = [f"\x00not-held-{i}" for i in range(n)]
     for pos, ident in zip(mine["positions"], mine["ids"], strict=True):
@@ -469,3 +572,8 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
     blocks: list[Any] = [None] * k
     blocks[me] = block
     return assemble(name, files, side, blocks, widths, held, how, {path: sha256_file(user_path(path))}, labels=False)
+
+
+from .datasets.registry import register_scheme  # noqa: E402  (the scheme needs aligned_spec, defined above)
+
+register_scheme("aligned", aligned_spec)  # DATASETS.get("aligned:party0=a.csv,...") (--party-data)

@@ -17,7 +17,18 @@ from pathlib import Path
 
 from .errors import VFLBenchError, did_you_mean
 
-METHOD_MODULES = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser", "sumvfl", "pbm", "fedhssl", "false_vfl")
+METHOD_MODULES = (
+    "local",
+    "svfl",
+    "ensemble",
+    "combinatorial",
+    "plug",
+    "laser",
+    "sumvfl",
+    "pbm",
+    "fedhssl",
+    "false_vfl",
+)
 """Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL."""
 
 
@@ -30,9 +41,15 @@ def builtin_method_names() -> tuple[str, ...]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for d in node.decorator_list:
-                    if (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "register"
-                            and isinstance(d.func.value, ast.Name) and d.func.value.id == "METHODS" and d.args
-                            and isinstance(d.args[0], ast.Constant)):
+                    if (
+                        isinstance(d, ast.Call)
+                        and isinstance(d.func, ast.Attribute)
+                        and d.func.attr == "register"
+                        and isinstance(d.func.value, ast.Name)
+                        and d.func.value.id == "METHODS"
+                        and d.args
+                        and isinstance(d.args[0], ast.Constant)
+                    ):
                         names.append(d.args[0].value)
     return tuple(names)
 

@@ -32,14 +32,20 @@ class Channel:
 
     def __init__(self, n_parties: int):
         self.k = int(n_parties)
-        self._step: list[tuple[torch.Tensor, torch.Tensor | None, float, float]] = []  # (sent [M, B], party_of, bytes up, bytes down per row)
+        self._step: list[
+            tuple[torch.Tensor, torch.Tensor | None, float, float]
+        ] = []  # (sent [M, B], party_of, bytes up, bytes down per row)
         self._pending: dict[tuple[str, bool], list[tuple[torch.Tensor, torch.Tensor | None, float, float]]] = {}
         self._n_pending = 0
-        self.totals = {f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")}
+        self.totals = {
+            f"{phase}_{d}": torch.zeros(self.k, dtype=torch.float64) for phase in PHASES for d in ("up", "down")
+        }
         self.calls = 0
         self.epoch = 0  # the epoch in flight (set by the trainer; for messages)
         self.mode = "train"  # set by the trainer and the evaluator: which phase the next crossings belong to
-        self.batch_idx: torch.Tensor | None = None  # the sample indices of the batch in flight (set by the trainer; accountants read it)
+        self.batch_idx: torch.Tensor | None = (
+            None  # the sample indices of the batch in flight (set by the trainer; accountants read it)
+        )
 
     # -- the boundary
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
@@ -50,12 +56,24 @@ class Channel:
         self.count(reps, sent, party_of)
         return self.transform(reps, sent, party_of)
 
-    def count(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None, up_bytes: float | None = None) -> None:
+    def count(
+        self,
+        reps: torch.Tensor,
+        sent: torch.Tensor,
+        party_of: torch.Tensor | None = None,
+        up_bytes: float | None = None,
+    ) -> None:
         """Book the traffic of one crossing without transforming it (what :meth:`up` counts);
         ``up_bytes`` overrides the bytes per value sent up."""
         self.calls += 1
         per_value = reps.shape[-1] if reps.ndim == 3 else 1
-        up_b = float(up_bytes if up_bytes is not None else self.bytes_up_per_value if self.bytes_up_per_value is not None else reps.element_size())
+        up_b = float(
+            up_bytes
+            if up_bytes is not None
+            else self.bytes_up_per_value
+            if self.bytes_up_per_value is not None
+            else reps.element_size()
+        )
         down_b = float(self.bytes_down_per_value if self.bytes_down_per_value is not None else reps.element_size())
         self._step.append((sent, party_of, per_value * up_b, per_value * down_b))
 
@@ -156,5 +174,7 @@ class Channel:
     def extras(self) -> dict[str, float]:
         """Per-run scalars for the tidy CSV: training traffic, the cost that the papers report."""
         self.flush()
-        return {"comm_bytes_up": int(round(float(self.totals["train_up"].sum()))),
-                "comm_bytes_down": int(round(float(self.totals["train_down"].sum())))}
+        return {
+            "comm_bytes_up": int(round(float(self.totals["train_up"].sum()))),
+            "comm_bytes_down": int(round(float(self.totals["train_down"].sum()))),
+        }

@@ -17,16 +17,22 @@ from rich.table import Table
 
 from .errors import VFLBenchError
 from .limits import check as check_limit
-from .textlists import split_items
 from .settings import field_option, number, parse_int_list, parse_kv
+from .textlists import split_items
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks."
+)
 data_app = typer.Typer(no_args_is_help=True, help="Manage raw dataset files.")
 app.add_typer(data_app, name="data")
 
 
 @app.callback()
-def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Python file that registers a method (repeatable; also $VFLBENCH_PLUGINS)")):
+def _main(
+    plugin: list[Path] | None = typer.Option(
+        None, "--plugin", help="a Python file that registers a method (repeatable; also $VFLBENCH_PLUGINS)"
+    ),
+):
     """Reproducible VFL benchmarks with missing feature blocks."""
     if plugin:
         from . import plugins
@@ -37,6 +43,8 @@ def _main(plugin: list[Path] | None = typer.Option(None, "--plugin", help="a Pyt
         except VFLBenchError as e:
             _error(str(e))
             raise typer.Exit(2) from None
+
+
 console = Console(soft_wrap=True, emoji=False)  # no emoji codes: '1:100:5' must print as typed
 err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 _show_warning = warnings.showwarning
@@ -74,8 +82,12 @@ def friendly(fn):
             _error(str(e))
             raise typer.Exit(getattr(e, "exit_code", 2)) from None
         except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as e:
-            what = {PermissionError: "permission denied", IsADirectoryError: "is a directory", NotADirectoryError: "a part of the path is not a directory",
-                    FileNotFoundError: "no such file or directory"}[type(e)]
+            what = {
+                PermissionError: "permission denied",
+                IsADirectoryError: "is a directory",
+                NotADirectoryError: "a part of the path is not a directory",
+                FileNotFoundError: "no such file or directory",
+            }[type(e)]
             _error(f"{e.filename or ''}: {what}; check the path and its permissions.")
             raise typer.Exit(2) from None
         except UnicodeDecodeError as e:
@@ -103,7 +115,9 @@ def with_settings(fn, required: bool = True):
     sig = _inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
     hints = typing.get_type_hints(fn)  # real types, not the strings of `from __future__ import annotations`
-    params = [p.replace(kind=_inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params]
+    params = [
+        p.replace(kind=_inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params
+    ]
     fn.__signature__ = sig.replace(parameters=[*field_parameters(required), *cli_parameters(), *params])
     return fn
 
@@ -113,8 +127,6 @@ PARTIES_OPT = typer.Option(4, help="number of parties K")
 PARTITIONER_OPT = field_option("partitioner")
 DATA_OPT = field_option("data_options")
 PART_OPT = field_option("partition_options")
-
-
 
 
 @app.command()
@@ -149,7 +161,15 @@ def datasets(fmt: str = typer.Option("table", "--format", help="table | json")):
     for col in ("name", "kind", "shape", "classes", "available", "source", "license"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["kind"], "x".join(map(str, r["shape"])), str(r["classes"]), "[green]yes[/]" if r["available"] else "[red]no[/]", r["source"], r["license"])
+        t.add_row(
+            r["name"],
+            r["kind"],
+            "x".join(map(str, r["shape"])),
+            str(r["classes"]),
+            "[green]yes[/]" if r["available"] else "[red]no[/]",
+            r["source"],
+            r["license"],
+        )
     console.print(t)
 
 
@@ -172,7 +192,9 @@ def masks(
     dataset: str = typer.Option(..., help="dataset name"),
     parties: int = PARTIES_OPT,
     partitioner: str | None = PARTITIONER_OPT,
-    missing: str = typer.Option("mcar:0.1", help="missingness spec, e.g. mcar:0.5, mcar-beta:2,2, mar1, mar2, mnar:0.7"),
+    missing: str = typer.Option(
+        "mcar:0.1", help="missingness spec, e.g. mcar:0.5, mcar-beta:2,2, mar1, mar2, mnar:0.7"
+    ),
     granularity: str = typer.Option("sample", help="sample | batch"),
     batch_size: int = typer.Option(128, help="batch size for per-batch masks"),
     all_missing: str = typer.Option("keep", help="keep | resample"),
@@ -191,18 +213,37 @@ def masks(
         raise VFLBenchError(f"Unknown split '{split}'. Choices: train, test.")
     from .inspection import mask_report
 
-    stats, m, prep = mask_report(dataset, parse_kv(data_opt, "--data-opt"), parties, partitioner, parse_kv(part_opt, "--part-opt"), seed, missing,
-                                 split, granularity, batch_size, all_missing, labeled, aligned)
+    stats, m, prep = mask_report(
+        dataset,
+        parse_kv(data_opt, "--data-opt"),
+        parties,
+        partitioner,
+        parse_kv(part_opt, "--part-opt"),
+        seed,
+        missing,
+        split,
+        granularity,
+        batch_size,
+        all_missing,
+        labeled,
+        aligned,
+    )
     if fmt == "json":
         print(json.dumps(stats, indent=2))
         return
-    console.print(f"[bold]{dataset}[/] {split} split: n={stats['n']}, K={parties}, partitioner={prep.partition.name}, missing={missing} ({granularity})")
+    console.print(
+        f"[bold]{dataset}[/] {split} split: n={stats['n']}, K={parties}, partitioner={prep.partition.name}, "
+        f"missing={missing} ({granularity})"
+    )
     t = Table(title="observed rate per party")
     for name in prep.partition.party_names:
         t.add_column(name, justify="right")
     t.add_row(*[f"{r:.4f}" for r in stats["observed_rate_per_block"]])
     console.print(t)
-    console.print(f"fully observed: {stats['fully_observed_fraction']:.4f}   all-missing samples: {stats['all_missing_count']}   mean observed blocks: {stats['mean_observed_blocks']:.3f}   resampled: {m.info['resampled']}")
+    console.print(
+        f"fully observed: {stats['fully_observed_fraction']:.4f}   all-missing samples: {stats['all_missing_count']}  "
+        f" mean observed blocks: {stats['mean_observed_blocks']:.3f}   resampled: {m.info['resampled']}"
+    )
     if "p_miss_per_block" in m.info:
         console.print("drawn p_miss per block: " + ", ".join(f"{p:.3f}" for p in m.info["p_miss_per_block"]))
     pt = Table(title="most frequent patterns (1 = observed)")
@@ -239,23 +280,43 @@ def inspect(
     if party_data is not None:
         _inspect_party_data(party_data, id_column, parse_kv(data_opt, "--data-opt"), fmt)
         return
-    report, ds, part = dataset_report(dataset, parse_kv(data_opt, "--data-opt"), partitioner,
-                                      {k: number(v) for k, v in parse_kv(part_opt, "--part-opt").items()}, parties)
+    report, ds, part = dataset_report(
+        dataset,
+        parse_kv(data_opt, "--data-opt"),
+        partitioner,
+        {k: number(v) for k, v in parse_kv(part_opt, "--part-opt").items()},
+        parties,
+    )
     parties, pre = len(part.party_names), ds.preprocessing
     if fmt == "json":
         print(json.dumps(report, indent=2, default=str))
         return
     rows = report["rows"]
-    console.print(f"[bold]{dataset}[/]: {rows.get('read', rows['train'] + rows['test'])} rows"
-                  + (f" ({rows['dropped_missing_target']} without a target, dropped)" if rows.get("dropped_missing_target") else "")
-                  + f" -> {rows['train']} train / {rows['test']} test; {ds.x_train.shape[1]} encoded features; "
-                  + ", ".join(f"{k} sha256 {v[:12]}" for k, v in ds.checksums.items()))
+    console.print(
+        f"[bold]{dataset}[/]: {rows.get('read', rows['train'] + rows['test'])} rows"
+        + (
+            f" ({rows['dropped_missing_target']} without a target, dropped)"
+            if rows.get("dropped_missing_target")
+            else ""
+        )
+        + f" -> {rows['train']} train / {rows['test']} test; {ds.x_train.shape[1]} encoded features; "
+        + ", ".join(f"{k} sha256 {v[:12]}" for k, v in ds.checksums.items())
+    )
     if report["columns"]:
-        t = Table(title=f"columns (target: {pre.get('target')}; dropped: {', '.join(pre.get('dropped_columns', [])) or 'none'})")
+        t = Table(
+            title=f"columns (target: {pre.get('target')}; dropped: "
+            f"{', '.join(pre.get('dropped_columns', [])) or 'none'})"
+        )
         for c in ("column", "kind", "missing cells", "encoded width", "party"):
             t.add_column(c, justify="right" if c in ("missing cells", "encoded width") else "left")
         for r in report["columns"]:
-            t.add_row(r["column"], r["kind"], str(r["missing"]), str(r["encoded_width"]), r["party"] or "[yellow]none (dropped)[/]")
+            t.add_row(
+                r["column"],
+                r["kind"],
+                str(r["missing"]),
+                str(r["encoded_width"]),
+                r["party"] or "[yellow]none (dropped)[/]",
+            )
         console.print(t)
     t = Table(title="classes")
     for c in ("class", "index", "train", "test", "positive"):
@@ -264,17 +325,16 @@ def inspect(
         t.add_row(r["class"], str(r["index"]), str(r["train"]), str(r["test"]), "yes" if r["positive"] else "")
     console.print(t)
     if report["missing_cells"] is not None:
-        console.print(f"missing cells: {report['missing_cells']} (imputed on the training split: numeric median, categorical most frequent)")
+        console.print(
+            f"missing cells: {report['missing_cells']} (imputed on the training split: numeric median, categorical "
+            "most frequent)"
+        )
     t = Table(title=f"parties ({part.name}, K={parties})")
     for c in ("party", "encoded width", "columns"):
         t.add_column(c, justify="right" if c == "encoded width" else "left")
     for r in report["parties"]:
         t.add_row(r["party"], str(r["encoded_width"]), ", ".join(r["columns"]) if r["columns"] else "")
     console.print(t)
-
-
-
-
 
 
 def _inspect_party_data(party_data: str, id_column: str, data_options: dict, fmt: str) -> None:
@@ -289,12 +349,19 @@ def _inspect_party_data(party_data: str, id_column: str, data_options: dict, fmt
         t.add_column(c, justify="right" if c in ("rows", "encoded width", "holds samples") else "left")
     for p in rep["parties"]:
         cols = ", ".join(p["columns"][:6]) + (f" (+{len(p['columns']) - 6})" if len(p["columns"]) > 6 else "")
-        t.add_row(p["party"], str(p["file"]), f"{p['rows']:,}", cols, str(p["encoded_width"]), f"{p['holds_samples']:,}")
+        t.add_row(
+            p["party"], str(p["file"]), f"{p['rows']:,}", cols, str(p["encoded_width"]), f"{p['holds_samples']:,}"
+        )
     console.print(t)
     i = rep["intersection"]
-    console.print(f"intersection, computed in the clear, locally: {i['samples']:,} labelled samples ({rep['rows_train']:,} train / "
-                  f"{rep['rows_test']:,} test); held by every party {i['held_by_all']:,}; by no party "
-                  f"{i['held_by_none']:,}", markup=False, highlight=False)
+    console.print(
+        f"intersection, computed in the clear, locally: {i['samples']:,} labelled samples ({rep['rows_train']:,} "
+        "train / "
+        f"{rep['rows_test']:,} test); held by every party {i['held_by_all']:,}; by no party "
+        f"{i['held_by_none']:,}",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _stage_progress(bar, label: str):
@@ -307,7 +374,9 @@ def _stage_progress(bar, label: str):
 
         def on_prepared(self, inputs):
             align = inputs.prep.data.preprocessing.get("alignment")
-            if align is not None:  # one line per party: how many samples it holds (the warnings say when one holds none)
+            if (
+                align is not None
+            ):  # one line per party: how many samples it holds (the warnings say when one holds none)
                 from .alignment import holding_report
 
                 for line in holding_report(align)[0]:
@@ -323,8 +392,6 @@ def _stage_progress(bar, label: str):
     return StageProgress()
 
 
-
-
 def out_path(text: str | None, flag: str = "--out") -> Path | None:
     """An output path given on the command line; an empty one is refused (it would mean the
     working directory without saying so)."""
@@ -335,19 +402,20 @@ def out_path(text: str | None, flag: str = "--out") -> Path | None:
     return Path(text)
 
 
-
-
-
-
 @app.command()
 @friendly
 @with_settings
 def run(
-    device: str = typer.Option("auto", help="auto (per run: image extractors on CUDA when present, tabular MLPs on the CPU; "
-                               "the manifest says why) | cpu | cuda"),
+    device: str = typer.Option(
+        "auto",
+        help="auto (per run: image extractors on CUDA when present, tabular MLPs on the CPU; "
+        "the manifest says why) | cpu | cuda",
+    ),
     out: str = typer.Option("results/runs", help="output directory"),
     quiet: bool = typer.Option(False, "--quiet", metavar="", help="no progress bar"),
-    threads: int | None = typer.Option(None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"),
+    threads: int | None = typer.Option(
+        None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"
+    ),
     **given,
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
@@ -358,13 +426,12 @@ def run(
         check_limit("threads", threads)
         os.environ["VFLBENCH_THREADS"] = str(threads)
     from .config import RunConfig, resolve
+    from .federation import set_federated
     from .settings import request
 
-    processes = str(given.get("runtime") or "").strip().lower() == "processes"
-    if processes or "vflbench.runtime" in sys.modules:  # (torch is imported only once the input is checked)
-        from .runtime import set_federated
-
-        set_federated(processes)  # then the parties' own files are read by their own processes, not here
+    set_federated(
+        str(given.get("runtime") or "").strip().lower() == "processes"
+    )  # then the parties' own files are read by their own processes
     cfg = RunConfig(**request(given))  # the run fields and settings, as declared in vflbench.settings
     dataset, method = cfg.dataset, cfg.method
     resolved = resolve(cfg)  # every check before the heavy imports below
@@ -387,12 +454,24 @@ def run(
 
         check(resolved)  # before the progress bar: a refused run prints one line
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet,
+        transient=False,
     ) as bar:
-        rows, manifest = execute(resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")])
+        rows, manifest = execute(
+            resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
+        )
     run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
-    t = Table(title=f"{resolved.method_display} | {dataset} | K={resolved.parties} | train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}")
+    t = Table(
+        title=f"{resolved.method_display} | {dataset} | K={resolved.parties} | train {resolved.train_missing} | "
+        f"{resolved.protocol.name} | seed {resolved.seed}"
+    )
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:
@@ -400,18 +479,31 @@ def run(
     t.add_column("counted", justify="right")
     for s in resolved.test_missing:
         vals = {r["metric"]: r for r in rows if r["test_missing"] == s}
-        t.add_row(s, *[f"{vals[m]['value']:.2f}" for m in metrics], f"{vals[metrics[0]]['n_counted']}/{vals[metrics[0]]['n_test']}")
+        t.add_row(
+            s,
+            *[f"{vals[m]['value']:.2f}" for m in metrics],
+            f"{vals[metrics[0]]['n_counted']}/{vals[metrics[0]]['n_test']}",
+        )
     console.print(t)
     tm = manifest["timings"]
     ex = manifest["extras"]
-    console.print(f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, {manifest['parameters']['total']} parameters, "
-                  f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> {run_dir}")
+    console.print(
+        f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, "
+        f"{manifest['parameters']['total']} parameters, "
+        f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> "
+        f"{run_dir}"
+    )
     if "runtime" in manifest:
         rt = manifest["runtime"]
         m = rt["measured"]
-        console.print(f"runtime processes ({rt['world_size'] - 1} parties + server, gloo): measured on the wire up {m['bytes_train_up'] / 1e6:.2f} MB / down "
-                      f"{m['bytes_train_down'] / 1e6:.2f} MB in training, {'equal to' if rt['measured_equals_accounted'] else 'DIFFERENT from'} the accounted; "
-                      f"{m['messages']} messages, {m['control_bytes']} control bytes; communication {tm['comm_s']:.1f}s of {tm['train_s'] + tm['eval_s']:.1f}s")
+        console.print(
+            f"runtime processes ({rt['world_size'] - 1} parties + server, gloo): measured on the wire up "
+            f"{m['bytes_train_up'] / 1e6:.2f} MB / down "
+            f"{m['bytes_train_down'] / 1e6:.2f} MB in training, "
+            f"{'equal to' if rt['measured_equals_accounted'] else 'DIFFERENT from'} the accounted; "
+            f"{m['messages']} messages, {m['control_bytes']} control bytes; communication {tm['comm_s']:.1f}s of "
+            f"{tm['train_s'] + tm['eval_s']:.1f}s"
+        )
     if ex.get("accountant", "none") != "none":  # a private run (the accountant's module is heavy: scipy)
         from .accountant import describe
 
@@ -422,7 +514,7 @@ def run(
 def _run_from(given: dict, run_file: Path | None):
     """The resolved run of a party or server command: the flags, or the run file the launcher wrote."""
     from .config import RunConfig, config_from_manifest, resolve
-    from .runtime import set_federated
+    from .federation import set_federated
     from .settings import request
 
     set_federated()  # this process may hold its own party file only (vflbench.alignment)
@@ -432,13 +524,24 @@ def _run_from(given: dict, run_file: Path | None):
         except (OSError, ValueError, KeyError) as e:
             raise VFLBenchError(f"--run-file {run_file}: not a run file written by vflbench ({e}).") from None
         return resolve(cfg)
-    given = {**given, "runtime": given.get("runtime") or "processes"}  # a party or server process is the processes runtime
-    return resolve(RunConfig(**request(given)))  # the same run flags as the server's (at least --dataset or --party-data, and --method)
+    given = {
+        **given,
+        "runtime": given.get("runtime") or "processes",
+    }  # a party or server process is the processes runtime
+    return resolve(
+        RunConfig(**request(given))
+    )  # the same run flags as the server's (at least --dataset or --party-data, and --method)
 
 
 RENDEZVOUS_OPT = typer.Option(..., help="tcp://HOST:PORT of the server (rank 0), the same for every process")
-TIMEOUT_OPT = typer.Option(60.0, help="seconds to wait for the other processes (to join, or for a message) before stopping")
-DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: auto takes the device the in-process run would (vflbench.devices); every process of a run must compute on the same one")
+TIMEOUT_OPT = typer.Option(
+    60.0, help="seconds to wait for the other processes (to join, or for a message) before stopping"
+)
+DEVICE_OPT = typer.Option(
+    "auto",
+    help="auto | cpu | cuda: auto takes the device the in-process run would (vflbench.devices); every process of a "
+    "run must compute on the same one",
+)
 
 
 @app.command()
@@ -448,7 +551,9 @@ def party(
     rank: int = typer.Option(..., help="this party's index, 0 .. K-1 (its block of columns)"),
     rendezvous: str = RENDEZVOUS_OPT,
     timeout: float = TIMEOUT_OPT,
-    run_file: Path | None = typer.Option(None, help="the resolved run as JSON (written by `vflbench run --runtime processes`), instead of flags"),
+    run_file: Path | None = typer.Option(
+        None, help="the resolved run as JSON (written by `vflbench run --runtime processes`), instead of flags"
+    ),
     device: str = DEVICE_OPT,
     **given,
 ):
@@ -458,11 +563,20 @@ def party(
 
     check_limit("timeout", timeout)
     run = _run_from(given, run_file)
-    measured = join(run, rank, rendezvous, timeout, device)
-    err_console.print(f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
-                      f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages")
-    if "secagg_key_fingerprint" in measured:  # compare it with every other party's, out of band: a difference means substituted keys
-        err_console.print(f"party {rank}: SecAgg public-key fingerprint {measured['secagg_key_fingerprint']} (every party must print the same)")
+    from .pipeline import execute
+
+    measured = join(run, rank, rendezvous, execute, timeout, device)
+    err_console.print(
+        f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
+        f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages"
+    )
+    if (
+        "secagg_key_fingerprint" in measured
+    ):  # compare it with every other party's, out of band: a difference means substituted keys
+        err_console.print(
+            f"party {rank}: SecAgg public-key fingerprint {measured['secagg_key_fingerprint']} (every party must "
+            "print the same)"
+        )
 
 
 @app.command()
@@ -485,7 +599,9 @@ def server(
     outp = out_path(out)
     run = _run_from(given, None)
     check_output_dir(outp)
-    rows, manifest = serve(run, rendezvous, timeout, device)
+    from .pipeline import execute
+
+    rows, manifest = serve(run, rendezvous, execute, timeout, device)
     run_dir = write_outputs(outp, rows, manifest, process_start(), "process start")
     console.print(f"{run.method_display} on {run.dataset}: {len(rows)} rows -> {run_dir}")
 
@@ -499,30 +615,56 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
 
     rows = method_rows()
     if fmt == "json":
-        print(json.dumps(rows, indent=2))  # the mechanisms' parameters: the table format, or vflbench.mechanism_spec.describe_mechanisms()
+        print(
+            json.dumps(rows, indent=2)
+        )  # the mechanisms' parameters: the table format, or vflbench.mechanism_spec.describe_mechanisms()
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
-    t = Table(title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes)")
+    t = Table(
+        title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes)"
+    )
     for col in ("name", "display", "paper", "stages", "options", "--mechanism", "processes"):
         t.add_column(col, no_wrap=col in ("name", "display", "processes"))
     for r in rows:
-        opts = "\n".join(
-            f"{o['name']}={o['default']}" + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
-            + (f" (default from protocol field {o['protocol_default']})" if "protocol_default" in o else "") + f": {o['help']}"
-            for o in r["options"]) or "-"
-        stages = ", ".join(f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"])
+        opts = (
+            "\n".join(
+                f"{o['name']}={o['default']}"
+                + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
+                + (f" (default from protocol field {o['protocol_default']})" if "protocol_default" in o else "")
+                + f": {o['help']}"
+                for o in r["options"]
+            )
+            or "-"
+        )
+        stages = ", ".join(
+            f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"]
+        )
         from rich.markup import escape
 
-        t.add_row(r["name"], r["display"], escape(r["paper"]), escape(stages), escape(opts),
-                  escape("yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "") if r["mechanisms"] else f"no: {r['boundary_refusal']}"),
-                  "yes" if r["processes"] else "no")  # why not: --format json (runtime_refusal), or the refusal of --runtime processes
+        t.add_row(
+            r["name"],
+            r["display"],
+            escape(r["paper"]),
+            escape(stages),
+            escape(opts),
+            escape(
+                "yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "")
+                if r["mechanisms"]
+                else f"no: {r['boundary_refusal']}"
+            ),
+            "yes" if r["processes"] else "no",
+        )  # why not: --format json (runtime_refusal), or the refusal of --runtime processes
     console.print(t)
     m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")
     for col in ("name", "what", "parameters"):
         m.add_column(col)
     for r in describe_mechanisms():
-        m.add_row(r["name"], r["help"], escape("\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["params"].items()) or "-"))
+        m.add_row(
+            r["name"],
+            r["help"],
+            escape("\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["params"].items()) or "-"),
+        )
     console.print(m)
 
 
@@ -533,18 +675,34 @@ def sweep(
     datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
     methods: str | None = typer.Option(None, help="comma-separated subset of the file's methods"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
-    workers: int | None = typer.Option(None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"),
-    threads: int | None = typer.Option(None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"),
-    pack: int = typer.Option(16, help="train up to N runs that differ only in their seed (and training missingness) together, as one vectorised model bank "
-                             "(tabular models of packable methods; others run alone); 1 turns packing off"),
-    train_missing: str | None = typer.Option(None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"),
-    quick: bool = typer.Option(False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"),
-    out: str | None = typer.Option(None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"),
+    workers: int | None = typer.Option(
+        None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"
+    ),
+    threads: int | None = typer.Option(
+        None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"
+    ),
+    pack: int = typer.Option(
+        16,
+        help="train up to N runs that differ only in their seed (and training missingness) together, as one "
+        "vectorised model bank "
+        "(tabular models of packable methods; others run alone); 1 turns packing off",
+    ),
+    train_missing: str | None = typer.Option(
+        None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"
+    ),
+    out: str | None = typer.Option(
+        None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"
+    ),
     executor: str = typer.Option("local", help="local | ray"),
     address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="list what would run and exit"),
-    force: bool = typer.Option(False, "--force", metavar="", help="share an output folder that holds another experiment's sweep"),
+    force: bool = typer.Option(
+        False, "--force", metavar="", help="share an output folder that holds another experiment's sweep"
+    ),
 ):
     """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
     One sweep at a time per output folder (a second one stops at once)."""
@@ -576,7 +734,11 @@ def sweep(
     sd = parse_int_list(seeds, "--seeds", "0,1,2") if seeds is not None else None
     if sd is not None and len(set(sd)) != len(sd):
         raise VFLBenchError(f"--seeds lists a seed more than once ('{seeds}'); each seed must be unique.")
-    tr = [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()] if train_missing else None
+    tr = (
+        [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()]
+        if train_missing
+        else None
+    )
     ms = split_items(methods, "--methods", "laser,svfl") if methods else None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
@@ -615,65 +777,125 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     for rid, why in p.damaged:
         console.print(f"[yellow]re-running {rid}[/]: {why}")
     if p.skipped and not p.run_ids:
-        raise VFLBenchError(f"{exp.name}: every dataset was skipped ({', '.join(p.skipped)}), so nothing can run; fetch the data "
-                            "(`vflbench data fetch NAME`) or point VFLBENCH_DATA_MIRROR at an offline copy.")
+        raise VFLBenchError(
+            f"{exp.name}: every dataset was skipped ({', '.join(p.skipped)}), so nothing can run; fetch the data "
+            "(`vflbench data fetch NAME`) or point VFLBENCH_DATA_MIRROR at an offline copy."
+        )
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if pack > 1 and p.todo and executor == "local":
         from .sweep import packs
 
         grouped = [g for g in packs(p.todo, pack) if len(g) > 1]
         if grouped:
-            console.print(f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed or training missingness (--pack 1: one at a time)")
+            console.print(
+                f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed "
+                "or training missingness (--pack 1: one at a time)"
+            )
     if dry_run:
         for r in p.todo:
-            user = ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")
-            epochs = "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items()) if len(r.stage_hp) > 1 else str(r.hp.epochs)
+            user = ";".join(
+                f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user"
+            )
+            epochs = (
+                "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items())
+                if len(r.stage_hp) > 1
+                else str(r.hp.epochs)
+            )
             from rich.markup import escape
 
             popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
             from .settings import columns as setting_columns
 
-            user = ";".join(x for x in (user, setting_columns(r.settings).get("settings", "")) if x)  # options and run settings a user set
-            console.print(escape(f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} {r.partitioner}{f'[{popts}]' if popts else ''} "
-                                 f"train={r.train_missing} seed={r.seed} epochs={epochs}"))
+            user = ";".join(
+                x for x in (user, setting_columns(r.settings).get("settings", "")) if x
+            )  # options and run settings a user set
+            console.print(
+                escape(
+                    f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} "
+                    f"{r.partitioner}{f'[{popts}]' if popts else ''} "
+                    f"train={r.train_missing} seed={r.seed} epochs={epochs}"
+                )
+            )
         return
     t0 = time.perf_counter()
     failures, diverged = [], []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=err_console) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+    ) as bar:
         task = bar.add_task(exp.name, total=len(p.run_ids), completed=len(p.done))
 
         def done(rec):
             bar.advance(task)
             if rec.get("diverged"):
                 diverged.append(rec)
-                bar.console.print(f"[yellow]run {rec['run_id']} diverged[/]: {rec['diverged']} (recorded; excluded from tables)")
+                bar.console.print(
+                    f"[yellow]run {rec['run_id']} diverged[/]: {rec['diverged']} (recorded; excluded from tables)"
+                )
             if not rec["ok"]:
                 failures.append(rec)
                 bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
 
-        records = execute_plan(p, workers=workers, device=device, executor=executor, address=address, on_done=done, threads_per_run=threads, pack=pack)
+        records = execute_plan(
+            p,
+            workers=workers,
+            device=device,
+            executor=executor,
+            address=address,
+            on_done=done,
+            threads_per_run=threads,
+            pack=pack,
+        )
     df = finalize(p, records, time.perf_counter() - t0)
-    console.print(f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} ({time.perf_counter() - t0:.0f}s)")
+    console.print(
+        f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} "
+        f"({time.perf_counter() - t0:.0f}s)"
+    )
     if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
         console.print(f"table -> {write_table(exp, df, out)}")
     if diverged:
-        console.print(f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded from tables; lower the learning rate to retry them in a new --out.")
+        console.print(
+            f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded "
+            "from tables; lower the learning rate to retry them in a new --out."
+        )
     if failures:
-        raise VFLBenchError(f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them.")
+        raise VFLBenchError(
+            f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them."
+        )
 
 
 @app.command()
 @friendly
 def table(
-    results: list[Path] = typer.Argument(..., help="a sweep directory, a results.csv, or a directory of runs (several: their rows together)"),
-    layout: str | None = typer.Option(None, help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic [default: a sweep folder's "
-                                      "own (its experiment's layout:), else laser-table1]"),
-    reference: str | None = typer.Option(None, help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a "
-                                         "reference CSV path | none [default: a sweep folder's own]"),
+    results: list[Path] = typer.Argument(
+        ..., help="a sweep directory, a results.csv, or a directory of runs (several: their rows together)"
+    ),
+    layout: str | None = typer.Option(
+        None,
+        help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic [default: a sweep folder's "
+        "own (its experiment's layout:), else laser-table1]",
+    ),
+    reference: str | None = typer.Option(
+        None,
+        help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a "
+        "reference CSV path | none [default: a sweep folder's own]",
+    ),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     out: str | None = typer.Option(None, help="write to this file instead of stdout"),
-    epoch: str | None = typer.Option(None, help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each run's final epoch)"),
-    by_budget: bool = typer.Option(False, "--by-budget", help="instead: the best method of every condition at every budget recorded with --eval-epochs"),
+    epoch: str | None = typer.Option(
+        None,
+        help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each "
+        "run's final epoch)",
+    ),
+    by_budget: bool = typer.Option(
+        False,
+        "--by-budget",
+        help="instead: the best method of every condition at every budget recorded with --eval-epochs",
+    ),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers. Given one
     sweep folder, its experiment's layout, reference and title are the defaults (the bare command
@@ -712,12 +934,18 @@ def table(
 @app.command()
 @friendly
 def plot(
-    kind: str = typer.Argument(..., help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon)"),
+    kind: str = typer.Argument(
+        ..., help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon)"
+    ),
     results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
     out: str = typer.Option("results/figure", help="output path without extension (.png and .pdf are written)"),
-    metric: str | None = typer.Option(None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"),
+    metric: str | None = typer.Option(
+        None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"
+    ),
     test_missing: str | None = typer.Option(None, help="test setting to plot (scalability, budget)"),
-    panel: str | None = typer.Option(None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"),
+    panel: str | None = typer.Option(
+        None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"
+    ),
 ):
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
     trailing = str(out).endswith("/")
@@ -728,11 +956,20 @@ def plot(
 
     if kind not in ("scalability", "curves", "bars", "budget", "frontier"):
         raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier.")
-    takes = {"scalability": {"metric", "test_missing"}, "budget": {"metric", "test_missing", "panel"}, "frontier": {"metric"}, "curves": set(), "bars": set()}[kind]
+    takes = {
+        "scalability": {"metric", "test_missing"},
+        "budget": {"metric", "test_missing", "panel"},
+        "frontier": {"metric"},
+        "curves": set(),
+        "bars": set(),
+    }[kind]
+    takers = {"scalability": "metric test_missing", "budget": "metric test_missing panel", "frontier": "metric"}
     for flag, value in (("metric", metric), ("test_missing", test_missing), ("panel", panel)):
         if value is not None and flag not in takes:
-            raise VFLBenchError(f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the "
-                                f"{', '.join(k for k, t in (('scalability', 'metric test_missing'), ('budget', 'metric test_missing panel'), ('frontier', 'metric')) if flag in t.split())} plot(s).")
+            plots = ", ".join(k for k, t in takers.items() if flag in t.split())
+            raise VFLBenchError(
+                f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the {plots} plot(s)."
+            )
     from .outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from . import __version__, keys
+from . import __version__, alignment, keys  # noqa: F401  (alignment registers the aligned:... datasets of --party-data)
 from .errors import VFLBenchError
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .limits import check as check_limit
-from .textlists import split_items
 from .paths import register as register_paths
 from .paths import user_path
 from .protocols import ResolvedProtocol
@@ -41,9 +39,15 @@ class RunConfig:
     hp: dict[str, Any] = field(default_factory=dict)  # overrides of the preset (every stage)
     stage_hp: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-stage overrides
     model: dict[str, Any] = field(default_factory=dict)  # overrides: arch, hidden, cut
-    path_bases: dict[str, str] = field(default_factory=dict)  # relative paths of an experiment file -> what they name (vflbench.paths)
-    hp_sources: dict[str, str] = field(default_factory=dict)  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
-    settings: dict[str, Any] = field(default_factory=dict)  # the settings declared in vflbench.settings (name -> user value), e.g. seed, parties, mechanism
+    path_bases: dict[str, str] = field(
+        default_factory=dict
+    )  # relative paths of an experiment file -> what they name (vflbench.paths)
+    hp_sources: dict[str, str] = field(
+        default_factory=dict
+    )  # hp key -> "flag" | "--hp" | "experiment" (where a user's value came from)
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # the settings declared in vflbench.settings (name -> user value), e.g. seed, parties, mechanism
 
     def __getattr__(self, name: str) -> Any:
         """A declared setting reads as an attribute: the user's value, else None (the default is
@@ -84,9 +88,15 @@ class ResolvedRun:
     stage_hp: dict[str, HParams]
     model: dict[str, Any]
     vflbench_version: str = __version__
-    path_bases: dict[str, str] = field(default_factory=dict)  # where relative paths were read from (not part of the key)
-    hp_sources: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
-    settings: dict[str, Any] = field(default_factory=dict)  # every declared setting's canonical value (vflbench.settings)
+    path_bases: dict[str, str] = field(
+        default_factory=dict
+    )  # where relative paths were read from (not part of the key)
+    hp_sources: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # stage -> hp key -> flag | --hp | experiment | preset (not keyed)
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # every declared setting's canonical value (vflbench.settings)
 
     def to_dict(self) -> dict[str, Any]:
         from .settings import to_json, top_json
@@ -110,12 +120,16 @@ class ResolvedRun:
         """Stable hash of everything that determines the numbers (device and provenance excluded)."""
         d = self.to_dict()
         d.pop("option_sources")
-        d.pop("path_bases", None)  # the text of a path is keyed (with the file's sha256), not where this machine keeps it
+        d.pop(
+            "path_bases", None
+        )  # the text of a path is keyed (with the file's sha256), not where this machine keeps it
         d.pop("hp_sources", None)  # provenance, like option_sources
         from .settings import key_dict
 
         d.pop("settings", None)
-        if keyed := key_dict(self.settings):  # declared settings: keyed only apart from their defaults, so no earlier key moves
+        if keyed := key_dict(
+            self.settings
+        ):  # declared settings: keyed only apart from their defaults, so no earlier key moves
             d["settings"] = keyed
         # options and protocol fields added after results were committed are keyed only when they
         # change something, so those results keep their keys (and `sweep` still finds them)
@@ -127,17 +141,23 @@ class ResolvedRun:
 
     @property
     def run_id(self) -> str:
-        return f"{_dataset_slug(self.dataset)}_{self.method}_K{self.parties}_{_slug(self.train_missing)}_s{self.seed}_{self.key}"
+        missing = _slug(self.train_missing)
+        return f"{_dataset_slug(self.dataset)}_{self.method}_K{self.parties}_{missing}_s{self.seed}_{self.key}"
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, settings={**self.settings, "seed": int(seed)})
 
 
 def _setting_property(name: str) -> property:
-    return property(lambda self: self.settings.get(name, SETTINGS[name].default), doc=f"{SETTINGS[name].help} (a declared run setting)")
+    return property(
+        lambda self: self.settings.get(name, SETTINGS[name].default),
+        doc=f"{SETTINGS[name].help} (a declared run setting)",
+    )
 
 
-for _name in SETTINGS:  # every declared setting reads as an attribute of a resolved run: run.seed, run.target, run.mechanism ...
+for _name in (
+    SETTINGS
+):  # every declared setting reads as an attribute of a resolved run: run.seed, run.target, run.mechanism ...
     setattr(ResolvedRun, _name, _setting_property(_name))
 
 
@@ -156,20 +176,28 @@ def _dataset_slug(name: str) -> str:
     return _slug(f"{scheme}-{stem}")[:40]
 
 
-def resolve_method_options(mcls, user: dict[str, Any], protocol: ResolvedProtocol) -> tuple[dict[str, Any], dict[str, str]]:
+def resolve_method_options(
+    mcls, user: dict[str, Any], protocol: ResolvedProtocol
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Each declared option's value and its source: the user's value always wins; otherwise the
     protocol field the option names; otherwise the option's default. Unknown names are errors."""
     declared = {o.name: o for o in mcls.option_specs}
     unknown = set(user) - set(declared)
     if unknown:
         listing = ", ".join(declared) or "none"
-        raise VFLBenchError(f"Method '{mcls.name}' has no option {', '.join(sorted(unknown))}. Its options: {listing} (see `vflbench methods`).")
+        raise VFLBenchError(
+            f"Method '{mcls.name}' has no option {', '.join(sorted(unknown))}. Its options: {listing} (see `vflbench "
+            "methods`)."
+        )
     values, sources = {}, {}
     for name, opt in declared.items():
         if name in user and user[name] is not None:
             values[name], sources[name] = opt.parse(user[name], mcls.name), "user"
         elif opt.protocol is not None:
-            values[name], sources[name] = opt.parse(getattr(protocol, opt.protocol), mcls.name), f"protocol:{protocol.name}"
+            values[name], sources[name] = (
+                opt.parse(getattr(protocol, opt.protocol), mcls.name),
+                f"protocol:{protocol.name}",
+            )
         else:
             values[name], sources[name] = opt.default, "default"
     msg = mcls.validate_options(values)
@@ -218,7 +246,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     train_missing = settings["train_missing"]  # parsed once (a MissingSpec), as test_missing
     from .partitioners import check_options
 
-    partitioner = cfg.partitioner or ("files" if cfg.dataset.startswith("aligned:") else "tiles" if info.kind == "image" else "contiguous")
+    partitioner = cfg.partitioner or (
+        "files" if cfg.dataset.startswith("aligned:") else "tiles" if info.kind == "image" else "contiguous"
+    )
     check_options(partitioner, cfg.partition_options)
     partition_options = dict(cfg.partition_options)
     if partitioner == "columns":  # the parties file is checked now, and its content is part of the run
@@ -226,7 +256,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         from .partitioners import read_parties_file
 
         if not partition_options.get("file"):
-            raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
+            raise VFLBenchError(
+                "Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names)."
+            )
         read_parties_file(partition_options["file"], int(settings["parties"]))
         partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
     settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
@@ -237,7 +269,10 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     stages = mcls.stages_for(options)
     unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
     if unknown_stages:
-        raise VFLBenchError(f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: {', '.join(s.name for s in stages)}.")
+        raise VFLBenchError(
+            f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: "
+            f"{', '.join(s.name for s in stages)}."
+        )
     stage_hp, hp_sources = {}, {}
     for st in stages:
         block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
@@ -247,89 +282,48 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         where = f" (stage {st.name})" if len(stages) > 1 else ""
         if str(merged.get("optimizer")) == "adam" and merged.get("momentum") not in (None, 0, 0.0, "0", "0.0"):
             if "momentum" in user:  # a momentum the user asked for would be silently ignored by Adam
-                raise VFLBenchError(f"--momentum applies to SGD only; Adam has no momentum setting{where}. Drop --momentum or use --optimizer sgd.")
+                raise VFLBenchError(
+                    f"--momentum applies to SGD only; Adam has no momentum setting{where}. Drop --momentum or use "
+                    "--optimizer sgd."
+                )
             merged["momentum"] = 0.0  # the preset's SGD momentum does not carry over to Adam
         stage_hp[st.name] = HParams.from_dict(merged, where)
         stage_user = {k for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}
-        hp_sources[st.name] = {k: (f"{cfg.hp_sources.get(k, 'user')} (stage)" if k in stage_user else cfg.hp_sources.get(k, "user")) if k in user
-                               else f"protocol:{proto.name}" if k in protocol_hp
-                               else ("preset (stage block)" if k in block else "preset") for k in HP_FIELDS}
+        hp_sources[st.name] = {
+            k: (f"{cfg.hp_sources.get(k, 'user')} (stage)" if k in stage_user else cfg.hp_sources.get(k, "user"))
+            if k in user
+            else f"protocol:{proto.name}"
+            if k in protocol_hp
+            else ("preset (stage block)" if k in block else "preset")
+            for k in HP_FIELDS
+        }
     hp = stage_hp[stages[0].name]
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
     check_model_memory(model, info, int(settings["parties"]), hp.batch_size)
     return ResolvedRun(
-        dataset=cfg.dataset, data_options=data_options, method=cfg.method, method_display=mcls.display,
-        method_options=options, option_sources=sources,
-        partitioner=partitioner, partition_options=partition_options,
-        protocol=proto, hp=hp, stage_hp=stage_hp, model=model,
-        path_bases=dict(cfg.path_bases), hp_sources=hp_sources,
-        settings=finish_settings(settings, SettingsContext(cfg.dataset, proto, info.n_classes, sum(h.epochs for h in stage_hp.values()), hp.batch_size)),
+        dataset=cfg.dataset,
+        data_options=data_options,
+        method=cfg.method,
+        method_display=mcls.display,
+        method_options=options,
+        option_sources=sources,
+        partitioner=partitioner,
+        partition_options=partition_options,
+        protocol=proto,
+        hp=hp,
+        stage_hp=stage_hp,
+        model=model,
+        path_bases=dict(cfg.path_bases),
+        hp_sources=hp_sources,
+        settings=finish_settings(
+            settings,
+            SettingsContext(
+                cfg.dataset, proto, info.n_classes, sum(h.epochs for h in stage_hp.values()), hp.batch_size
+            ),
+        ),
     )
-
-
-def parse_eval_epochs(value: Any, total: int) -> tuple[int, ...] | None:
-    """``[5, 10]``, ``"5,10"`` or ``"1:100"`` / ``"1:100:5"`` (inclusive) -> sorted epochs <= total,
-    without the last epoch (always evaluated). An item ending in ``%`` is that share of the run's
-    total (rounded, at least 1): ``"25%,50%"`` gives every method of a sweep the same relative budgets
-    whatever its own epoch count."""
-    if value is None or value == "" or value == []:
-        return None
-    try:
-        if isinstance(value, str) and ":" in value:
-            parts = [int(x) for x in value.split(":")]
-            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
-                raise ValueError
-            check_limit("eval_epochs", parts[1], "--eval-epochs (a range's end)")  # before the range is expanded
-            epochs = list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
-        else:
-            items = split_items(value, "--eval-epochs", "5,10,20") if isinstance(value, str) else (value if isinstance(value, (list, tuple)) else [value])
-            epochs = [_share(x, total) if str(x).strip().endswith("%") else _int(x, "eval epoch") for x in items]
-    except (TypeError, ValueError):
-        raise VFLBenchError(f"--eval-epochs takes epochs like 5,10,20, shares of the run like 25%,50%, or a range like 1:100 (or 1:100:5); got {value!r}.") from None
-    if not epochs or min(epochs) < 1:
-        raise VFLBenchError(f"--eval-epochs must list epochs >= 1; got {value!r}.")
-    if max(epochs) > total:
-        raise VFLBenchError(f"--eval-epochs lists epoch {max(epochs)}, but the run trains {total} epochs; raise --epochs or drop it.")
-    out = tuple(sorted(set(epochs) - {total}))
-    return out or None
-
-
-def share_epoch(pct: float, total: int) -> int:
-    """The epoch at ``pct`` % of ``total`` epochs: rounded half up, at least 1 (the one rounding
-    rule, for --eval-epochs 25% and for tables at a share)."""
-    return max(1, int(math.floor(total * pct / 100 + 0.5)))
-
-
-def _share(item: Any, total: int) -> int:
-    """``"25%"`` of ``total`` epochs."""
-    pct = float(str(item).strip()[:-1])
-    if not 0 < pct <= 100:
-        raise ValueError
-    return share_epoch(pct, total)
-
-
-TARGET_METRICS = ("train_accuracy", "train_f1", "train_auprc")
-
-
-def parse_target(text: str | None, n_classes: int, dataset: str) -> str | None:
-    """``train_auprc=0.9`` -> canonical text; errors name the fix."""
-    if text is None or str(text).strip() == "":
-        return None
-    name, sep, value = str(text).partition("=")
-    name = name.strip()
-    if not sep or name not in TARGET_METRICS:
-        raise VFLBenchError(f"--target must look like METRIC=VALUE with METRIC one of {', '.join(TARGET_METRICS)}; got {text!r}.")
-    try:
-        v = float(value)
-    except ValueError:
-        raise VFLBenchError(f"--target value must be a number in (0, 1]; got {value!r}.") from None
-    if not 0 < v <= 1:
-        raise VFLBenchError(f"--target value must be in (0, 1]; got {v}.")
-    if name in ("train_auprc", "train_f1") and n_classes != 2:
-        raise VFLBenchError(f"Dataset '{dataset}' has {n_classes} classes; {name} is defined for binary tasks only. Use train_accuracy.")
-    return f"{name}={v:g}"
 
 
 def check_model_memory(model: dict[str, Any], info, parties: int, batch_size: int) -> None:
@@ -343,8 +337,12 @@ def check_model_memory(model: dict[str, Any], info, parties: int, batch_size: in
     width = max(1, -(-int(info.shape[0]) // max(parties, 1)))
     params = 2 * parties * mlp_parameters(width, hidden, int(model["cut"]))
     activations = 4 * batch_size * parties * sum([width, *hidden, int(model["cut"])])
-    check_memory(f"the models of {parties} parties (--cut {model['cut']}, --hidden {','.join(map(str, hidden)) or 'none'})",
-                 16.0 * params + 3 * activations, 0.5, "lower --cut, --hidden or --batch-size")
+    check_memory(
+        f"the models of {parties} parties (--cut {model['cut']}, --hidden {','.join(map(str, hidden)) or 'none'})",
+        16.0 * params + 3 * activations,
+        0.5,
+        "lower --cut, --hidden or --batch-size",
+    )
 
 
 def check_model(model: dict[str, Any], kind: str) -> None:
@@ -363,11 +361,15 @@ def check_model(model: dict[str, Any], kind: str) -> None:
         raise VFLBenchError(f"--cut (the representation size) must be >= 1, got {cut}.")
     check_limit("cut", cut)
     if kind == "image" and model["arch"] == "mlp":
-        raise VFLBenchError("An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half.")
+        raise VFLBenchError(
+            "An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half."
+        )
     if kind != "image" and model["arch"] != "mlp":
         raise VFLBenchError(f"Extractor '{model['arch']}' needs image data; use --arch mlp for tabular data.")
     if head_hidden < 0:
-        raise VFLBenchError(f"head_hidden (the fusion head's hidden width; 0 = one Linear) must be >= 0, got {head_hidden}.")
+        raise VFLBenchError(
+            f"head_hidden (the fusion head's hidden width; 0 = one Linear) must be >= 0, got {head_hidden}."
+        )
     if any(h < 1 for h in hidden):
         raise VFLBenchError(f"--hidden sizes must all be >= 1, got {','.join(map(str, hidden))}.")
     for h in hidden:
@@ -392,5 +394,8 @@ def config_from_manifest(m: dict[str, Any]) -> RunConfig:
     from .settings import from_manifest as settings_from_manifest
 
     c = m["config"]
-    return RunConfig(**{n: f.from_record(c) for n, f in FIELDS.items() if f.into is None}, path_bases=dict(c.get("path_bases") or {}),
-                     settings=settings_from_manifest(c))
+    return RunConfig(
+        **{n: f.from_record(c) for n, f in FIELDS.items() if f.into is None},
+        path_bases=dict(c.get("path_bases") or {}),
+        settings=settings_from_manifest(c),
+    )

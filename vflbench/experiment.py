@@ -53,7 +53,10 @@ from .settings import FIELDS, SETTINGS, experiment_field_keys, experiment_keys, 
 # a run setting, declared in vflbench.settings
 FILE_KEYS = {"name", "description", "layout", "reference", "lr_by_parties", "quick", "plugins", "method_grid"}
 TOP_KEYS = FILE_KEYS | experiment_field_keys("top") | experiment_keys()
-DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {"seeds", "train_missing"}  # grid axes read once, at the top level
+DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {
+    "seeds",
+    "train_missing",
+}  # grid axes read once, at the top level
 QUICK_KEYS = {"epochs", "seeds", "data_options"}
 
 
@@ -79,7 +82,10 @@ def check_name(name: str, path=None) -> None:
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
-        _fail(path, f"'name' must be a plain name (letters, digits, '.', '_', '-'; no path separators or '..'), got {name!r}.")
+        _fail(
+            path,
+            f"'name' must be a plain name (letters, digits, '.', '_', '-'; no path separators or '..'), got {name!r}.",
+        )
 
 
 def _check_artefact(key: str, value: Any, path) -> None:
@@ -93,7 +99,11 @@ def _check_artefact(key: str, value: Any, path) -> None:
     if key == "reference" and value not in artefacts.references():
         ref = Path(value) if Path(value).is_absolute() or path is None else Path(path).parent / value
         if not ref.exists() and not Path(value).exists():
-            _fail(path, f"reference '{value}' is neither a built-in reference ({', '.join(artefacts.references())}) nor an existing CSV file.")
+            _fail(
+                path,
+                f"reference '{value}' is neither a built-in reference ({', '.join(artefacts.references())}) nor an "
+                "existing CSV file.",
+            )
 
 
 def _fail(path, msg: str) -> None:
@@ -168,13 +178,23 @@ def relative_paths(ds: str, spec: dict, over: dict, path) -> dict[str, str]:
 
                 from .errors import VFLBenchWarning
 
-                warnings.warn(f"{path}: the {what} '{text}' is read relative to the working directory; relative paths in an experiment "
-                              f"file are read from its folder ({folder}), so write it as '{os.path.relpath(legacy.resolve(), folder)}' "
-                              "(the runs' keys then change).", VFLBenchWarning, stacklevel=3)
+                warnings.warn(
+                    f"{path}: the {what} '{text}' is read relative to the working directory; relative paths in an "
+                    "experiment "
+                    f"file are read from its folder ({folder}), so write it as "
+                    f"'{os.path.relpath(legacy.resolve(), folder)}' "
+                    "(the runs' keys then change).",
+                    VFLBenchWarning,
+                    stacklevel=3,
+                )
                 out[text] = str(legacy.resolve())
                 continue
-            _fail(path, f"the {what} '{text}' does not exist: relative paths in an experiment file are read from its folder ({folder}), "
-                        f"so it names {target}.")
+            _fail(
+                path,
+                f"the {what} '{text}' does not exist: relative paths in an experiment file are read from its folder "
+                f"({folder}), "
+                f"so it names {target}.",
+            )
         out[text] = target
     return out
 
@@ -216,13 +236,19 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
     if isinstance(grids, dict):
         grids = [grids]
     if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
-        _fail(path, f"method_grid.{method} must be a mapping or a list of mappings of option -> value or list of values.")
+        _fail(
+            path, f"method_grid.{method} must be a mapping or a list of mappings of option -> value or list of values."
+        )
     out = []
     for g in grids:
         sets = g.get("settings")
         if sets is not None:  # run settings of this entry (vflbench.settings), checked now
             if not isinstance(sets, dict):
-                _fail(path, f"method_grid.{method}: 'settings' must be a mapping of run setting -> value, e.g. {{mechanism: 'pbm:beta=0.1'}}.")
+                _fail(
+                    path,
+                    f"method_grid.{method}: 'settings' must be a mapping of run setting -> value, e.g. {{mechanism: "
+                    f"'pbm:beta=0.1'}}.",
+                )
             for name, value in sets.items():
                 if name not in SETTINGS:
                     _fail(path, f"method_grid.{method}: unknown run setting {name!r}. Known: {', '.join(SETTINGS)}.")
@@ -235,13 +261,23 @@ def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
         values = [v if isinstance(v, list) else [v] for v in g.values()]
         if any(len(v) == 0 for v in values):
             _fail(path, f"method_grid.{method}: an option has an empty list of values.")
-        out += [{**dict(zip(keys, combo, strict=True)), **({"settings": sets} if sets is not None else {})} for combo in itertools.product(*values)]
+        out += [
+            {**dict(zip(keys, combo, strict=True)), **({"settings": sets} if sets is not None else {})}
+            for combo in itertools.product(*values)
+        ]
     _unique(out, f"method_grid.{method}", path)
     return out
 
 
-def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seeds: list[int] | None = None, quick: bool = False,
-                    train_missing: list[str] | None = None, methods_subset: list[str] | None = None) -> Experiment:
+def load_experiment(
+    path: str | Path,
+    *,
+    datasets: list[str] | None = None,
+    seeds: list[int] | None = None,
+    quick: bool = False,
+    train_missing: list[str] | None = None,
+    methods_subset: list[str] | None = None,
+) -> Experiment:
     p = Path(path)
     if not p.exists():
         candidates = sorted(x.name for x in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
@@ -253,11 +289,21 @@ def load_experiment(path: str | Path, *, datasets: list[str] | None = None, seed
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise VFLBenchError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}. Fix the file's syntax.") from None
-    return build_experiment(spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing, methods_subset=methods_subset)
+    return build_experiment(
+        spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing, methods_subset=methods_subset
+    )
 
 
-def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seeds=None, quick=False, train_missing=None,
-                     methods_subset=None) -> Experiment:
+def build_experiment(
+    spec: Any,
+    path: Path | None = None,
+    *,
+    datasets=None,
+    seeds=None,
+    quick=False,
+    train_missing=None,
+    methods_subset=None,
+) -> Experiment:
     from .datasets import DATASETS
     from .methods import METHODS
     from .missingness import parse_mechanism
@@ -272,7 +318,10 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
         _fail(path, "'name' (a string) is required.")
     check_name(spec["name"], path)
     if "protocol" in spec:
-        spec = {**spec, "protocol": FIELDS["protocol"].value(spec["protocol"])}  # `protocol: false` is YAML 1.1's boolean
+        spec = {
+            **spec,
+            "protocol": FIELDS["protocol"].value(spec["protocol"]),
+        }  # `protocol: false` is YAML 1.1's boolean
     from . import plugins
 
     for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:
@@ -326,14 +375,20 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
             _fail(path, f"datasets.{name} must be a mapping of overrides or empty.")
         bad = set(over or {}) - DATASET_KEYS
         if bad:
-            _fail(path, f"datasets.{name}: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(DATASET_KEYS))}.")
+            _fail(
+                path,
+                f"datasets.{name}: unknown key(s) {', '.join(sorted(bad))}. Allowed: "
+                f"{', '.join(sorted(DATASET_KEYS))}.",
+            )
     quick_spec = _dict(spec, "quick", path)
     bad = set(quick_spec) - QUICK_KEYS
     if bad:
         _fail(path, f"quick: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(QUICK_KEYS))}.")
     if "seeds" in quick_spec:
         _list(quick_spec, "seeds", int, f"{path}: quick" if path else "quick")
-    if "epochs" in quick_spec and (not isinstance(quick_spec["epochs"], int) or isinstance(quick_spec["epochs"], bool) or quick_spec["epochs"] < 1):
+    if "epochs" in quick_spec and (
+        not isinstance(quick_spec["epochs"], int) or isinstance(quick_spec["epochs"], bool) or quick_spec["epochs"] < 1
+    ):
         _fail(path, f"quick: 'epochs' must be an integer >= 1, got {quick_spec['epochs']!r}.")
     _dict(quick_spec, "data_options", path)
     for key in ("layout", "reference"):
@@ -392,27 +447,58 @@ def build_experiment(spec: Any, path: Path | None = None, *, datasets=None, seed
                         if quick:
                             hp["epochs"] = hp_all["epochs"]
                         entry = dict(grid_opts)
-                        run_settings = {**ds_settings, **(entry.pop("settings", None) or {})}  # a grid entry's run settings (e.g. a mechanism)
-                        mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **entry}
+                        run_settings = {
+                            **ds_settings,
+                            **(entry.pop("settings", None) or {}),
+                        }  # a grid entry's run settings (e.g. a mechanism)
+                        mopts = {
+                            **(method_opts.get(m) or {}),
+                            **(_dict(over, "method_options", path).get(m) or {}),
+                            **entry,
+                        }
                         names = stage_names(m, mopts)
                         stages_used |= names
                         # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's
                         # stage 1 and a baseline's SimSiam stage, and absent from a baseline without pretraining)
-                        stage_hp = {k: v for k, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items() if k in names}
+                        stage_hp = {
+                            k: v
+                            for k, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items()
+                            if k in names
+                        }
                         lr_table = lr_by_k.get(m) or {}
                         if k in lr_table:
                             hp["lr"] = float(lr_table[k])
-                        runs.append(RunConfig(
-                            dataset=ds, method=m, parties=int(k), partitioner=part,
-                            train_missing=tr, test_missing=list(over.get("test_missing", test)), seed=int(seed), protocol=spec.get("protocol", "clean"),
-                            protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
-                            data_options=data_opts, partition_options=part_opts,
-                            method_options=mopts, hp=hp, stage_hp=stage_hp, hp_sources=dict.fromkeys(hp, "experiment"),
-                            model={**_dict(spec, "model", path), **_dict(over, "model", path)}, path_bases=bases,
-                            settings=run_settings,
-                        ))
+                        runs.append(
+                            RunConfig(
+                                dataset=ds,
+                                method=m,
+                                parties=int(k),
+                                partitioner=part,
+                                train_missing=tr,
+                                test_missing=list(over.get("test_missing", test)),
+                                seed=int(seed),
+                                protocol=spec.get("protocol", "clean"),
+                                protocol_options={
+                                    **_dict(spec, "protocol_options", path),
+                                    **_dict(over, "protocol_options", path),
+                                },
+                                data_options=data_opts,
+                                partition_options=part_opts,
+                                method_options=mopts,
+                                hp=hp,
+                                stage_hp=stage_hp,
+                                hp_sources=dict.fromkeys(hp, "experiment"),
+                                model={**_dict(spec, "model", path), **_dict(over, "model", path)},
+                                path_bases=bases,
+                                settings=run_settings,
+                            )
+                        )
     named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
     unused = sorted(named - stages_used)
     if runs and unused:
-        _fail(path, f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: {', '.join(sorted(stages_used))}).")
+        _fail(
+            path,
+            f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: "
+            f"{', '.join(sorted(stages_used))}).",
+        )
     return Experiment(spec["name"], path, spec, quick, runs)

@@ -31,15 +31,25 @@ class HParams:
     def from_dict(cls, d: dict[str, Any], where: str = "") -> HParams:
         unknown = set(d) - set(HP_FIELDS)
         if unknown:
-            raise VFLBenchError(f"Unknown hyper-parameter(s) {', '.join(sorted(unknown))}{where}. Known: {', '.join(HP_FIELDS)}.")
+            raise VFLBenchError(
+                f"Unknown hyper-parameter(s) {', '.join(sorted(unknown))}{where}. Known: {', '.join(HP_FIELDS)}."
+            )
         missing = {"optimizer", "lr", "batch_size", "epochs"} - set(d)
         if missing:
-            raise VFLBenchError(f"Hyper-parameter(s) {', '.join(sorted(missing))} missing{where}; set them in the preset or on the command line.")
+            raise VFLBenchError(
+                f"Hyper-parameter(s) {', '.join(sorted(missing))} missing{where}; set them in the preset or on the "
+                "command line."
+            )
         try:
             hp = cls(
-                optimizer=str(d["optimizer"]), lr=_float(d["lr"], "lr"), batch_size=_int(d["batch_size"], "batch_size"), epochs=_int(d["epochs"], "epochs"),
-                weight_decay=_float(d.get("weight_decay") or 0.0, "weight_decay"), momentum=_float(d.get("momentum") or 0.0, "momentum"),
-                schedule=str(d.get("schedule") or "none"), eta_min_ratio=_float(d.get("eta_min_ratio") or 0.0, "eta_min_ratio"),
+                optimizer=str(d["optimizer"]),
+                lr=_float(d["lr"], "lr"),
+                batch_size=_int(d["batch_size"], "batch_size"),
+                epochs=_int(d["epochs"], "epochs"),
+                weight_decay=_float(d.get("weight_decay") or 0.0, "weight_decay"),
+                momentum=_float(d.get("momentum") or 0.0, "momentum"),
+                schedule=str(d.get("schedule") or "none"),
+                eta_min_ratio=_float(d.get("eta_min_ratio") or 0.0, "eta_min_ratio"),
             )
         except (TypeError, ValueError) as e:
             raise VFLBenchError(f"Bad hyper-parameter value{where}: {e}.") from None

@@ -21,7 +21,13 @@ def parties_in(file) -> dict:
     return read_parties_file(file, n)
 
 
-def dataset_report(dataset: str, data_options: dict[str, Any], partitioner: str | None, part_options: dict[str, Any], parties: int | None):
+def dataset_report(
+    dataset: str,
+    data_options: dict[str, Any],
+    partitioner: str | None,
+    part_options: dict[str, Any],
+    parties: int | None,
+):
     """(report, dataset, partition): column types, classes and their counts, missing cells, and the
     encoded width per party, as the loader inferred them."""
     import numpy as np
@@ -34,8 +40,14 @@ def dataset_report(dataset: str, data_options: dict[str, Any], partitioner: str 
     if parties is None:
         parties = len(parties_in(part_options["file"])) if partitioner == "columns" and part_options.get("file") else 4
     ds = load_dataset(dataset, opts)
-    part = make_partition(partitioner or default_partitioner(ds.info.kind), ds.x_train.shape[1:], parties, Streams(0).numpy("partition"), data=ds,
-                          **part_options)
+    part = make_partition(
+        partitioner or default_partitioner(ds.info.kind),
+        ds.x_train.shape[1:],
+        parties,
+        Streams(0).numpy("partition"),
+        data=ds,
+        **part_options,
+    )
     sources = ds.feature_sources or (ds.feature_names or [f"x{i}" for i in range(ds.x_train.shape[1])])
     owner = {}
     for name, block in zip(part.party_names, part.blocks, strict=True) if part.kind == "features" else []:
@@ -45,12 +57,33 @@ def dataset_report(dataset: str, data_options: dict[str, Any], partitioner: str 
     n_tr, n_te = np.bincount(ds.y_train, minlength=ds.n_classes), np.bincount(ds.y_test, minlength=ds.n_classes)
     classes = list(pre.get("classes", {str(c): c for c in range(ds.n_classes)}))
     report = {
-        "dataset": dataset, "rows": pre.get("rows", {"train": len(ds.y_train), "test": len(ds.y_test)}), "checksums": ds.checksums,
-        "columns": [{"column": c, **v, "missing": pre.get("missing_cells", {}).get("per_column", {}).get(c, 0), "party": owner.get(c)}
-                    for c, v in pre.get("columns", {}).items()],
-        "classes": [{"class": c, "index": i, "train": int(n_tr[i]), "test": int(n_te[i]), "positive": i == ds.info.positive_class} for i, c in enumerate(classes)],
+        "dataset": dataset,
+        "rows": pre.get("rows", {"train": len(ds.y_train), "test": len(ds.y_test)}),
+        "checksums": ds.checksums,
+        "columns": [
+            {
+                "column": c,
+                **v,
+                "missing": pre.get("missing_cells", {}).get("per_column", {}).get(c, 0),
+                "party": owner.get(c),
+            }
+            for c, v in pre.get("columns", {}).items()
+        ],
+        "classes": [
+            {
+                "class": c,
+                "index": i,
+                "train": int(n_tr[i]),
+                "test": int(n_te[i]),
+                "positive": i == ds.info.positive_class,
+            }
+            for i, c in enumerate(classes)
+        ],
         "missing_cells": pre.get("missing_cells", {}).get("total"),
-        "parties": [{"party": n, "encoded_width": w, "columns": part.params.get("columns", {}).get(n)} for n, w in zip(part.party_names, part.widths(), strict=True)],
+        "parties": [
+            {"party": n, "encoded_width": w, "columns": part.params.get("columns", {}).get(n)}
+            for n, w in zip(part.party_names, part.widths(), strict=True)
+        ],
         "partition": {k: v for k, v in part.describe().items() if k != "blocks"},
         "options": {k: v for k, v in opts.items() if k != "file_sha256"},
     }
@@ -75,23 +108,60 @@ def party_data_report(party_data: str, id_column: str, data_options: dict[str, A
     parties = []
     for (n, p), w in zip(files, ds.party_widths, strict=True):
         df = frames[n]
-        parties.append({"party": n, "file": p, "rows": int(len(df)), "columns": [c for c in df.columns if c != id_column],
-                        "encoded_width": int(w), "holds_samples": int(al["held_per_party"][n])})
-    return {"computed": "in the clear, locally (plain alignment on this machine; a run with --align psi finds the same sets privately)",
-            "id_column": id_column, "target": opts["target"], "parties": parties,
-            "intersection": {k: al[k] for k in ("samples", "held_by_all", "held_by_none")},
-            "held_per_party": al["held_per_party"], "rows_train": al["rows_train"], "rows_test": al["rows_test"]}
+        parties.append(
+            {
+                "party": n,
+                "file": p,
+                "rows": int(len(df)),
+                "columns": [c for c in df.columns if c != id_column],
+                "encoded_width": int(w),
+                "holds_samples": int(al["held_per_party"][n]),
+            }
+        )
+    return {
+        "computed": "in the clear, locally (plain alignment on this machine; a run with --align psi finds the same "
+        "sets privately)",
+        "id_column": id_column,
+        "target": opts["target"],
+        "parties": parties,
+        "intersection": {k: al[k] for k in ("samples", "held_by_all", "held_by_none")},
+        "held_per_party": al["held_per_party"],
+        "rows_train": al["rows_train"],
+        "rows_test": al["rows_test"],
+    }
 
 
-def mask_report(dataset: str, data_options: dict[str, Any], parties: int, partitioner: str | None, part_options: dict[str, Any], seed: int,
-                missing: str, split: str, granularity: str, batch_size: int, all_missing: str, labeled: int | None, aligned: int):
+def mask_report(
+    dataset: str,
+    data_options: dict[str, Any],
+    parties: int,
+    partitioner: str | None,
+    part_options: dict[str, Any],
+    seed: int,
+    missing: str,
+    split: str,
+    granularity: str,
+    batch_size: int,
+    all_missing: str,
+    labeled: int | None,
+    aligned: int,
+):
     """(statistics, masks, prepared data) of the masks a run with these settings draws."""
     from .missingness import mask_stats, parse_mechanism
     from .preparation import draw_masks, prepare
 
     parse_mechanism(missing)  # validate before loading data
     prep = prepare(dataset, data_options, parties, partitioner, part_options, seed)
-    m = draw_masks(prep, missing, split=split, granularity=granularity, batch_size=batch_size, all_missing=all_missing, labeled=labeled, aligned=aligned)
+    m = draw_masks(
+        prep,
+        missing,
+        split=split,
+        granularity=granularity,
+        batch_size=batch_size,
+        all_missing=all_missing,
+        labeled=labeled,
+        aligned=aligned,
+    )
     stats = mask_stats(m.observed)
     stats["info"] = m.info
     stats["partition"] = {k: v for k, v in prep.partition.describe().items() if k != "blocks"}
@@ -101,15 +171,26 @@ def mask_report(dataset: str, data_options: dict[str, Any], parties: int, partit
 
 def method_rows() -> list[dict[str, Any]]:
     """Every registered method: names, paper, stages, options, and whether a --mechanism can wrap it."""
+    from .federation import refusal
     from .methods import METHODS
-    from .runtime import refusal
 
     rows = []
     for name in METHODS:
         c = METHODS.get(name)
-        rows.append({"name": name, "display": c.display, "paper": c.paper, "hp_key": c.hp_key, "f1_rule": c.f1_rule,
-                     "stages": [{"name": s.name, "samples": s.samples, "labels": s.labels} for s in c.stages],
-                     "options": [o.describe() for o in c.option_specs],
-                     "mechanisms": c.boundary_refusal is None, "boundary_refusal": c.boundary_refusal, "sums_at_server": c.sums_at_server,
-                     "processes": refusal(c) is None, "runtime_refusal": refusal(c)})
+        rows.append(
+            {
+                "name": name,
+                "display": c.display,
+                "paper": c.paper,
+                "hp_key": c.hp_key,
+                "f1_rule": c.f1_rule,
+                "stages": [{"name": s.name, "samples": s.samples, "labels": s.labels} for s in c.stages],
+                "options": [o.describe() for o in c.option_specs],
+                "mechanisms": c.boundary_refusal is None,
+                "boundary_refusal": c.boundary_refusal,
+                "sums_at_server": c.sums_at_server,
+                "processes": refusal(c) is None,
+                "runtime_refusal": refusal(c),
+            }
+        )
     return rows

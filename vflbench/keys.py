@@ -18,19 +18,78 @@ KEY_LAYOUT = 3
 
 # ---- layout v2: keyed at any value (frozen 2026-11-24 from the registry at revision 259368a)
 V2_METHOD_OPTIONS: dict[str, frozenset[str]] = {
-    'local': frozenset([]),
-    'svfl': frozenset(['fusion']),
-    'ensemble': frozenset([]),
-    'combinatorial': frozenset(['fusion']),
-    'plug': frozenset(['granularity', 'p_drop', 'plug_denominator']),
-    'laser': frozenset(['fusion', 'laser_subsets']),
-    'pbm': frozenset(['C', 'accountant', 'b', 'beta', 'c0', 'conversion', 'delta', 'embed_dim', 'eval', 'hidden', 'ldp_match', 'mechanism', 'secagg']),
-    'fedhssl': frozenset(['constraint_ratio', 'local_ratio', 'pma', 'pretrain']),
-    'false1': frozenset(['d_h', 'd_z', 'hidden', 'kappa', 'n_pred_samples']),
-    'false2': frozenset(['d_h', 'd_z', 'hidden', 'kappa', 'n_pred_samples']),
+    "local": frozenset([]),
+    "svfl": frozenset(["fusion"]),
+    "ensemble": frozenset([]),
+    "combinatorial": frozenset(["fusion"]),
+    "plug": frozenset(["granularity", "p_drop", "plug_denominator"]),
+    "laser": frozenset(["fusion", "laser_subsets"]),
+    "pbm": frozenset(
+        [
+            "C",
+            "accountant",
+            "b",
+            "beta",
+            "c0",
+            "conversion",
+            "delta",
+            "embed_dim",
+            "eval",
+            "hidden",
+            "ldp_match",
+            "mechanism",
+            "secagg",
+        ]
+    ),
+    "fedhssl": frozenset(["constraint_ratio", "local_ratio", "pma", "pretrain"]),
+    "false1": frozenset(["d_h", "d_z", "hidden", "kappa", "n_pred_samples"]),
+    "false2": frozenset(["d_h", "d_z", "hidden", "kappa", "n_pred_samples"]),
 }
-V2_PROTOCOL_FIELDS = frozenset(['all_missing', 'augment', 'balanced_sampler', 'laser_subsets', 'name', 'permute_once', 'plug_denominator', 'shuffle', 'stale_updates', 'test_granularity', 'test_time_augmentation', 'train_granularity'])
-V2_DATA_OPTIONS = frozenset(['block_width', 'blocks', 'categorical', 'columns', 'data_seed', 'draw_seed', 'drop', 'file_sha256', 'informative', 'layout', 'n', 'n_classes', 'normalize', 'positive', 'scaler', 'separation', 'size', 'split_seed', 'stratify', 'target', 'test', 'test_draws', 'test_size', 'train_draws', 'train_subset'])
+V2_PROTOCOL_FIELDS = frozenset(
+    [
+        "all_missing",
+        "augment",
+        "balanced_sampler",
+        "laser_subsets",
+        "name",
+        "permute_once",
+        "plug_denominator",
+        "shuffle",
+        "stale_updates",
+        "test_granularity",
+        "test_time_augmentation",
+        "train_granularity",
+    ]
+)
+V2_DATA_OPTIONS = frozenset(
+    [
+        "block_width",
+        "blocks",
+        "categorical",
+        "columns",
+        "data_seed",
+        "draw_seed",
+        "drop",
+        "file_sha256",
+        "informative",
+        "layout",
+        "n",
+        "n_classes",
+        "normalize",
+        "positive",
+        "scaler",
+        "separation",
+        "size",
+        "split_seed",
+        "stratify",
+        "target",
+        "test",
+        "test_draws",
+        "test_size",
+        "train_draws",
+        "train_subset",
+    ]
+)
 
 
 def keyed(values: dict[str, Any], defaults: dict[str, Any], v2: frozenset[str]) -> dict[str, Any]:

@@ -23,26 +23,45 @@ class Limit:
 
 
 LIMITS: dict[str, Limit] = {
-    "parties": Limit("--parties", 1, 64, "every party has its own models and the subset methods grow as 2^K", "1000000000"),
+    "parties": Limit(
+        "--parties", 1, 64, "every party has its own models and the subset methods grow as 2^K", "1000000000"
+    ),
     "cut": Limit("--cut", 1, 65_536, "the representation width of every party's extractor", "1000000000"),
     "hidden": Limit("--hidden", 1, 65_536, "an MLP layer's width; at most 16 layers", "1000000000,10"),
     "head_hidden": Limit("head_hidden", 0, 65_536, "the fusion head's hidden width", "1000000000"),
     "batch_size": Limit("--batch-size", 1, 1_048_576, "samples per step (2^20)", "1000000000000"),
     "eval_batch_size": Limit("--eval-batch-size", 1, 1_048_576, "samples per evaluation batch (2^20)", "1000000000000"),
-    "eval_epochs": Limit("--eval-epochs", 1, 100_000, "budgets at which a run is evaluated (at most the epoch limit)", "1:1000000000"),
-    "pbm_b": Limit("pbm b", 1, 1_024, "8x the PBM-VFL paper's largest b (128): the accountant's privacy-loss distributions take "
-                   "8 (b+1)((K-1)b+1) bytes and time that grows with them (4 s at b=256, 75 s at 4,096, 96 GiB at 65,536 for 4 parties)",
-                   "pbm:b=1000000000,beta=0.1"),
+    "eval_epochs": Limit(
+        "--eval-epochs", 1, 100_000, "budgets at which a run is evaluated (at most the epoch limit)", "1:1000000000"
+    ),
+    "pbm_b": Limit(
+        "pbm b",
+        1,
+        1_024,
+        "8x the PBM-VFL paper's largest b (128): the accountant's privacy-loss distributions take "
+        "8 (b+1)((K-1)b+1) bytes and time that grows with them (4 s at b=256, 75 s at 4,096, 96 GiB at 65,536 for 4 "
+        "parties)",
+        "pbm:b=1000000000,beta=0.1",
+    ),
     "net_latency": Limit("--net-latency", 0, 60_000, "milliseconds of emulated one-way delay per message", "100000000"),
-    "net_bandwidth": Limit("--net-bandwidth", 0.01, None, "Mbit/s of an emulated link (0 = unlimited): slower links make one message take hours",
-                           "0.000000001"),
+    "net_bandwidth": Limit(
+        "--net-bandwidth",
+        0.01,
+        None,
+        "Mbit/s of an emulated link (0 = unlimited): slower links make one message take hours",
+        "0.000000001",
+    ),
     "synthetic_n": Limit("synthetic n", 2, 10_000_000, "samples of the synthetic generator", "n=1000000000000"),
-    "synthetic_width": Limit("synthetic blocks x block_width", 1, 1_000_000, "features of the synthetic generator", "block_width=1000000000"),
+    "synthetic_width": Limit(
+        "synthetic blocks x block_width", 1, 1_000_000, "features of the synthetic generator", "block_width=1000000000"
+    ),
     "n_classes": Limit("synthetic n_classes", 2, 1_000, "classes of the synthetic generator", "n_classes=1000000000"),
     "workers": Limit("--workers", 1, 256, "worker processes of a sweep", "1000000"),
     "pack": Limit("--pack", 1, 256, "runs trained together in one vmapped bank", "1000000"),
     "threads": Limit("--threads", 1, 1_024, "torch intra-op threads per run", "1000000"),
-    "timeout": Limit("--timeout", 1, 86_400, "seconds a party or the server waits for the others (a day)", "1000000000"),
+    "timeout": Limit(
+        "--timeout", 1, 86_400, "seconds a party or the server waits for the others (a day)", "1000000000"
+    ),
 }
 
 
@@ -72,7 +91,10 @@ def check_memory(what: str, nbytes: float, share: float = 0.5, fix: str = "lower
     """Refuse an estimate above ``share`` of this machine's memory (before anything is allocated)."""
     avail = machine_memory()
     if nbytes > share * avail:
-        raise VFLBenchError(f"{what} needs about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's {avail / 2**30:.0f} GiB; {fix}.")
+        raise VFLBenchError(
+            f"{what} needs about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "
+            f"{avail / 2**30:.0f} GiB; {fix}."
+        )
 
 
 def mlp_parameters(in_width: int, hidden: list[int], cut: int) -> int:

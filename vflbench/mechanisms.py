@@ -64,11 +64,18 @@ class AccountedChannel(Channel):
     changes the noise that training draws. The accountant is made at the first charged release
     (it learns the values per release and whether they were summed or sent one by one)."""
 
-    def __init__(self, n_parties: int, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None,
-                 party_gens: dict[str, list[torch.Generator]] | None = None):
+    def __init__(
+        self,
+        n_parties: int,
+        gens: dict[str, torch.Generator],
+        spec: MechanismSpec | None = None,
+        party_gens: dict[str, list[torch.Generator]] | None = None,
+    ):
         super().__init__(n_parties)
         self.gens = gens
-        self.party_gens = party_gens  # noise=party: each party's own stream per phase (None: one stream draws every party's)
+        self.party_gens = (
+            party_gens  # noise=party: each party's own stream per phase (None: one stream draws every party's)
+        )
         self.spec = spec
         self.accountant: NoisySumAccountant | None = None
         self.n_samples: int | None = None  # the training set's size (set by the Boundary before training)
@@ -80,23 +87,33 @@ class AccountedChannel(Channel):
     def gen(self) -> torch.Generator:
         return self.gens[self.mode]
 
-    def draw(self, shape_like: torch.Tensor, one: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
-             rows: Sequence[int] | None = None) -> torch.Tensor:
+    def draw(
+        self,
+        shape_like: torch.Tensor,
+        one: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+        rows: Sequence[int] | None = None,
+    ) -> torch.Tensor:
         """Noise for ``shape_like`` ``[K, ...]``: ``one(part, generator)`` draws for a part; from one
         stream for every party (noise=shared), or row k from party k's own (noise=party; ``rows``: only
         these parties' rows are drawn, the others are zeros, as in party k's own process)."""
         if self.party_gens is None:
             return one(shape_like, self.gen)
         gens = self.party_gens[self.mode]
-        return torch.stack([one(shape_like[k], gens[k]) if rows is None or k in rows else torch.zeros_like(shape_like[k])
-                            for k in range(shape_like.shape[0])])
+        return torch.stack(
+            [
+                one(shape_like[k], gens[k]) if rows is None or k in rows else torch.zeros_like(shape_like[k])
+                for k in range(shape_like.shape[0])
+            ]
+        )
 
     def note_release(self, idx: torch.Tensor | None, sent: torch.Tensor, dim: int, kind: str) -> None:
         if self.release is None:
             self.release, self.dim = kind, int(dim)
         elif self.release != kind:
-            raise VFLBenchError("A method both summed and sent single representations through one private mechanism; "
-                                "the accountant charges one kind of release per run.")
+            raise VFLBenchError(
+                "A method both summed and sent single representations through one private mechanism; "
+                "the accountant charges one kind of release per run."
+            )
         if idx is not None:
             self._releases.append((idx, sent.sum(0)))
 
@@ -107,8 +124,12 @@ class AccountedChannel(Channel):
         if phase in CHARGED_PHASES and self._releases:
             if self.accountant is None:
                 if self.n_samples is None:
-                    raise VFLBenchError("internal: a private channel released training samples before the run set its size")
-                self.accountant = NoisySumAccountant(self.accountant_spec(), self.n_samples, self._releases[0][0].device)
+                    raise VFLBenchError(
+                        "internal: a private channel released training samples before the run set its size"
+                    )
+                self.accountant = NoisySumAccountant(
+                    self.accountant_spec(), self.n_samples, self._releases[0][0].device
+                )
             for idx, n in self._releases:
                 self.accountant.step(idx, n)
         self._releases = []
@@ -122,8 +143,14 @@ class AccountedChannel(Channel):
 class LDPChannel(AccountedChannel):
     """Local DP: Gaussian noise of std ``sigma`` on every coordinate a party sends."""
 
-    def __init__(self, n_parties: int, sigma: float, gens: dict[str, torch.Generator], spec: MechanismSpec | None = None,
-                 party_gens: dict[str, list[torch.Generator]] | None = None):
+    def __init__(
+        self,
+        n_parties: int,
+        sigma: float,
+        gens: dict[str, torch.Generator],
+        spec: MechanismSpec | None = None,
+        party_gens: dict[str, list[torch.Generator]] | None = None,
+    ):
         super().__init__(n_parties, gens, spec, party_gens)
         self.sigma = float(sigma)
         self.C = spec["C"] if spec is not None else 1.0
@@ -131,15 +158,31 @@ class LDPChannel(AccountedChannel):
 
     def accountant_spec(self) -> AccountantSpec:
         s = self.spec
-        return AccountantSpec("ldp", self.k, self.dim, C=s["C"], sigma=self.sigma, c0=s["c0"], mode=s["accountant"], conversion=s["conversion"],
-                              release=self.release)
+        return AccountantSpec(
+            "ldp",
+            self.k,
+            self.dim,
+            C=s["C"],
+            sigma=self.sigma,
+            c0=s["c0"],
+            mode=s["accountant"],
+            conversion=s["conversion"],
+            release=self.release,
+        )
 
     def _noisy(self, reps: torch.Tensor) -> torch.Tensor:
-        return reps + self.draw(reps, lambda r, g: torch.randn(r.shape, generator=g, device=r.device, dtype=r.dtype)) * self.sigma
+        return (
+            reps
+            + self.draw(reps, lambda r, g: torch.randn(r.shape, generator=g, device=r.device, dtype=r.dtype))
+            * self.sigma
+        )
 
     def transform(self, reps, sent, party_of):
         if party_of is not None:
-            raise VFLBenchError("A private mechanism charges one release per party and sample; this method sends several representations per party.")
+            raise VFLBenchError(
+                "A private mechanism charges one release per party and sample; this method sends several "
+                "representations per party."
+            )
         self.note_release(self.batch_idx, sent, reps.shape[-1], "each")
         return self._noisy(bounded(reps, self.C, self.bound))
 
@@ -150,12 +193,22 @@ class LDPChannel(AccountedChannel):
 
 
 class PBMChannel(AccountedChannel):
-    """Poisson Binomial Mechanism: per-party releases (:meth:`up`) or a (securely) summed release (:meth:`aggregate`)."""
+    """Poisson Binomial Mechanism: per-party releases (:meth:`up`) or a (securely) summed release
+    (:meth:`aggregate`)."""
 
     bytes_down_per_value = F_BITS / 8
 
-    def __init__(self, n_parties: int, b: int, beta: float, C: float, gens: dict[str, torch.Generator], secagg: PairwiseMasking | None = None,
-                 spec: MechanismSpec | None = None, party_gens: dict[str, list[torch.Generator]] | None = None):
+    def __init__(
+        self,
+        n_parties: int,
+        b: int,
+        beta: float,
+        C: float,
+        gens: dict[str, torch.Generator],
+        secagg: PairwiseMasking | None = None,
+        spec: MechanismSpec | None = None,
+        party_gens: dict[str, list[torch.Generator]] | None = None,
+    ):
         super().__init__(n_parties, gens, spec, party_gens)
         self.b, self.beta, self.C = int(b), float(beta), float(C)
         self.bound = spec["bound"] if spec is not None else "clip"
@@ -167,8 +220,18 @@ class PBMChannel(AccountedChannel):
 
     def accountant_spec(self) -> AccountantSpec:
         s = self.spec
-        return AccountantSpec("pbm", self.k, self.dim, b=self.b, beta=self.beta, C=self.C, c0=s["c0"], mode=s["accountant"],
-                              conversion=s["conversion"], release=self.release)
+        return AccountantSpec(
+            "pbm",
+            self.k,
+            self.dim,
+            b=self.b,
+            beta=self.beta,
+            C=self.C,
+            c0=s["c0"],
+            mode=s["accountant"],
+            conversion=s["conversion"],
+            release=self.release,
+        )
 
     def quantise(self, reps: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
         """Binomial(b, 1/2 + beta*h/C) counts per coordinate (h clamped to [-C, C]); ``rows``: see :meth:`draw`."""
@@ -182,10 +245,15 @@ class PBMChannel(AccountedChannel):
 
     def transform(self, reps, sent, party_of):
         if party_of is not None:
-            raise VFLBenchError("A private mechanism charges one release per party and sample; this method sends several representations per party.")
+            raise VFLBenchError(
+                "A private mechanism charges one release per party and sample; this method sends several "
+                "representations per party."
+            )
         if self.secagg is not None:
-            raise VFLBenchError("secagg=masked hides every single party's upload, but this method reads each party's representation; "
-                                "use --secagg plain, or a method that fuses by summing (sum, pbm).")
+            raise VFLBenchError(
+                "secagg=masked hides every single party's upload, but this method reads each party's representation; "
+                "use --secagg plain, or a method that fuses by summing (sum, pbm)."
+            )
         self.note_release(self.batch_idx, sent, reps.shape[-1], "each")
         h = bounded(reps, self.C, self.bound)
         est = self.C / (self.beta * self.b) * (self.quantise(h) - self.b / 2)
@@ -233,16 +301,36 @@ def epsilon_scope(release: str | None, secagg: str, runtime: str, noise_source: 
     seeded = noise_source != "secret"
     sim = runtime != "processes"
     if seeded:
-        who = "every process of the run resolves the run seed" if not sim else "one program draws every party's noise (a simulation)"
-        server = (False, f"seeded noise: {who}, so the server can regenerate it (secret noise: --runtime processes --noise-source secret)")
+        who = (
+            "every process of the run resolves the run seed"
+            if not sim
+            else "one program draws every party's noise (a simulation)"
+        )
+        server = (
+            False,
+            f"seeded noise: {who}, so the server can regenerate it (secret noise: --runtime processes --noise-source "
+            "secret)",
+        )
         parties = (False, f"seeded noise: {who}, so every party can regenerate the others' noise")
         observer = (True, "only without the run seed, which the manifest records: seeded noise is derivable from it")
     else:
         if release == "sum" and secagg != "masked":
-            server = (False, "secagg=plain shows the server each party's counts, while epsilon is charged for their sum; use --secagg masked")
+            server = (
+                False,
+                "secagg=plain shows the server each party's counts, while epsilon is charged for their sum; use "
+                "--secagg masked",
+            )
         else:
-            server = (True, "secret noise drawn inside each party; the server sees " + ("only the masked sum" if release == "sum" else "each noisy release, charged one by one"))
-        parties = (True, "secret noise; a party sees only gradients of what the server received (post-processing), if parties do not collude")
+            server = (
+                True,
+                "secret noise drawn inside each party; the server sees "
+                + ("only the masked sum" if release == "sum" else "each noisy release, charged one by one"),
+            )
+        parties = (
+            True,
+            "secret noise; a party sees only gradients of what the server received (post-processing), if parties do "
+            "not collude",
+        )
         observer = (True, "the trained model and its predictions are post-processing of the releases")
     out = {}
     for name, (holds, why) in zip(OBSERVERS, (server, parties, observer), strict=True):
@@ -253,7 +341,11 @@ def epsilon_scope(release: str | None, secagg: str, runtime: str, noise_source: 
 def holds_against_text(scope: dict[str, dict[str, Any]], noise_source: str) -> str:
     """The CSV form: the observers epsilon holds against, e.g. ``server,parties,observer``; with seeded
     noise the observer entry reads ``observer-without-seed``."""
-    names = [n if not (n == "observer" and noise_source != "secret") else "observer-without-seed" for n in OBSERVERS if scope[n]["holds"]]
+    names = [
+        n if not (n == "observer" and noise_source != "secret") else "observer-without-seed"
+        for n in OBSERVERS
+        if scope[n]["holds"]
+    ]
     return ",".join(names) or "none"
 
 
@@ -267,7 +359,9 @@ class Boundary:
         self.runtime, self.noise_source = "inprocess", "seeded"
 
     def scope(self) -> dict[str, dict[str, Any]]:
-        release = self.accountant.spec.release if self.accountant is not None else getattr(self.channel, "release", None)
+        release = (
+            self.accountant.spec.release if self.accountant is not None else getattr(self.channel, "release", None)
+        )
         return epsilon_scope(release, self.secagg, self.runtime, self.noise_source)
 
     @property
@@ -284,25 +378,48 @@ class Boundary:
         delta = s["delta"] if s.private else 1e-5
         acc = self.accountant
         if acc is not None:
-            return {"accountant": s["accountant"], "privacy_upper_bound": acc.spec.upper_bound, "delta": delta,
-                    "noise_source": self.noise_source, "epsilon_holds_against": holds_against_text(self.scope(), self.noise_source),
-                    "epsilon_column_block": acc.get_epsilon(delta, "column_block"),
-                    "epsilon_feature_record_no_local_training": acc.get_epsilon(delta, "feature_record"),
-                    "epsilon_sample_record_no_local_training": acc.get_epsilon(delta, "sample_record"),
-                    "privacy_releases": acc.epochs()}
-        return {"accountant": s["accountant"] if s.private else "none", "delta": delta,
-                **{f"epsilon_{u}": float("inf") for u in ("column_block", "feature_record_no_local_training", "sample_record_no_local_training")}}
+            return {
+                "accountant": s["accountant"],
+                "privacy_upper_bound": acc.spec.upper_bound,
+                "delta": delta,
+                "noise_source": self.noise_source,
+                "epsilon_holds_against": holds_against_text(self.scope(), self.noise_source),
+                "epsilon_column_block": acc.get_epsilon(delta, "column_block"),
+                "epsilon_feature_record_no_local_training": acc.get_epsilon(delta, "feature_record"),
+                "epsilon_sample_record_no_local_training": acc.get_epsilon(delta, "sample_record"),
+                "privacy_releases": acc.epochs(),
+            }
+        return {
+            "accountant": s["accountant"] if s.private else "none",
+            "delta": delta,
+            **{
+                f"epsilon_{u}": float("inf")
+                for u in ("column_block", "feature_record_no_local_training", "sample_record_no_local_training")
+            },
+        }
 
     def manifest(self) -> dict[str, Any] | None:
         acc = self.accountant
         if acc is None:
             return None
-        return {"mechanism": str(self.spec), "secagg": self.secagg, "release": acc.spec.release, "spec": dict(acc.spec.__dict__),
-                "noise_source": self.noise_source, "runtime": self.runtime, "holds_against": self.scope(),
-                "threat_model": "honest-but-curious server and parties, no collusion; an active server that substitutes SecAgg public keys "
-                                "is out of scope (docs/RUNTIME.md)",
-                "upper_bound": acc.spec.upper_bound, "units": UNIT_COLUMNS, "samples": acc.n, "max_releases_per_sample": acc.epochs(),
-                "note": "releases counted per sample and by the number of parties that took part; no subsampling amplification"}
+        return {
+            "mechanism": str(self.spec),
+            "secagg": self.secagg,
+            "release": acc.spec.release,
+            "spec": dict(acc.spec.__dict__),
+            "noise_source": self.noise_source,
+            "runtime": self.runtime,
+            "holds_against": self.scope(),
+            "threat_model": "honest-but-curious server and parties, no collusion; an active server that substitutes "
+            "SecAgg public keys "
+            "is out of scope (docs/RUNTIME.md)",
+            "upper_bound": acc.spec.upper_bound,
+            "units": UNIT_COLUMNS,
+            "samples": acc.n,
+            "max_releases_per_sample": acc.epochs(),
+            "note": "releases counted per sample and by the number of parties that took part; no subsampling "
+            "amplification",
+        }
 
 
 def party_generators(streams, device, k: int) -> dict[str, list[torch.Generator]]:
@@ -317,7 +434,9 @@ def party_generators(streams, device, k: int) -> dict[str, list[torch.Generator]
     return out
 
 
-def make_channel(spec: MechanismSpec, k: int, streams, device, secagg: str = "plain", sigma: float | None = None) -> Channel:
+def make_channel(
+    spec: MechanismSpec, k: int, streams, device, secagg: str = "plain", sigma: float | None = None
+) -> Channel:
     """The channel that carries ``spec`` for ``k`` parties (``sigma`` overrides the LDP noise)."""
     if spec.name in ("none", "npq"):
         return Channel(k)
@@ -335,17 +454,35 @@ def attach(method, spec: MechanismSpec, secagg: str = "plain", sigma: float | No
     """Install ``spec`` at ``method``'s party-to-server boundary (after it was built, or from its own
     ``build``); returns the run's :class:`Boundary`, also kept as ``method.boundary``."""
     method.channel = make_channel(spec, method.k, method.ctx.streams, method.device, secagg, sigma)
-    method.boundary = Boundary(spec, secagg, method.channel, sigma if sigma is not None else (spec["sigma"] if spec.name == "ldp" else None))
+    method.boundary = Boundary(
+        spec, secagg, method.channel, sigma if sigma is not None else (spec["sigma"] if spec.name == "ldp" else None)
+    )
     method.on_attach(method.boundary)
     return method.boundary
 
 
-def paper_comm_bits(epochs: float, n_train: int, batch: int, parties: int, dim: int, b: int | None, mechanism: str) -> float:
+def paper_comm_bits(
+    epochs: float, n_train: int, batch: int, parties: int, dim: int, b: int | None, mechanism: str
+) -> float:
     """The communication cost as PBM-VFL's Tables 1-3 compute it (natural log, F = 32):
     ``E * ceil(N/B) * B * M * P * (ln(b M) + F)`` for PBM, ``... * 2F`` for NPQ and LDP."""
     per_value = math.log(b * parties) + F_BITS if mechanism == "pbm" else 2 * F_BITS
     return float(epochs) * math.ceil(n_train / batch) * batch * parties * dim * per_value
 
 
-__all__ = ["MECHANISM_PARAMS", "MechanismSpec", "parse_mechanism", "parse_secagg", "attach", "check_support", "Boundary", "PBMChannel", "LDPChannel", "AccountedChannel",
-           "make_channel", "phase_generators", "paper_comm_bits", "epsilon_scope"]
+__all__ = [
+    "MECHANISM_PARAMS",
+    "MechanismSpec",
+    "parse_mechanism",
+    "parse_secagg",
+    "attach",
+    "check_support",
+    "Boundary",
+    "PBMChannel",
+    "LDPChannel",
+    "AccountedChannel",
+    "make_channel",
+    "phase_generators",
+    "paper_comm_bits",
+    "epsilon_scope",
+]

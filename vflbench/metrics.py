@@ -51,7 +51,15 @@ def f1(preds, valid, counted, y, rule: str, n_classes: int, positive_class: int 
             per.append(float("nan") if rule != "per_predictor_mean" else 0.0)
             continue
         if n_classes == 2:
-            per.append(f1_score(y[m], preds[p, m], pos_label=positive_class if positive_class is not None else 1, average="binary", zero_division=0))
+            per.append(
+                f1_score(
+                    y[m],
+                    preds[p, m],
+                    pos_label=positive_class if positive_class is not None else 1,
+                    average="binary",
+                    zero_division=0,
+                )
+            )
         else:
             per.append(f1_score(y[m], preds[p, m], labels=np.arange(n_classes), average="macro", zero_division=0))
     return _combine(per, rule)
@@ -70,7 +78,9 @@ def auprc(scores, valid, counted, y, rule: str, positive_class: int | None = 1) 
     return _combine(per, "single" if rule == "per_predictor_nonzero" else rule)
 
 
-def compute_metrics(preds, valid, scores, counted, y, *, rule: str, n_classes: int, positive_class: int | None) -> dict[str, float]:
+def compute_metrics(
+    preds, valid, scores, counted, y, *, rule: str, n_classes: int, positive_class: int | None
+) -> dict[str, float]:
     out = {
         "accuracy": accuracy(preds, valid, counted, y),
         "f1": 100.0 * f1(preds, valid, counted, y, rule, n_classes, positive_class),

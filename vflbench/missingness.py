@@ -80,14 +80,18 @@ class MCAR(Mechanism):
     def parse(cls, spec, args):
         ps = _floats(args, spec)
         if not ps:
-            raise VFLBenchError(f"Bad missingness spec '{spec}': write mcar:P or mcar:P1,P2,... (P = missing probability).")
+            raise VFLBenchError(
+                f"Bad missingness spec '{spec}': write mcar:P or mcar:P1,P2,... (P = missing probability)."
+            )
         return cls(spec, [_prob(p, spec) for p in ps])
 
     def probs(self, k: int) -> np.ndarray:
         if len(self.p) == 1:
             return np.full(k, self.p[0])
         if len(self.p) != k:
-            raise VFLBenchError(f"Missingness '{self.spec}' gives {len(self.p)} probabilities but there are {k} parties.")
+            raise VFLBenchError(
+                f"Missingness '{self.spec}' gives {len(self.p)} probabilities but there are {k} parties."
+            )
         return np.asarray(self.p)
 
     def sample(self, n, k, rng, mean=None, var=None):
@@ -132,7 +136,10 @@ class MNAR(Mechanism):
 
     def check_stats(self, mean, var):
         if np.all(np.ptp(mean, axis=0) == 0):
-            return "every block has the same mean in every sample (constant blocks), so MNAR's sign test cannot depend on the data"
+            return (
+                "every block has the same mean in every sample (constant blocks), so MNAR's sign test cannot "
+                "depend on the data"
+            )
         return None
 
     def sample(self, n, k, rng, mean=None, var=None):
@@ -157,8 +164,10 @@ class _VarianceMAR(Mechanism):
 
     def check_stats(self, mean, var):
         if np.all(var == 0):
-            return ("every block has zero variance within every sample (blocks of one feature, or constant blocks), so the "
-                    "MAR stopping rule never depends on the data")
+            return (
+                "every block has zero variance within every sample (blocks of one feature, or constant blocks), so the "
+                "MAR stopping rule never depends on the data"
+            )
         return None
 
 
@@ -353,10 +362,17 @@ def generate_masks(
     if mech.needs_data and n:
         why = mech.check_stats(np.asarray(block_mean), np.asarray(block_var))
         if why:
-            raise VFLBenchError(f"Missingness '{spec}' cannot be used on this data: {why}. Use MCAR (e.g. mcar:0.5), or blocks of two or more varying features.")
+            raise VFLBenchError(
+                f"Missingness '{spec}' cannot be used on this data: {why}. Use MCAR (e.g. mcar:0.5), or blocks of two "
+                "or more varying features."
+            )
     if granularity == "batch":
         if mech.needs_data:
-            raise VFLBenchError(f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; draw it per sample (`--protocol-opt train_granularity=sample` / `test_granularity=sample` for runs, `--granularity sample` for `vflbench masks`).")
+            raise VFLBenchError(
+                f"Missingness '{spec}' depends on each sample's values and cannot be drawn per batch; draw it per "
+                "sample (`--protocol-opt train_granularity=sample` / `test_granularity=sample` for runs, "
+                "`--granularity sample` for `vflbench masks`)."
+            )
         if not batch_size or batch_size < 1:
             raise VFLBenchError("Per-batch masks need a positive batch size.")
         units = -(-n // batch_size)
@@ -384,7 +400,13 @@ def generate_masks(
             raise VFLBenchError(f"Could not avoid all-missing patterns under '{spec}'; use --all-missing keep.")
     if granularity == "batch":
         obs = np.repeat(obs, batch_size, axis=0)[:n]
-    info = {"mechanism": spec, "granularity": granularity, "all_missing_policy": all_missing, "resampled": int(resampled), **mech.realised()}
+    info = {
+        "mechanism": spec,
+        "granularity": granularity,
+        "all_missing_policy": all_missing,
+        "resampled": int(resampled),
+        **mech.realised(),
+    }
     if granularity == "batch":
         info["batch_size"] = int(batch_size)
     return Masks(obs, spec, granularity, info)

@@ -134,7 +134,9 @@ def affine(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, transposed
     input is made contiguous in that layout (a no-op after the first layer) because the weight
     gradient's rounding depends on the input's strides, which in a pack depend on the pack size."""
     if transposed:
-        return torch.baddbmm(bias.transpose(-1, -2), weight.transpose(-1, -2), x.transpose(-1, -2).contiguous()).transpose(-1, -2)
+        return torch.baddbmm(
+            bias.transpose(-1, -2), weight.transpose(-1, -2), x.transpose(-1, -2).contiguous()
+        ).transpose(-1, -2)
     return torch.baddbmm(bias, x, weight)
 
 
@@ -142,7 +144,16 @@ class MLPBank:
     """M independent MLPs ``width -> hidden... -> out`` (ReLU between layers, none after the last),
     computed together. Member m reads party ``party_of[m]``; inputs are zero-padded to the widest block."""
 
-    def __init__(self, store: ParamStore, prefix: str, party_of: Sequence[int], member_ids: Sequence[int], widths: Sequence[int], hidden: Sequence[int], out: int):
+    def __init__(
+        self,
+        store: ParamStore,
+        prefix: str,
+        party_of: Sequence[int],
+        member_ids: Sequence[int],
+        widths: Sequence[int],
+        hidden: Sequence[int],
+        out: int,
+    ):
         self.store, self.prefix = store, prefix
         self.party_of = torch.as_tensor(list(party_of), dtype=torch.long)
         self.m = len(self.party_of)
@@ -177,7 +188,9 @@ class HeadBank:
     ``hidden`` > 0 a 2-layer MLP ``Linear(in, hidden)-ReLU-Linear(hidden, C)`` (the FALSE-VFL paper's
     fusion discriminator)."""
 
-    def __init__(self, store: ParamStore, prefix: str, member_ids: Sequence[int], in_dim: int, n_classes: int, hidden: int = 0):
+    def __init__(
+        self, store: ParamStore, prefix: str, member_ids: Sequence[int], in_dim: int, n_classes: int, hidden: int = 0
+    ):
         self.store, self.prefix = store, prefix
         mem = torch.as_tensor(list(member_ids), dtype=torch.long)
         self.h = len(mem)
@@ -209,7 +222,9 @@ class HeadBank:
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """``z``: ``[H, B, in]`` -> ``[H, B, C]`` (head h applied to z[h])."""
         if self.hidden:
-            z = F.relu(affine(self.store[f"{self.prefix}.b0"], z, self.store[f"{self.prefix}.w0"], self.store.transposed))
+            z = F.relu(
+                affine(self.store[f"{self.prefix}.b0"], z, self.store[f"{self.prefix}.w0"], self.store.transposed)
+            )
         return affine(self.bias[:, None, :], z, self.weight, self.store.transposed)
 
 
@@ -246,9 +261,16 @@ def _resnet18_small(in_ch: int, half: bool, out: int) -> nn.Module:
 def _cnn_small(in_ch: int, out: int) -> nn.Module:
     """A CPU-sized CNN stand-in for ResNet-18 (about 13k parameters for one input channel at out=64)."""
     return nn.Sequential(
-        nn.Conv2d(in_ch, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-        nn.Flatten(), nn.Linear(128, out),
+        nn.Conv2d(in_ch, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(128, out),
     )
 
 
@@ -262,7 +284,9 @@ IMAGE_EXTRACTORS = {
 class ModuleBank(nn.Module):
     """M image extractors; member m reads party ``party_of[m]``'s tile."""
 
-    def __init__(self, arch: str, party_of: Sequence[int], member_ids: Sequence[int], in_ch: int, out: int, gen: torch.Generator):
+    def __init__(
+        self, arch: str, party_of: Sequence[int], member_ids: Sequence[int], in_ch: int, out: int, gen: torch.Generator
+    ):
         super().__init__()
         if arch not in IMAGE_EXTRACTORS:
             raise VFLBenchError(f"Unknown image extractor '{arch}'. Choices: {', '.join(IMAGE_EXTRACTORS)}.")
@@ -317,7 +341,17 @@ class ModelSpec:
 class Extractors:
     """Uniform front for MLP (tabular, stacked) and module (image) extractor banks."""
 
-    def __init__(self, spec: ModelSpec, store: ParamStore, prefix: str, party_of: Sequence[int], member_ids: Sequence[int], widths: Sequence[int], in_ch: int, gen: torch.Generator):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        store: ParamStore,
+        prefix: str,
+        party_of: Sequence[int],
+        member_ids: Sequence[int],
+        widths: Sequence[int],
+        in_ch: int,
+        gen: torch.Generator,
+    ):
         self.spec = spec
         self.party_of = list(party_of)
         self.member_ids = list(member_ids)

@@ -23,8 +23,23 @@ from .models import ParamStore
 
 
 class MaskedOptimizer:
-    def __init__(self, store: ParamStore | None, module_params: list[tuple[torch.nn.Parameter, int]], n_members: int, *, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8,
-                 groups: list[int] | None = None, stale_updates: bool = False, trainable: torch.Tensor | None = None, pack: int | None = None):
+    def __init__(
+        self,
+        store: ParamStore | None,
+        module_params: list[tuple[torch.nn.Parameter, int]],
+        n_members: int,
+        *,
+        name: str,
+        lr: float,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        groups: list[int] | None = None,
+        stale_updates: bool = False,
+        trainable: torch.Tensor | None = None,
+        pack: int | None = None,
+    ):
         if name not in ("adam", "sgd"):
             raise VFLBenchError(f"Unknown optimizer '{name}'. Choices: adam, sgd.")
         if lr <= 0:
@@ -40,7 +55,10 @@ class MaskedOptimizer:
         self.device = self.entries[0][0].device if self.entries else torch.device("cpu")
         for p, mem in self.entries:
             if p.device != self.device or (isinstance(mem, torch.Tensor) and mem.device != self.device):
-                raise VFLBenchError(f"internal: the optimiser's parameters live on {self.device} and {p.device}; a run's members share one device")
+                raise VFLBenchError(
+                    f"internal: the optimiser's parameters live on {self.device} and {p.device}; a run's members "
+                    "share one device"
+                )
         dev = self.device
         self.n_members = n_members
         self.pack = pack  # a pack of runs (vflbench.packing): parameters [pack, P], ``active`` [pack, n_members]

@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,31 +17,8 @@ import numpy as np
 from . import __version__
 from .errors import VFLBenchError
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd, tmp = shareable_mkstemp(path.parent, f".{path.name}.")
-    except OSError as e:  # name the file the user asked for, not the temporary one beside it
-        raise type(e)(e.errno, e.strerror, str(path)) from None
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def shareable_mkstemp(folder: Path, prefix: str) -> tuple[int, str]:
-    """A unique temporary file with the umask's mode (mkstemp's is 0600; results and data files
-    are meant to be shared)."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)
-    return fd, tmp
+# re-exported: writing results is this module's job
+from .files import atomic_write_text, shareable_mkstemp  # noqa: F401
 
 
 def check_output_dir(path: Path, flag: str = "--out") -> None:
@@ -71,8 +47,13 @@ def check_output_file(path: Path, flag: str = "--out") -> None:
         raise VFLBenchError(f"{flag} {p} is not writable; give a path you can write to.")
 
 
-def write_outputs(out_dir: Path, rows: list[dict[str, Any]], manifest: dict[str, Any], origin: float | None = None,
-                  origin_name: str = "run start") -> Path:
+def write_outputs(
+    out_dir: Path,
+    rows: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    origin: float | None = None,
+    origin_name: str = "run start",
+) -> Path:
     """The manifest, written last, records the CSV's sha256 and row count: a run is finished only
     when both files exist and agree (:func:`run_finished`). Its ``timings`` are completed here
     (:func:`vflbench.timing.close`): wall time from ``origin`` (epoch seconds: the process's start for
@@ -152,7 +133,12 @@ def versions() -> dict[str, str]:
 
     import torch
 
-    out = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__, "numpy": np.__version__}
+    out = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
     for name, module in (("pandas", "pandas"), ("scikit-learn", "sklearn"), ("torchvision", "torchvision")):
         loaded = sys.modules.get(module)  # already imported (an image run): its own version, build tag included
         try:
@@ -160,13 +146,34 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:  # pragma: no cover
             pass
     out["vflbench"] = __version__
-    return {k: out[k] for k in ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision") if k in out}
+    return {
+        k: out[k]
+        for k in ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision")
+        if k in out
+    }
 
 
 # identity columns that hold text: read them as text, or pandas turns a protocol named "false" into
 # the boolean False (and "none" into NaN) when it merges run CSVs
-TEXT_COLUMNS = ("run_id", "run_key", "dataset", "method", "method_display", "partitioner", "protocol", "train_missing", "test_missing",
-                "options", "protocol_options", "settings", "mechanism", "secagg", "metric", "status", "stage_epochs")
+TEXT_COLUMNS = (
+    "run_id",
+    "run_key",
+    "dataset",
+    "method",
+    "method_display",
+    "partitioner",
+    "protocol",
+    "train_missing",
+    "test_missing",
+    "options",
+    "protocol_options",
+    "settings",
+    "mechanism",
+    "secagg",
+    "metric",
+    "status",
+    "stage_epochs",
+)
 
 
 def read_results_csv(path, **kw):

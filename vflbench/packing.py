@@ -115,7 +115,9 @@ class VectorisedStep:
         self.methods, self.sets, self.n = list(methods), list(sets), len(methods)
         tmpl = self.tmpl = methods[0]
         self.flat = torch.nn.Parameter(torch.stack([m.store.flat.detach() for m in methods]))
-        self.shared_x = all(d.blocks.x is sets[0].blocks.x or torch.equal(d.blocks.x, sets[0].blocks.x) for d in sets[1:])
+        self.shared_x = all(
+            d.blocks.x is sets[0].blocks.x or torch.equal(d.blocks.x, sets[0].blocks.x) for d in sets[1:]
+        )
         self.obs_all = torch.stack([d.obs for d in sets])  # [N, n, K]
         self.rows = torch.arange(self.n, device=sets[0].obs.device)[:, None]
         self.state = _State(type(tmpl).pack_state)
@@ -129,8 +131,19 @@ class VectorisedStep:
 
     def optimizer(self, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
         t = self.tmpl
-        opt = MaskedOptimizer(None, [(self.flat, t.store.member_of)], t.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
-                              momentum=hp.momentum, groups=t.member_group, stale_updates=policy.stale_updates, trainable=t.trainable(stage), pack=self.n)
+        opt = MaskedOptimizer(
+            None,
+            [(self.flat, t.store.member_of)],
+            t.n_members,
+            name=hp.optimizer,
+            lr=hp.lr,
+            weight_decay=hp.weight_decay,
+            momentum=hp.momentum,
+            groups=t.member_group,
+            stale_updates=policy.stale_updates,
+            trainable=t.trainable(stage),
+            pack=self.n,
+        )
         return opt
 
     def batches(self, idx: list[torch.Tensor], j: int, y: list, aug: list, per_batch: bool) -> list[Batch]:
@@ -151,7 +164,9 @@ class VectorisedStep:
 
     def _member_loss(self, flat_i, blocks, obs, y, idx, *state_tensors):
         tmpl = self.tmpl
-        with tmpl.store.bound_to(tmpl.store.views(flat_i), transposed=True):  # the pack's N x K small products are faster posed wide (models.affine)
+        with tmpl.store.bound_to(
+            tmpl.store.views(flat_i), transposed=True
+        ):  # the pack's N x K small products are faster posed wide (models.affine)
             for k, v in zip(self.state.names, self.state.rebuild(state_tensors), strict=True):
                 setattr(tmpl, k, v)
             cap = tmpl.channel = _Capture(tmpl.k)
@@ -163,7 +178,10 @@ class VectorisedStep:
         self.stage = stage
         tmpl = self.tmpl
         self.state.update(self.methods)
-        own = {"channel": tmpl.channel, **{k: getattr(tmpl, k) for k in self.state.names}}  # the template's own, restored below
+        own = {
+            "channel": tmpl.channel,
+            **{k: getattr(tmpl, k) for k in self.state.names},
+        }  # the template's own, restored below
         try:
             losses, active, self.sent = self._vmapped(self.flat, *self.stacked, *self.state.tensors())
         finally:
@@ -180,7 +198,12 @@ class VectorisedStep:
     def commit(self, took: list[bool]) -> None:
         for i, (m, t) in enumerate(zip(self.methods, took, strict=True)):  # each member books its own traffic
             if t:
-                m.channel.book([(s[i], party_of, up, down) for s, (party_of, up, down) in zip(self.sent, self.crossings, strict=True)])
+                m.channel.book(
+                    [
+                        (s[i], party_of, up, down)
+                        for s, (party_of, up, down) in zip(self.sent, self.crossings, strict=True)
+                    ]
+                )
                 m.channel.commit("train", backward=True)
 
     @torch.no_grad()

@@ -52,7 +52,9 @@ class Partition:
         return np.stack([p.mean(1) for p in parts], 1), np.stack([p.var(1) for p in parts], 1)
 
     def describe(self) -> dict[str, Any]:
-        blocks = [np.asarray(b).tolist() for b in self.blocks] if self.kind == "features" else [list(t) for t in self.blocks]
+        blocks = (
+            [np.asarray(b).tolist() for b in self.blocks] if self.kind == "features" else [list(t) for t in self.blocks]
+        )
         return {"name": self.name, "kind": self.kind, "params": self.params, "widths": self.widths(), "blocks": blocks}
 
 
@@ -71,7 +73,9 @@ def _need(shape: tuple[int, ...], kind: str, name: str) -> None:
     if kind == "tabular" and is_image:
         raise VFLBenchError(f"Partitioner '{name}' needs tabular data; use 'tiles' or 'grid' for images.")
     if kind == "image" and not is_image:
-        raise VFLBenchError(f"Partitioner '{name}' needs image data; use 'contiguous', 'random' or 'importance' for tabular data.")
+        raise VFLBenchError(
+            f"Partitioner '{name}' needs image data; use 'contiguous', 'random' or 'importance' for tabular data."
+        )
 
 
 @PARTITIONERS.register("contiguous")
@@ -81,7 +85,9 @@ def contiguous(shape, k: int, rng: np.random.Generator, **_) -> Partition:
     d = shape[0]
     _check_k(k, d, "features")
     w = d // k
-    return Partition("features", [np.arange(i * w, (i + 1) * w) for i in range(k)], "contiguous", {"dropped": list(range(w * k, d))})
+    return Partition(
+        "features", [np.arange(i * w, (i + 1) * w) for i in range(k)], "contiguous", {"dropped": list(range(w * k, d))}
+    )
 
 
 @PARTITIONERS.register("random")
@@ -92,7 +98,12 @@ def random_blocks(shape, k: int, rng: np.random.Generator, **_) -> Partition:
     _check_k(k, d, "features")
     perm = rng.permutation(d)
     w = d // k
-    return Partition("features", [np.sort(perm[i * w : (i + 1) * w]) for i in range(k)], "random", {"dropped": np.sort(perm[w * k :]).tolist()})
+    return Partition(
+        "features",
+        [np.sort(perm[i * w : (i + 1) * w]) for i in range(k)],
+        "random",
+        {"dropped": np.sort(perm[w * k :]).tolist()},
+    )
 
 
 @PARTITIONERS.register("importance")
@@ -111,8 +122,12 @@ def importance(shape, k: int, rng: np.random.Generator, alpha: float = 1.0, **_)
         if len(np.unique(owner)) == k:
             break
     else:
-        raise VFLBenchError(f"importance partitioner: could not give each of {k} parties a feature with alpha={alpha}; raise alpha.")
-    return Partition("features", [np.flatnonzero(owner == i) for i in range(k)], "importance", {"alpha": alpha, "shares": w.tolist()})
+        raise VFLBenchError(
+            f"importance partitioner: could not give each of {k} parties a feature with alpha={alpha}; raise alpha."
+        )
+    return Partition(
+        "features", [np.flatnonzero(owner == i) for i in range(k)], "importance", {"alpha": alpha, "shares": w.tolist()}
+    )
 
 
 # ----------------------------------------------------------------------------- users' column groups
@@ -126,7 +141,10 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
     from .paths import user_path
 
     p = user_path(path)
-    fix = "it maps each party name to a list of column names or glob patterns, e.g.\n  bank: [age, income, 'loan_*']\n  insurer: [claims, policy]"
+    fix = (
+        "it maps each party name to a list of column names or glob patterns, e.g.\n  bank: [age, income, "
+        "'loan_*']\n  insurer: [claims, policy]"
+    )
     if not p.is_file():
         raise VFLBenchError(f"Parties file {p} does not exist; write one: {fix}")
     try:
@@ -144,13 +162,17 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
         if isinstance(cols, str):
             cols = [cols]
         if cols is None or not isinstance(cols, list) or not all(isinstance(c, (str, int, float)) for c in cols):
-            raise VFLBenchError(f"Parties file {p}: party '{name}' must list column names (a YAML list of strings); {fix}")
+            raise VFLBenchError(
+                f"Parties file {p}: party '{name}' must list column names (a YAML list of strings); {fix}"
+            )
         if not cols:
             raise VFLBenchError(f"Parties file {p}: party '{name}' has no columns; give it at least one, or remove it.")
         out[str(name)] = [str(c) for c in cols]
     if len(out) != k:
-        raise VFLBenchError(f"Parties file {p} defines {len(out)} parties ({', '.join(out)}) but the run has --parties {k}; "
-                            f"set --parties {len(out)} or edit the file.")
+        raise VFLBenchError(
+            f"Parties file {p} defines {len(out)} parties ({', '.join(out)}) but the run has --parties {k}; "
+            f"set --parties {len(out)} or edit the file."
+        )
     return out
 
 
@@ -163,7 +185,9 @@ def _source_columns(data, d: int) -> list[str]:
 
 
 @PARTITIONERS.register("columns")
-def columns(shape, k: int, rng: np.random.Generator, file: str | None = None, file_sha256: str = "", data=None, **_) -> Partition:
+def columns(
+    shape, k: int, rng: np.random.Generator, file: str | None = None, file_sha256: str = "", data=None, **_
+) -> Partition:
     """Each party holds named columns, listed (names or glob patterns) in a YAML file. After one-hot
     encoding a party keeps every encoded column of its source columns. Columns no party names are
     dropped, with a warning that lists them. ``file_sha256`` is set by vflbench (the file's content
@@ -176,12 +200,16 @@ def columns(shape, k: int, rng: np.random.Generator, file: str | None = None, fi
 
     _need(shape, "tabular", "columns")
     if not file:
-        raise VFLBenchError("Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names).")
+        raise VFLBenchError(
+            "Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names)."
+        )
     groups = read_parties_file(file, k)
     sources = _source_columns(data, shape[0])
     cols = list(dict.fromkeys(sources))
     prep = getattr(data, "preprocessing", None) or {}
-    not_features = {prep.get("target"): "the target"} | {c: "dropped with drop=" for c in prep.get("dropped_columns", [])}
+    not_features = {prep.get("target"): "the target"} | {
+        c: "dropped with drop=" for c in prep.get("dropped_columns", [])
+    }
     owner: dict[str, str] = {}
     for party, pats in groups.items():
         for pat in pats:
@@ -189,24 +217,48 @@ def columns(shape, k: int, rng: np.random.Generator, file: str | None = None, fi
             hits = [c for c in cols if fnmatch.fnmatchcase(c, pat)] if glob else ([pat] if pat in cols else [])
             if not hits:
                 if pat in not_features:
-                    raise VFLBenchError(f"Parties file {file}: party '{party}' lists '{pat}', which is {not_features[pat]}; parties hold feature columns only.")
+                    raise VFLBenchError(
+                        f"Parties file {file}: party '{party}' lists '{pat}', which is {not_features[pat]}; parties "
+                        "hold feature columns only."
+                    )
                 close = difflib.get_close_matches(pat, cols, n=1)
                 what = f"pattern '{pat}' matches no column" if glob else f"unknown column '{pat}'"
-                raise VFLBenchError(f"Parties file {file}: party '{party}': {what}" + (f" (closest: '{close[0]}')" if close else "") + f". Columns: {', '.join(cols)}.")
+                raise VFLBenchError(
+                    f"Parties file {file}: party '{party}': {what}"
+                    + (f" (closest: '{close[0]}')" if close else "")
+                    + f". Columns: {', '.join(cols)}."
+                )
             for c in hits:
                 if owner.get(c, party) != party:
-                    raise VFLBenchError(f"Parties file {file}: column '{c}' is given to two parties ('{owner[c]}' and '{party}'); each column belongs to one party.")
+                    raise VFLBenchError(
+                        f"Parties file {file}: column '{c}' is given to two parties ('{owner[c]}' and '{party}'); "
+                        "each column belongs to one party."
+                    )
                 owner[c] = party
     for party in groups:
         if party not in owner.values():
             raise VFLBenchError(f"Parties file {file}: party '{party}' ends up with no columns.")
     unassigned = [c for c in cols if c not in owner]
     if unassigned:
-        warnings.warn(f"{len(unassigned)} column(s) belong to no party in {file} and are dropped: {', '.join(unassigned)}", VFLBenchWarning, stacklevel=2)
-    blocks = [np.asarray([i for i, s in enumerate(sources) if owner.get(s) == party], dtype=np.int64) for party in groups]
-    return Partition("features", blocks, "columns", {"file": str(file), "parties": list(groups),
-                                                    "columns": {party: [c for c in cols if owner.get(c) == party] for party in groups},
-                                                    "dropped": unassigned})
+        warnings.warn(
+            f"{len(unassigned)} column(s) belong to no party in {file} and are dropped: {', '.join(unassigned)}",
+            VFLBenchWarning,
+            stacklevel=2,
+        )
+    blocks = [
+        np.asarray([i for i, s in enumerate(sources) if owner.get(s) == party], dtype=np.int64) for party in groups
+    ]
+    return Partition(
+        "features",
+        blocks,
+        "columns",
+        {
+            "file": str(file),
+            "parties": list(groups),
+            "columns": {party: [c for c in cols if owner.get(c) == party] for party in groups},
+            "dropped": unassigned,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- correlation (VertiBench)
@@ -226,7 +278,8 @@ def correlation(shape, k: int, rng: np.random.Generator, beta: float = 0.5, data
     features are with each other. Equal-size blocks (D mod K features dropped, as ``contiguous``).
     From the training data's absolute Spearman correlations it builds the split with the lowest
     inter-party correlation score it can find (correlated features kept together: greedy, then
-    improving swaps) and the one with the highest (spread apart), then swaps features between parties until the score reaches
+    improving swaps) and the one with the highest (spread apart), then swaps features between parties until the score
+    reaches
     ``low + beta * (high - low)``. The realised score is recorded (``score``, ``score_range``)."""
     _need(shape, "tabular", "correlation")
     d = shape[0]
@@ -234,7 +287,9 @@ def correlation(shape, k: int, rng: np.random.Generator, beta: float = 0.5, data
     if not 0.0 <= float(beta) <= 1.0:
         raise VFLBenchError(f"correlation partitioner: beta must be in [0, 1], got {beta}.")
     if data is None:
-        raise VFLBenchError("correlation partitioner: needs the training data (use it through vflbench run / sweep / masks).")
+        raise VFLBenchError(
+            "correlation partitioner: needs the training data (use it through vflbench run / sweep / masks)."
+        )
     corr = _spearman(np.asarray(data.x_train, dtype=np.float64))
     w = d // k
     keep = np.sort(rng.permutation(d)[: w * k])
@@ -247,7 +302,12 @@ def correlation(shape, k: int, rng: np.random.Generator, beta: float = 0.5, data
     score = inter_party_correlation(c, owner)
     blocks = [keep[owner == i] for i in range(k)]
     dropped = np.setdiff1d(np.arange(d), keep).tolist()
-    return Partition("features", blocks, "correlation", {"beta": float(beta), "score": score, "score_range": [s_lo, s_hi], "target_score": target, "dropped": dropped})
+    return Partition(
+        "features",
+        blocks,
+        "correlation",
+        {"beta": float(beta), "score": score, "score_range": [s_lo, s_hi], "target_score": target, "dropped": dropped},
+    )
 
 
 def _spearman(x: np.ndarray) -> np.ndarray:
@@ -295,7 +355,9 @@ def _high_split(low: np.ndarray, k: int) -> np.ndarray:
     return owner
 
 
-def _swap_towards(c: np.ndarray, owner: np.ndarray, target: float, rng: np.random.Generator, max_iter: int = 20000) -> np.ndarray:
+def _swap_towards(
+    c: np.ndarray, owner: np.ndarray, target: float, rng: np.random.Generator, max_iter: int = 20000
+) -> np.ndarray:
     """Random feature swaps between parties, kept when they bring the score closer to ``target``.
     A swap's change of score is computed in O(D) (pairs not involving the two features keep theirs)."""
     a = np.abs(c).copy()
@@ -364,7 +426,12 @@ def grid(shape, k: int, rng: np.random.Generator, rows: int | None = None, cols:
         raise VFLBenchError(f"grid partitioner: rows x cols = {rows}x{cols} must equal --parties {k}.")
     if rows > h or cols > w:
         raise VFLBenchError(f"grid partitioner: {rows}x{cols} tiles do not fit a {h}x{w} image.")
-    return Partition("tiles", [(r0, r1, c0, c1) for r0, r1 in _bands(h, rows) for c0, c1 in _bands(w, cols)], "grid", {"rows": rows, "cols": cols})
+    return Partition(
+        "tiles",
+        [(r0, r1, c0, c1) for r0, r1 in _bands(h, rows) for c0, c1 in _bands(w, cols)],
+        "grid",
+        {"rows": rows, "cols": cols},
+    )
 
 
 def partition_options(name: str) -> list[str]:
@@ -373,7 +440,11 @@ def partition_options(name: str) -> list[str]:
 
     fn = PARTITIONERS.get(name)
     skip = {"shape", "k", "rng", "data"}
-    return [p.name for p in inspect.signature(fn).parameters.values() if p.name not in skip and p.kind is p.POSITIONAL_OR_KEYWORD]
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.name not in skip and p.kind is p.POSITIONAL_OR_KEYWORD
+    ]
 
 
 def check_options(name: str, params: dict[str, Any]) -> None:
@@ -382,7 +453,9 @@ def check_options(name: str, params: dict[str, Any]) -> None:
     if unknown:
         from .errors import VFLBenchError
 
-        raise VFLBenchError(f"Partitioner '{name}' has no option {', '.join(unknown)}; its options: {', '.join(known) or 'none'}.")
+        raise VFLBenchError(
+            f"Partitioner '{name}' has no option {', '.join(unknown)}; its options: {', '.join(known) or 'none'}."
+        )
     typed_options(name, params)
 
 
@@ -400,7 +473,11 @@ def typed_options(name: str, params: dict[str, Any]) -> dict[str, Any]:
         want = "int" if ann.startswith("int") else "float" if ann.startswith("float") else None
         if want is None or value is None:
             continue
-        ok = isinstance(value, int) and not isinstance(value, bool) if want == "int" else isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = (
+            isinstance(value, int) and not isinstance(value, bool)
+            if want == "int"
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+        )
         if ok:
             continue
         try:
@@ -417,7 +494,9 @@ def files(shape, k: int, rng: np.random.Generator, data=None, **_) -> Partition:
     column ranges, in the order the files were named."""
     widths = getattr(data, "party_widths", None)
     if widths is None:
-        raise VFLBenchError("Partitioner 'files' is for parties that bring their own files: use --party-data name=path,... .")
+        raise VFLBenchError(
+            "Partitioner 'files' is for parties that bring their own files: use --party-data name=path,... ."
+        )
     if len(widths) != k:
         raise VFLBenchError(f"--party-data names {len(widths)} parties; give --parties {len(widths)}.")
     ends = np.cumsum(widths)
@@ -425,7 +504,9 @@ def files(shape, k: int, rng: np.random.Generator, data=None, **_) -> Partition:
     return Partition("features", blocks, "files", {"parties": list(data.party_names)})
 
 
-def make_partition(name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, data=None, **params) -> Partition:
+def make_partition(
+    name: str, shape: tuple[int, ...], k: int, rng: np.random.Generator, data=None, **params
+) -> Partition:
     """``data``: the loaded :class:`~vflbench.datasets.Dataset`, for partitioners that read column
     names (``columns``) or the training values (``correlation``)."""
     check_options(name, params)

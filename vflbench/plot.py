@@ -51,11 +51,26 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
         settings = list(dict.fromkeys(df["test_missing"]))
         df = df[df["test_missing"] == test_missing]
         if df.empty:
-            raise VFLBenchError(f"--test-missing {test_missing!r} matches no result; the test settings are {', '.join(settings)}.")
+            raise VFLBenchError(
+                f"--test-missing {test_missing!r} matches no result; the test settings are {', '.join(settings)}."
+            )
     ks = sorted(set(df["parties"]))
     if len(ks) < 2:
-        raise VFLBenchError(f"The scalability plot needs results for at least two numbers of parties K; these have only K = {', '.join(map(str, ks))}.")
-    timing = pd.DataFrame([{"method": m["config"]["method"], "parties": m["config"]["parties"], "seed": m["config"]["seed"], "s_per_epoch": m["timings"]["seconds_per_epoch"]} for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))])
+        raise VFLBenchError(
+            "The scalability plot needs results for at least two numbers of parties K; these have only K = "
+            f"{', '.join(map(str, ks))}."
+        )
+    timing = pd.DataFrame(
+        [
+            {
+                "method": m["config"]["method"],
+                "parties": m["config"]["parties"],
+                "seed": m["config"]["seed"],
+                "s_per_epoch": m["timings"]["seconds_per_epoch"],
+            }
+            for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))
+        ]
+    )
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for m in method_order(df["method"]):
         g = df[df["method"] == m].groupby("parties")["value"]
@@ -63,7 +78,11 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
         a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=display(m))
         t = timing[timing["method"] == m].groupby("parties")["s_per_epoch"].mean()
         a2.plot(t.index, t.values, marker="o", label=display(m))
-    a1.set(xlabel="number of parties K", ylabel=metric, title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""))
+    a1.set(
+        xlabel="number of parties K",
+        ylabel=metric,
+        title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""),
+    )
     a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
     a1.legend(fontsize=8)
     a1.grid(alpha=0.3)
@@ -81,7 +100,11 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.5), squeeze=False)
     for ax, (ds, tr) in zip(axes[0], groups, strict=True):
         for meth in method_order(m["config"]["method"] for m in mans):
-            curves = [m["history"]["loss"] for m in mans if m["config"]["dataset"] == ds and m["config"]["train_missing"] == tr and m["config"]["method"] == meth]
+            curves = [
+                m["history"]["loss"]
+                for m in mans
+                if m["config"]["dataset"] == ds and m["config"]["train_missing"] == tr and m["config"]["method"] == meth
+            ]
             if not curves:
                 continue
             n = min(len(c) for c in curves)
@@ -103,7 +126,9 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(conds)), 3.8))
     w = 0.8 / max(len(methods), 1)
     for j, m in enumerate(methods):
-        vals = [agg[(agg["method"] == m) & (agg["train_missing"] == tr) & (agg["test_missing"] == te)] for tr, te in conds]
+        vals = [
+            agg[(agg["method"] == m) & (agg["train_missing"] == tr) & (agg["test_missing"] == te)] for tr, te in conds
+        ]
         means = [v["mean"].iloc[0] if len(v) else np.nan for v in vals]
         stds = [v["std"].iloc[0] if len(v) else 0 for v in vals]
         ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=display(m))
@@ -125,14 +150,19 @@ def _variant(r: pd.Series, drop: str | None) -> str:
     return display(r["method"] + (f"[{';'.join(parts)}]" if parts else ""))  # the tables' variant names
 
 
-def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str | None = None, test_missing: str | None = None) -> list[Path]:
+def plot_budget(
+    results: Path, out: Path, metric: str | None = None, panel: str | None = None, test_missing: str | None = None
+) -> list[Path]:
     """Metric against training epochs, one line per method (and option variant) with a band of
     +-1 std over seeds; one panel per (train setting, test setting), or per value of ``panel`` (a
     column such as ``beta``)."""
     plt = _plt()
     df = load_results(results)
     if "epoch" not in df.columns:
-        raise VFLBenchError("These results have no epoch column; record budgets with --eval-epochs (run) or eval_epochs: (experiment file).")
+        raise VFLBenchError(
+            "These results have no epoch column; record budgets with --eval-epochs (run) or eval_epochs: (experiment "
+            "file)."
+        )
     metrics = sorted(set(df["metric"]))
     metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
     if metric not in metrics:
@@ -143,7 +173,10 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
         if df.empty:
             raise VFLBenchError(f"--test-missing {test_missing!r} matches no result.")
     if panel and panel not in df.columns:
-        raise VFLBenchError(f"--panel {panel!r} is not a results column; try train_missing, test_missing, parties or a method extra such as beta.")
+        raise VFLBenchError(
+            f"--panel {panel!r} is not a results column; try train_missing, test_missing, parties or a method extra "
+            "such as beta."
+        )
     if panel:
         key = df[panel].astype(str).where(df[panel].notna(), "all")
         panels = [p for p in dict.fromkeys(sorted(key)) if p != "all"] or ["all"]
@@ -157,7 +190,9 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
         cells = list(zip(axes[0], panels, strict=True))
     else:  # a grid: training settings down, test settings across; each panel scaled to its own lines
         trains, tests = list(dict.fromkeys(df["train_missing"])), list(dict.fromkeys(df["test_missing"]))
-        fig, axes = plt.subplots(len(trains), len(tests), figsize=(4.6 * len(tests), 3.4 * len(trains)), squeeze=False, sharex=True)
+        fig, axes = plt.subplots(
+            len(trains), len(tests), figsize=(4.6 * len(tests), 3.4 * len(trains)), squeeze=False, sharex=True
+        )
         cells = []
         for i, tr in enumerate(trains):
             for j, te in enumerate(tests):
@@ -167,7 +202,9 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
                 else:
                     axes[i][j].set_axis_off()
     for ax, p in cells:
-        g = df[(df["_panel"] == p) | (df["_panel"] == "all")]  # lines without the panel key (e.g. NPQ) appear in every panel
+        g = df[
+            (df["_panel"] == p) | (df["_panel"] == "all")
+        ]  # lines without the panel key (e.g. NPQ) appear in every panel
         if g["_line"].nunique() > 10:  # the default cycle repeats its 10 colours: two lines would share one
             ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for line in dict.fromkeys(sorted(g["_line"])):
@@ -188,12 +225,17 @@ def plot_budget(results: Path, out: Path, metric: str | None = None, panel: str 
 FRONTIER_EPSILON = "epsilon_feature_record_no_local_training"
 
 
-def frontier_points(results: Path, metric: str | None = None, epsilon_column: str = FRONTIER_EPSILON) -> tuple[pd.DataFrame, str]:
+def frontier_points(
+    results: Path, metric: str | None = None, epsilon_column: str = FRONTIER_EPSILON
+) -> tuple[pd.DataFrame, str]:
     """One point per (parties, mechanism, b, beta, LDP calibration): the final-epoch test metric and
     the run's certified epsilon, means over seeds (with the std of the metric)."""
     df = load_results(results)
     if epsilon_column not in df.columns or "mechanism" not in df.columns:
-        raise VFLBenchError(f"These results have no {epsilon_column} column; the frontier needs PBM-VFL runs (--method pbm, any mechanism).")
+        raise VFLBenchError(
+            f"These results have no {epsilon_column} column; the frontier needs PBM-VFL runs (--method pbm, any "
+            "mechanism)."
+        )
     metrics = sorted(set(df["metric"]))
     metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
     if metric not in metrics:
@@ -205,12 +247,23 @@ def frontier_points(results: Path, metric: str | None = None, epsilon_column: st
         df = df.sort_values("epoch", na_position="first").drop_duplicates("run_id", keep="last")
     if "ldp_match" not in df.columns:
         df["ldp_match"] = np.nan
-    df["series"] = np.where(df["mechanism"] == "ldp", "LDP (" + df["ldp_match"].fillna("paper").astype(str) + " sigma)", df["mechanism"].str.upper())
+    df["series"] = np.where(
+        df["mechanism"] == "ldp",
+        "LDP (" + df["ldp_match"].fillna("paper").astype(str) + " sigma)",
+        df["mechanism"].str.upper(),
+    )
     keys = ["parties", "series", "b", "beta"]
-    pts = (df.groupby(keys, dropna=False)
-             .agg(metric_mean=("value", "mean"), metric_std=("value", lambda v: float(np.std(v))), epsilon=(epsilon_column, "mean"),
-                  seeds=("seed", "nunique"), accountant=("accountant", "first"))
-             .reset_index())
+    pts = (
+        df.groupby(keys, dropna=False)
+        .agg(
+            metric_mean=("value", "mean"),
+            metric_std=("value", lambda v: float(np.std(v))),
+            epsilon=(epsilon_column, "mean"),
+            seeds=("seed", "nunique"),
+            accountant=("accountant", "first"),
+        )
+        .reset_index()
+    )
     return pts, metric
 
 
@@ -228,16 +281,31 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
         g = pts[pts["parties"] == k]
         for series, h in g.groupby("series"):
             if series == "NPQ":
-                ax.axhline(float(h["metric_mean"].mean()), color="k", linestyle="--", linewidth=1, label="NPQ (no privacy)")
+                ax.axhline(
+                    float(h["metric_mean"].mean()), color="k", linestyle="--", linewidth=1, label="NPQ (no privacy)"
+                )
                 continue
             h = h.sort_values("epsilon")
-            ax.errorbar(h["epsilon"], h["metric_mean"], yerr=h["metric_std"], fmt=markers.get(series, "x"), markersize=4, capsize=2, label=series, alpha=0.85)
+            ax.errorbar(
+                h["epsilon"],
+                h["metric_mean"],
+                yerr=h["metric_std"],
+                fmt=markers.get(series, "x"),
+                markersize=4,
+                capsize=2,
+                label=series,
+                alpha=0.85,
+            )
         ax.set_xscale("log")
         from matplotlib.ticker import NullFormatter
 
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on a short log range
         mode = ", ".join(sorted(set(g["accountant"].dropna().astype(str)) - {"none"}))
-        ax.set(title=f"M = {k}", xlabel=f"certified ε (feature, per record; δ = 1e-5; {mode})", ylabel=f"test {metric.upper()} x 100")
+        ax.set(
+            title=f"M = {k}",
+            xlabel=f"certified ε (feature, per record; δ = 1e-5; {mode})",
+            ylabel=f"test {metric.upper()} x 100",
+        )
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

@@ -44,7 +44,14 @@ class Prepared:
         return self._stats[split]
 
 
-def prepare(dataset: str, data_options: dict[str, Any] | None, parties: int, partitioner: str | None, part_options: dict[str, Any] | None, seed: int) -> Prepared:
+def prepare(
+    dataset: str,
+    data_options: dict[str, Any] | None,
+    parties: int,
+    partitioner: str | None,
+    part_options: dict[str, Any] | None,
+    seed: int,
+) -> Prepared:
     data = load_dataset(dataset, data_options)
     streams = Streams(seed)
     pname = partitioner or default_partitioner(data.info.kind)
@@ -77,8 +84,15 @@ def draw_masks(
         mean, var = prep.block_stats(split)
     name = stream or ("train_masks" if split == "train" else f"test_masks/{spec}")
     m = generate_masks(
-        spec, n, prep.partition.n_parties, prep.streams.numpy(name), block_mean=mean, block_var=var,
-        granularity=granularity, batch_size=batch_size, all_missing=all_missing,
+        spec,
+        n,
+        prep.partition.n_parties,
+        prep.streams.numpy(name),
+        block_mean=mean,
+        block_var=var,
+        granularity=granularity,
+        batch_size=batch_size,
+        all_missing=all_missing,
     )
     if labeled is not None and split == "train":
         lab, res = labeled_split(n, labeled, aligned, prep.streams.numpy("labeled"))

@@ -23,16 +23,27 @@ class Protocol:
     plug_denominator: str  # "exclude" samples whose active party is missing | score them as "random" guesses
     laser_subsets: str  # "batch": one subset per (head, size) per batch (authors) | "sample": per sample
     all_missing: str  # "keep" (skipped by training and evaluation) | "resample"
-    stale_updates: bool = False  # step members a batch did not use if they ever had a gradient (PyTorch < 2.0's zero_grad)
+    stale_updates: bool = (
+        False  # step members a batch did not use if they ever had a gradient (PyTorch < 2.0's zero_grad)
+    )
     # The FALSE-VFL paper's baselines (App. D.1); the defaults are what compat and clean always did.
-    svfl_samples: str = "labeled"  # Standard VFL trains on the complete samples of "labeled" batches | only "aligned" batches
+    svfl_samples: str = (
+        "labeled"  # Standard VFL trains on the complete samples of "labeled" batches | only "aligned" batches
+    )
     svfl_fusion: str = "mean"  # Standard VFL fuses by "mean" | "sum" | "concat" (zeros for a missing party)
     svfl_incomplete: str = "random"  # an incomplete test sample gets a "random" class | "zero"-imputed embeddings
-    laser_heads: str = "per_party"  # LASER-VFL with one head per party | "one" fusion model (single active party) | "active" (trained on subsets with block 0)
+    # LASER-VFL with one head per party | "one" fusion model (single active party) | "active" (trained on subsets with
+    # block 0)
+    laser_heads: str = "per_party"
     plug_p_drop: float = 0.0  # PlugVFL's training dropout of observed passive parties
-    plug_active_missing: str = "skip"  # PlugVFL with the active party's block missing: "skip" (LASER code) | "impute" zeros
-    val_split: float = 0.0  # semi-supervised runs: share of the labeled samples outside the aligned reserve held out as a validation set
-    laser_epochs: int = 0  # LASER-VFL's supervised epochs (0: the preset's); results/false/README.md's reading of the FALSE-VFL paper's LASER-VFL
+    plug_active_missing: str = (
+        "skip"  # PlugVFL with the active party's block missing: "skip" (LASER code) | "impute" zeros
+    )
+    # semi-supervised runs: share of the labeled samples outside the aligned reserve held out as a validation set
+    val_split: float = 0.0
+    # LASER-VFL's supervised epochs (0: the preset's); results/false/README.md's reading of the FALSE-VFL paper's LASER-
+    # VFL
+    laser_epochs: int = 0
 
     def resolve(self, dataset: str) -> ResolvedProtocol:
         """The protocol for one dataset: every "auto" decided, every field typed."""
@@ -84,14 +95,32 @@ def _auto(v: str, default: bool) -> bool:
 
 
 PROTOCOLS = {
-    "compat": Protocol("compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True),
+    "compat": Protocol(
+        "compat", "batch", "batch", False, "auto", "auto", "auto", True, "exclude", "batch", "keep", stale_updates=True
+    ),
     "clean": Protocol("clean", "sample", "sample", True, "auto", "off", "auto", False, "random", "sample", "keep"),
     # FALSE-VFL App. D.1 and spec choices: per-sample masks, all-missing masks redrawn; Vanilla VFL on
     # fully aligned labeled samples only, concatenated embeddings, zeros for missing parties at test;
     # LASER-VFL with one fusion model; PlugVFL with p = 0.5 and zero-imputation in training and test.
-    "false": Protocol("false", "sample", "sample", True, "auto", "off", "auto", False, "random", "sample", "resample",
-                      svfl_samples="aligned", svfl_fusion="concat", svfl_incomplete="zero", laser_heads="one",
-                      plug_p_drop=0.5, plug_active_missing="impute"),
+    "false": Protocol(
+        "false",
+        "sample",
+        "sample",
+        True,
+        "auto",
+        "off",
+        "auto",
+        False,
+        "random",
+        "sample",
+        "resample",
+        svfl_samples="aligned",
+        svfl_fusion="concat",
+        svfl_incomplete="zero",
+        laser_heads="one",
+        plug_p_drop=0.5,
+        plug_active_missing="impute",
+    ),
 }
 
 
@@ -109,7 +138,9 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
     valid = {f.name: f.type for f in fields(Protocol)}
     for k, v in (overrides or {}).items():
         if k not in valid or k == "name":
-            raise VFLBenchError(f"Unknown protocol option '{k}'. Options: {', '.join(n for n in valid if n != 'name')}.")
+            raise VFLBenchError(
+                f"Unknown protocol option '{k}'. Options: {', '.join(n for n in valid if n != 'name')}."
+            )
         if isinstance(base[k], bool) and isinstance(v, str):
             if v.lower() not in ("true", "false", "1", "0", "on", "off"):
                 raise VFLBenchError(f"Protocol option {k} expects true/false, got {v!r}.")
@@ -126,19 +157,29 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
                 raise VFLBenchError(f"Protocol option {k} expects a number, got {v!r}.") from None
         base[k] = v
     choices = {
-        "train_granularity": ("batch", "sample"), "test_granularity": ("batch", "sample"),
-        "plug_denominator": ("exclude", "random"), "laser_subsets": ("batch", "sample"), "all_missing": ("keep", "resample"),
-        "svfl_samples": ("labeled", "aligned"), "svfl_fusion": ("mean", "sum", "concat"), "svfl_incomplete": ("random", "zero"),
-        "laser_heads": ("per_party", "one", "active"), "plug_active_missing": ("skip", "impute"),
+        "train_granularity": ("batch", "sample"),
+        "test_granularity": ("batch", "sample"),
+        "plug_denominator": ("exclude", "random"),
+        "laser_subsets": ("batch", "sample"),
+        "all_missing": ("keep", "resample"),
+        "svfl_samples": ("labeled", "aligned"),
+        "svfl_fusion": ("mean", "sum", "concat"),
+        "svfl_incomplete": ("random", "zero"),
+        "laser_heads": ("per_party", "one", "active"),
+        "plug_active_missing": ("skip", "impute"),
     }
     for k, allowed in choices.items():
         if base[k] not in allowed:
             raise VFLBenchError(f"Protocol option {k}={base[k]!r}; choices: {', '.join(allowed)}.")
     if base["laser_epochs"] < 0:
-        raise VFLBenchError(f"Protocol option laser_epochs={base['laser_epochs']} must be >= 0 (0: the preset's epochs).")
+        raise VFLBenchError(
+            f"Protocol option laser_epochs={base['laser_epochs']} must be >= 0 (0: the preset's epochs)."
+        )
     if not 0.0 <= base["val_split"] < 1.0:
-        raise VFLBenchError(f"Protocol option val_split={base['val_split']} must be in [0, 1): the share of the labeled samples "
-                            "outside the aligned reserve held out for validation.")
+        raise VFLBenchError(
+            f"Protocol option val_split={base['val_split']} must be in [0, 1): the share of the labeled samples "
+            "outside the aligned reserve held out for validation."
+        )
     if not 0.0 <= base["plug_p_drop"] < 1.0:
         raise VFLBenchError(f"Protocol option plug_p_drop={base['plug_p_drop']} must be in [0, 1).")
     return Protocol(**base)

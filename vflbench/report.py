@@ -17,22 +17,8 @@ from . import artefacts
 from .artefacts import Layout
 from .errors import VFLBenchError, VFLBenchWarning
 
-
-def method_order(names) -> list[str]:
-    """Methods in registry order (the only list of methods), each method's option variants
-    (``name[opts]``) right after it, unknown names after, sorted."""
-    from .methods import method_order as order
-
-    names = list(dict.fromkeys(names))
-    bases = order(n.split("[", 1)[0] for n in names)
-    return [n for b in bases for n in sorted(x for x in names if x.split("[", 1)[0] == b)]
-
-
-def display(name: str) -> str:
-    from .methods import display_name
-
-    base, _, opts = name.partition("[")
-    return display_name(base) + (f" ({opts.rstrip(']').replace(';', ', ')})" if opts else "")
+# re-exported: the table's text
+from .verdicts import best_counts, display, label, method_order, ref_key, tolerance_line  # noqa: F401
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
@@ -55,23 +41,6 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
 METRIC_ORDER = ("accuracy", "f1", "auprc")
 
 
-def ref_key(spec: str) -> str:
-    """Setting spec -> the reference tables' p_miss label: none -> 0.0, mcar:0.1 -> 0.1, mcar-beta:2,2 -> beta(2,2)."""
-    s = spec.strip().lower()
-    try:
-        from .missingness import p_key
-
-        k = p_key(s)
-    except VFLBenchError:
-        return s
-    return str(k)
-
-
-def label(spec: str) -> str:
-    k = ref_key(spec)
-    return k if k != spec.strip().lower() else spec
-
-
 def load_results(path: str | Path) -> pd.DataFrame:
     """A sweep's results, verified: from a folder with ``runs/``, each run's own CSV, read only when it
     matches the sha256 its manifest recorded (runs that fail are named in a warning and left out;
@@ -91,7 +60,9 @@ def load_results(path: str | Path) -> pd.DataFrame:
                 meta = json.loads((p / "sweep.json").read_text())
             except (OSError, ValueError):
                 meta = {}
-        ids = meta.get("run_ids") or sorted(d.name for d in runs.iterdir() if (d / "manifest.json").exists() or (d / "results.csv").exists())
+        ids = meta.get("run_ids") or sorted(
+            d.name for d in runs.iterdir() if (d / "manifest.json").exists() or (d / "results.csv").exists()
+        )
         frames, dropped = [], []
         for rid in ids:
             ok, why = run_finished(runs / rid)
@@ -100,12 +71,19 @@ def load_results(path: str | Path) -> pd.DataFrame:
             else:
                 dropped.append(f"{rid} ({why or 'not finished'})")
         if dropped:
-            warnings.warn(f"{len(dropped)} run(s) under {runs} are left out: " + "; ".join(dropped[:10]) + (" ..." if len(dropped) > 10 else ""),
-                          VFLBenchWarning, stacklevel=2)
+            warnings.warn(
+                f"{len(dropped)} run(s) under {runs} are left out: "
+                + "; ".join(dropped[:10])
+                + (" ..." if len(dropped) > 10 else ""),
+                VFLBenchWarning,
+                stacklevel=2,
+            )
         if not frames:
             if (p / "results.csv").exists() and not ids:
                 return load_results(p / "results.csv")
-            raise VFLBenchError(f"No results under {path}: expected runs/*/results.csv (finished runs) or a results.csv.")
+            raise VFLBenchError(
+                f"No results under {path}: expected runs/*/results.csv (finished runs) or a results.csv."
+            )
         df = pd.concat(frames, ignore_index=True)
         if meta.get("quick"):
             df["quick"] = True
@@ -116,17 +94,26 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
     problem = csv_problem(p)
     if problem:
-        raise VFLBenchError(f"{p} {problem}: the file is damaged (truncated?); rebuild it with `vflbench sweep` on the same experiment (finished runs are kept).")
+        raise VFLBenchError(
+            f"{p} {problem}: the file is damaged (truncated?); rebuild it with `vflbench sweep` on the same "
+            "experiment (finished runs are kept)."
+        )
     try:
         df = read_results_csv(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise VFLBenchError(f"{p} is not a readable results CSV ({e}).") from None
     need = {"dataset", "method", "train_missing", "test_missing", "seed", "metric", "value"}
     if not need <= set(df.columns):
-        raise VFLBenchError(f"{p} lacks columns {', '.join(sorted(need - set(df.columns)))}; is it a vflbench results CSV?")
+        raise VFLBenchError(
+            f"{p} lacks columns {', '.join(sorted(need - set(df.columns)))}; is it a vflbench results CSV?"
+        )
     if (p.parent / "runs").is_dir():
-        warnings.warn(f"read {p} as it is, without checking it against the runs' checksums; give the folder {p.parent} to read the verified runs.",
-                      VFLBenchWarning, stacklevel=2)
+        warnings.warn(
+            f"read {p} as it is, without checking it against the runs' checksums; give the folder {p.parent} to read "
+            "the verified runs.",
+            VFLBenchWarning,
+            stacklevel=2,
+        )
     return _numeric_values(df, p)
 
 
@@ -136,8 +123,10 @@ def _numeric_values(df: pd.DataFrame, where) -> pd.DataFrame:
     bad = vals.isna() & df["value"].notna()
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise VFLBenchError(f"{where}: the 'value' column holds text (row {i + 2}: {df['value'].iloc[i]!r}); "
-                            "the file was edited or is not a vflbench results CSV.")
+        raise VFLBenchError(
+            f"{where}: the 'value' column holds text (row {i + 2}: {df['value'].iloc[i]!r}); "
+            "the file was edited or is not a vflbench results CSV."
+        )
     df["value"] = vals
     return df
 
@@ -164,8 +153,14 @@ def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
     for ds, gd in df.groupby("dataset", sort=False):
         first = layout.metric_by_dataset.get(ds, layout.default_metric)
         if layout.all_metrics:  # the dataset's headline metric first, then the others recorded
-            rec = [m for m in dict.fromkeys(gd["metric"]) if "@" not in str(m)]  # variants (metric@exact) stay in the CSV
-            metrics = [first] * (first in rec) + [m for m in METRIC_ORDER if m in rec and m != first] + [m for m in rec if m not in (first, *METRIC_ORDER)]
+            rec = [
+                m for m in dict.fromkeys(gd["metric"]) if "@" not in str(m)
+            ]  # variants (metric@exact) stay in the CSV
+            metrics = (
+                [first] * (first in rec)
+                + [m for m in METRIC_ORDER if m in rec and m != first]
+                + [m for m in rec if m not in (first, *METRIC_ORDER)]
+            )
         else:
             metrics = [first]
         for metric in metrics:
@@ -177,8 +172,19 @@ def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
             for (m, tr, te), h in g.groupby(["method", "train_missing", "test_missing"], sort=False):
                 h = h.drop_duplicates(subset=["seed"], keep="last")
                 vals = h["value"].to_numpy(float)
-                out.append({"dataset": ds, "metric": metric, "method": m, "train_missing": tr, "test_missing": te,
-                            "mean": float(np.mean(vals)), "std": float(np.std(vals)), "n_seeds": len(vals), "seeds": ",".join(map(str, sorted(h["seed"])))})
+                out.append(
+                    {
+                        "dataset": ds,
+                        "metric": metric,
+                        "method": m,
+                        "train_missing": tr,
+                        "test_missing": te,
+                        "mean": float(np.mean(vals)),
+                        "std": float(np.std(vals)),
+                        "n_seeds": len(vals),
+                        "seeds": ",".join(map(str, sorted(h["seed"]))),
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -188,12 +194,30 @@ REFERENCE_COLUMNS = {"dataset", "method", "p_miss_train", "p_miss_test", "mean",
 def attach_reference(agg: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     missing = REFERENCE_COLUMNS - set(ref.columns)
     if missing:
-        raise VFLBenchError(f"The reference CSV lacks column(s) {', '.join(sorted(missing))}; a reference for this layout has "
-                            f"{', '.join(sorted(REFERENCE_COLUMNS))} (as the built-in references in vflbench/reference/).")
+        raise VFLBenchError(
+            f"The reference CSV lacks column(s) {', '.join(sorted(missing))}; a reference for this layout has "
+            f"{', '.join(sorted(REFERENCE_COLUMNS))} (as the built-in references in vflbench/reference/)."
+        )
     ref = ref.copy()
-    ref["key"] = ref["dataset"] + "|" + ref["method"] + "|" + ref["p_miss_train"].map(_norm_p) + "|" + ref["p_miss_test"].map(_norm_p)
+    ref["key"] = (
+        ref["dataset"]
+        + "|"
+        + ref["method"]
+        + "|"
+        + ref["p_miss_train"].map(_norm_p)
+        + "|"
+        + ref["p_miss_test"].map(_norm_p)
+    )
     lookup = ref.set_index("key")[["mean", "std"]]
-    keys = agg["dataset"] + "|" + agg["method"].map(display) + "|" + agg["train_missing"].map(ref_key) + "|" + agg["test_missing"].map(ref_key)
+    keys = (
+        agg["dataset"]
+        + "|"
+        + agg["method"].map(display)
+        + "|"
+        + agg["train_missing"].map(ref_key)
+        + "|"
+        + agg["test_missing"].map(ref_key)
+    )
     agg = agg.copy()
     agg["paper_mean"] = keys.map(lookup["mean"]) if len(agg) else []
     agg["paper_std"] = keys.map(lookup["std"]) if len(agg) else []
@@ -220,8 +244,14 @@ def _cell(r, bold: bool, with_ref: bool, fmt: str) -> str:
     return txt
 
 
-def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None = None, protocol: str | None = None,
-           verdict=None) -> str:
+def render(
+    agg: pd.DataFrame,
+    layout: Layout,
+    fmt: str = "md",
+    title: str | None = None,
+    protocol: str | None = None,
+    verdict=None,
+) -> str:
     """The method-column table; ``verdict(g, fmt)`` gives the lines under each dataset's table (the
     artefact's; by default how often each method is best)."""
     if fmt == "csv":
@@ -241,7 +271,9 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
         metric = g["metric"].iloc[0]
         mlabel = {"f1": "F1 x 100", "auprc": "AUPRC x 100", "accuracy": "accuracy (%)"}.get(metric, metric)
         seeds = sorted(set(g["n_seeds"]))
-        head = f"{ds}: {mlabel}, mean ± population std over {'/'.join(map(str, seeds))} seeds" + (f" ({protocol} protocol)" if protocol else "")
+        head = f"{ds}: {mlabel}, mean ± population std over {'/'.join(map(str, seeds))} seeds" + (
+            f" ({protocol} protocol)" if protocol else ""
+        )
         cols = ["p_miss train", "p_miss test"] + [display(m) for m in methods]
         rows = []
         for tr in trains:
@@ -255,7 +287,9 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
                 for m in methods:
                     r = cell[cell["method"] == m]
                     txt = "–" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], best)), with_ref, fmt)
-                    if not r.empty and r.iloc[0]["n_seeds"] < most:  # a mean over fewer seeds than its neighbours says so
+                    if (
+                        not r.empty and r.iloc[0]["n_seeds"] < most
+                    ):  # a mean over fewer seeds than its neighbours says so
                         txt += f" (n={int(r.iloc[0]['n_seeds'])} of {int(most)})"
                     vals.append(txt)
                 rows.append([label(tr), label(te)] + vals)
@@ -263,38 +297,17 @@ def render(agg: pd.DataFrame, layout: Layout, fmt: str = "md", title: str | None
             lines += [f"## {head}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             lines += ["| " + " | ".join(r) + " |" for r in rows]
         else:
-            lines += [f"% {head}", "\\begin{tabular}{ll" + "c" * len(methods) + "}", "\\toprule", " & ".join(cols) + " \\\\", "\\midrule"]
+            lines += [
+                f"% {head}",
+                "\\begin{tabular}{ll" + "c" * len(methods) + "}",
+                "\\toprule",
+                " & ".join(cols) + " \\\\",
+                "\\midrule",
+            ]
             lines += [" & ".join(c.replace("±", "$\\pm$").replace("_", "\\_") for c in r) + " \\\\" for r in rows]
             lines += ["\\bottomrule", "\\end{tabular}"]
         lines += [""] + (verdict(g, fmt) if verdict is not None else best_counts(g, fmt)) + [""]
     return "\n".join(lines)
-
-
-def best_counts(g: pd.DataFrame, fmt: str) -> list[str]:
-    """Per method: in how many conditions it is best, or within one std (of the best method) of it."""
-    conds = list(g.groupby(["train_missing", "test_missing"], sort=False))
-    counts = {}
-    for m in method_order(g["method"]):
-        n = 0
-        for _, c in conds:
-            best = c.loc[c["mean"].idxmax()]
-            r = c[c["method"] == m]
-            n += int(not r.empty and r.iloc[0]["mean"] >= best["mean"] - best["std"])
-        counts[display(m)] = n
-    pre = "" if fmt == "md" else "% "
-    return [pre + "Best or within one std of the best: " + ", ".join(f"{k} {v}/{len(conds)}" for k, v in counts.items()) + "."]
-
-
-def tolerance_line(g: pd.DataFrame, fmt: str) -> list[str]:
-    """How many cells lie within tolerance of the published numbers (when a reference is attached)."""
-    if "paper_mean" not in g.columns:
-        return []
-    pre = "" if fmt == "md" else "% "
-    h = g.dropna(subset=["paper_mean"])
-    n_ok, n = int(h["within_tolerance"].sum()), len(h)
-    if not n:  # methods the paper's table has no column for get no count
-        return []
-    return [f"{pre}Within tolerance of the paper (|diff| <= max(2 x paper std, 2.0)): **{n_ok}/{n}** cells." if fmt == "md" else f"{pre}Within tolerance: {n_ok}/{n} cells."]
 
 
 def _excluded_note(excluded: list[str], fmt: str) -> str:
@@ -306,7 +319,7 @@ def _excluded_note(excluded: list[str], fmt: str) -> str:
 
 def _at_share(df: pd.DataFrame, share: float) -> pd.Series:
     """Rows at ``share`` % of their run's epochs, rounded exactly as ``--eval-epochs 25%`` rounds."""
-    from .config import share_epoch
+    from .settings import share_epoch
 
     target = df["epochs"].map(lambda total: share_epoch(share, int(total)) if pd.notna(total) else np.nan)
     return df["epoch"].notna() & (df["epoch"] == target)
@@ -331,7 +344,10 @@ def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
     without an ``epoch`` column hold final rows only."""
     if "epoch" not in df.columns:
         if epoch is not None:
-            raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to table other budgets.")
+            raise VFLBenchError(
+                "These results hold final evaluations only (no epoch column); re-run with --eval-epochs to table "
+                "other budgets."
+            )
         return df
     final = df.groupby("run_id")["epoch"].transform("max")
     if epoch is None:
@@ -340,17 +356,23 @@ def at_budget(df: pd.DataFrame, epoch: int | str | None = None) -> pd.DataFrame:
         try:
             share = int(round(float(epoch.strip()[:-1])))
         except ValueError:
-            raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
+            raise VFLBenchError(
+                f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}."
+            ) from None
         if not 0 < share <= 100:
             raise VFLBenchError(f"--epoch {epoch}: a share of each run must be in (0%, 100%].")
         sel = df[_at_share(df, share)]
         if sel.empty:
-            raise VFLBenchError(f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in _recorded_shares(df))}.")
+            raise VFLBenchError(
+                f"No rows at {share}% of a run; recorded shares: {', '.join(f'{v}%' for v in _recorded_shares(df))}."
+            )
         return sel
     try:
         epoch = int(epoch)
     except (TypeError, ValueError):
-        raise VFLBenchError(f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}.") from None
+        raise VFLBenchError(
+            f"--epoch takes an epoch (e.g. 20) or a share of each run (e.g. 50%); got {epoch!r}."
+        ) from None
     sel = df[df["epoch"] == epoch]
     if sel.empty:
         have = sorted({int(e) for e in df["epoch"].dropna()})
@@ -366,8 +388,24 @@ def load_many(paths: list[str | Path]):
     df = pd.concat([load_results(p) for p in paths], ignore_index=True)
     keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
     df = df.drop_duplicates(keys)
-    same = [c for c in ("dataset", "method", "options", "settings", "protocol", "protocol_options", "parties", "partitioner", "train_missing", "test_missing",
-                        "seed", "metric") if c in df.columns]
+    same = [
+        c
+        for c in (
+            "dataset",
+            "method",
+            "options",
+            "settings",
+            "protocol",
+            "protocol_options",
+            "parties",
+            "partitioner",
+            "train_missing",
+            "test_missing",
+            "seed",
+            "metric",
+        )
+        if c in df.columns
+    ]
     final = df
     if "epoch" in df.columns:  # a run's final rows (runs evaluated at several budgets have one row set per budget)
         final = df[df["epoch"].isna() | (df["epoch"] == df.groupby("run_id")["epoch"].transform("max"))]
@@ -376,9 +414,15 @@ def load_many(paths: list[str | Path]):
         import warnings
 
         one = twice.iloc[0]
-        warnings.warn(f"{twice['run_id'].nunique()} runs of these folders repeat a (method, options, seed) another folder holds under a "
-                      f"different run id (e.g. {one['method']} seed {one['seed']}, {one['run_id']}); both are averaged in. Give each "
-                      "setting's runs once.", VFLBenchWarning, stacklevel=2)
+        warnings.warn(
+            f"{twice['run_id'].nunique()} runs of these folders repeat a (method, options, seed) another folder holds "
+            "under a "
+            f"different run id (e.g. {one['method']} seed {one['seed']}, {one['run_id']}); both are averaged in. Give "
+            "each "
+            "setting's runs once.",
+            VFLBenchWarning,
+            stacklevel=2,
+        )
     return df
 
 
@@ -389,7 +433,9 @@ def folder_table_args(path: str | Path) -> dict[str, Any] | None:
     import json
 
     path = Path(path)
-    meta_path = (path.parent if path.name == "results.csv" else path) / "sweep.json"  # a folder, or the results.csv it wrote
+    meta_path = (
+        path.parent if path.name == "results.csv" else path
+    ) / "sweep.json"  # a folder, or the results.csv it wrote
     if not meta_path.is_file():
         return None
     try:
@@ -397,12 +443,21 @@ def folder_table_args(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     spec = meta.get("spec") or {}
-    return {"layout": meta.get("layout", spec.get("layout") or "generic"), "reference": meta.get("reference", spec.get("reference")),
-            "title": meta.get("title", meta.get("experiment"))}
+    return {
+        "layout": meta.get("layout", spec.get("layout") or "generic"),
+        "reference": meta.get("reference", spec.get("reference")),
+        "title": meta.get("title", meta.get("experiment")),
+    }
 
 
-def make_table(results, layout_name: str = "generic", reference: str | None = None, fmt: str = "md", title: str | None = None,
-               epoch: int | str | None = None) -> tuple[str, pd.DataFrame]:
+def make_table(
+    results,
+    layout_name: str = "generic",
+    reference: str | None = None,
+    fmt: str = "md",
+    title: str | None = None,
+    epoch: int | str | None = None,
+) -> tuple[str, pd.DataFrame]:
     """The table of the artefact ``layout_name`` from a results folder, CSV or frame (``reference``:
     a built-in reference name or a CSV path)."""
     if layout_name not in artefacts.names():
@@ -412,7 +467,9 @@ def make_table(results, layout_name: str = "generic", reference: str | None = No
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
     all_budgets = df
     df = at_budget(df, epoch)
-    if isinstance(epoch, str) and epoch.strip().endswith("%") and "epoch" in df.columns:  # say which epochs the share picked
+    if (
+        isinstance(epoch, str) and epoch.strip().endswith("%") and "epoch" in df.columns
+    ):  # say which epochs the share picked
         used = sorted({int(e) for e in df["epoch"].dropna()})
         title = (title or layout_name) + f" [at {epoch.strip()} of each run: epoch {', '.join(map(str, used))}]"
     excluded = []
@@ -420,7 +477,10 @@ def make_table(results, layout_name: str = "generic", reference: str | None = No
         bad = df["status"].fillna("ok") != "ok"
         for _, r in df[bad].drop_duplicates("run_id").iterrows():
             why = r["error"] if "error" in r and isinstance(r["error"], str) else r["status"]
-            excluded.append(f"{display(r['method'])} on {r['dataset']} (K={r['parties']}, train {label(r['train_missing'])}, seed {r['seed']}): {why}")
+            excluded.append(
+                f"{display(r['method'])} on {r['dataset']} (K={r['parties']}, train {label(r['train_missing'])}, seed "
+                f"{r['seed']}): {why}"
+            )
         df = df[~bad]
     if fmt not in art.formats:
         raise VFLBenchError(f"Unknown format '{fmt}' for the {layout_name} layout. Choices: {', '.join(art.formats)}.")
@@ -441,7 +501,9 @@ def make_table(results, layout_name: str = "generic", reference: str | None = No
     return text, agg
 
 
-def _ranked_by_budget(df: pd.DataFrame, layout: Layout, last: int | None = None) -> tuple[bool, list[int], dict[tuple, dict[int, pd.DataFrame]]]:
+def _ranked_by_budget(
+    df: pd.DataFrame, layout: Layout, last: int | None = None
+) -> tuple[bool, list[int], dict[tuple, dict[int, pd.DataFrame]]]:
     """Per condition (dataset, train, test) and recorded budget, the aggregated methods sorted best
     first. Budgets are epochs, or shares of each run when runs have different lengths (``shares``);
     ``last=N`` ranks only the N largest budgets (the convergence note needs two, not every epoch)."""
@@ -455,7 +517,9 @@ def _ranked_by_budget(df: pd.DataFrame, layout: Layout, last: int | None = None)
     for ep in budgets:
         agg = aggregate(with_variants(df[_at_share(df, ep) if shares else df["epoch"] == ep]), layout)
         for cond, g in agg.groupby(["dataset", "train_missing", "test_missing"], sort=False):
-            ranked.setdefault(cond, {})[ep] = g.sort_values("mean", ascending=False, kind="stable")  # ties: first listed, as idxmax
+            ranked.setdefault(cond, {})[ep] = g.sort_values(
+                "mean", ascending=False, kind="stable"
+            )  # ties: first listed, as idxmax
     return shares, budgets, ranked
 
 
@@ -466,11 +530,15 @@ def budget_ranking(results, layout_name: str = "generic", fmt: str = "md") -> st
     is within one std of it (the order of the two is not settled by the seeds)."""
     ranked_layouts = [n for n in artefacts.names() if artefacts.get(n).by_budget]
     if layout_name not in ranked_layouts:
-        raise VFLBenchError(f"--by-budget takes a method-column layout ({', '.join(ranked_layouts)}); got {layout_name!r}.")
+        raise VFLBenchError(
+            f"--by-budget takes a method-column layout ({', '.join(ranked_layouts)}); got {layout_name!r}."
+        )
     layout = artefacts.get(layout_name).layout
     df = results if isinstance(results, pd.DataFrame) else load_results(results)
     if "epoch" not in df.columns or df["epoch"].isna().all():
-        raise VFLBenchError("These results hold final evaluations only (no epoch column); re-run with --eval-epochs to compare budgets.")
+        raise VFLBenchError(
+            "These results hold final evaluations only (no epoch column); re-run with --eval-epochs to compare budgets."
+        )
     shares, budgets, ranked = _ranked_by_budget(df, layout)
     unit = "%" if shares else ""
     cells: dict[tuple, dict[int, str]] = {}
@@ -489,8 +557,10 @@ def budget_ranking(results, layout_name: str = "generic", fmt: str = "md") -> st
         return pd.DataFrame(rows, columns=head).to_csv(index=False)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines.append("\nCell: the best method by mean over seeds, its lead in points over the runner-up; ≈ when the runner-up "
-                 "is within one std of the best.")
+    lines.append(
+        "\nCell: the best method by mean over seeds, its lead in points over the runner-up; ≈ when the runner-up "
+        "is within one std of the best."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -508,8 +578,14 @@ def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
     stable = sum(1 for v in best.values() if len(v) == 2) - len(unstable)
     at = "of each run's epochs" if shares else ""
     word = "at" if shares else "at epochs"
-    lines = [f"\n{pre}Convergence: the best method is the same {word} {prev}{unit} and {last}{unit}{' ' + at if at else ''} in {stable}/{stable + len(unstable)} conditions."]
+    lines = [
+        f"\n{pre}Convergence: the best method is the same {word} {prev}{unit} and "
+        f"{last}{unit}{' ' + at if at else ''} in {stable}/{stable + len(unstable)} conditions."
+    ]
     for (ds, tr, te), v in unstable:
-        lines.append(f"{pre}**Ranking not yet stable** on {ds}, train {label(tr)}, test {label(te)}: best {display(v[prev])} at {'' if shares else 'epoch '}{prev}{unit}, "
-                     f"{display(v[last])} at {'' if shares else 'epoch '}{last}{unit}.")
+        lines.append(
+            f"{pre}**Ranking not yet stable** on {ds}, train {label(tr)}, test {label(te)}: best {display(v[prev])} "
+            f"at {'' if shares else 'epoch '}{prev}{unit}, "
+            f"{display(v[last])} at {'' if shares else 'epoch '}{last}{unit}."
+        )
     return "\n".join(lines) + "\n"

@@ -129,7 +129,9 @@ class KeyedMasking:
         """(u[lo, hi], u[hi, lo]) of the pair {me, other} for release ``t``."""
         n = int(np.prod(shape))
         key = self.keys[other]
-        return tuple(torch.from_numpy(mask_words(key, t, d, n, self.bits).reshape(shape)) for d in range(MASK_DIRECTIONS))
+        return tuple(
+            torch.from_numpy(mask_words(key, t, d, n, self.bits).reshape(shape)) for d in range(MASK_DIRECTIONS)
+        )
 
     def upload(self, q: torch.Tensor, sent: torch.Tensor, t: int) -> torch.Tensor:
         """``q`` ``[B, P]`` this party's counts, ``sent`` ``[K, B]`` -> its masked upload ``[B, P]`` in Z_R."""
@@ -186,8 +188,10 @@ def agree_pair_keys(wire, context: str = "") -> tuple[dict[int, bytes], str | No
     got = wire.recv((k, 32), torch.uint8, 0, None)
     pubs = [bytes(got[j].numpy().tobytes()) for j in range(k)]
     if pubs[me] != raw:
-        raise VFLBenchError(f"party {me}: the server relayed another public key for this party than the one it sent; "
-                            "stopping (an active server, or a broken link).")
+        raise VFLBenchError(
+            f"party {me}: the server relayed another public key for this party than the one it sent; "
+            "stopping (an active server, or a broken link)."
+        )
     keys = {}
     for other in range(k):
         if other == me:
@@ -195,8 +199,9 @@ def agree_pair_keys(wire, context: str = "") -> tuple[dict[int, bytes], str | No
         try:
             shared = private.exchange(X25519PublicKey.from_public_bytes(pubs[other]))
         except ValueError:  # a low-order point: the shared secret would be known to whoever chose it
-            raise VFLBenchError(f"party {me}: the public key relayed for party {other} is invalid (a low-order X25519 point); "
-                                "stopping.") from None
+            raise VFLBenchError(
+                f"party {me}: the public key relayed for party {other} is invalid (a low-order X25519 point); stopping."
+            ) from None
         lo, hi = min(me, other), max(me, other)
         info = pair_key_info(context, lo, hi, pubs[lo], pubs[hi])
         keys[other] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)

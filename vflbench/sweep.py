@@ -48,19 +48,28 @@ def plan(exp: Experiment, out: Path) -> SweepPlan:
             continue
         register(cfg.path_bases)
         spec = DATASETS.get(cfg.dataset)
-        if cfg.dataset.startswith("csv:") and not spec.available():  # a user's file is there or the file is wrong: not a skip
-            raise VFLBenchError(f"{exp.path or exp.name}: the table {cfg.dataset} does not exist (paths in an experiment file are read from its folder).")
+        if (
+            cfg.dataset.startswith("csv:") and not spec.available()
+        ):  # a user's file is there or the file is wrong: not a skip
+            raise VFLBenchError(
+                f"{exp.path or exp.name}: the table {cfg.dataset} does not exist (paths in an experiment file are "
+                "read from its folder)."
+            )
         if not spec.available():
             p.skipped[cfg.dataset] = (
                 f"not available locally or in the mirror (run `vflbench data fetch {cfg.dataset}` online"
-                + (", or supply data/mimic4/ as documented" if cfg.dataset == "mimic4" else "") + ")"
+                + (", or supply data/mimic4/ as documented" if cfg.dataset == "mimic4" else "")
+                + ")"
             )
             continue
         r = resolve(cfg)
         rid = r.run_id
         if rid in p.run_ids:  # e.g. mcar:0.1 and mcar:0.10, or an option set twice at its default
-            raise VFLBenchError(f"{exp.path or exp.name}: two entries of the grid are the same run ({rid}: {cfg.method} on {cfg.dataset}, "
-                                f"seed {cfg.seed}, train {r.train_missing}); each run must appear once.")
+            raise VFLBenchError(
+                f"{exp.path or exp.name}: two entries of the grid are the same run ({rid}: {cfg.method} on "
+                f"{cfg.dataset}, "
+                f"seed {cfg.seed}, train {r.train_missing}); each run must appear once."
+            )
         p.run_ids.append(rid)
         finished, why = run_finished(p.out / "runs" / rid)
         if finished:
@@ -96,7 +105,9 @@ class FolderLock:
         except BlockingIOError:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "another sweep"
             os.close(fd)
-            raise VFLBenchError(f"{self.path.parent} is in use by {holder}; wait for it or use another --out.") from None
+            raise VFLBenchError(
+                f"{self.path.parent} is in use by {holder}; wait for it or use another --out."
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"sweep PID {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})".encode())
         self.fd = fd
@@ -131,8 +142,10 @@ def check_same_pack(p: SweepPlan) -> None:
     used = {int(i["pack"]) for i in inv if i.get("runs_executed") and "pack" in i}
     # members of packs of any size are bit-identical (a tested guarantee); alone differs in the last digits
     if used and any((u > 1) != (p.pack > 1) for u in used):
-        raise VFLBenchError(f"{p.out}: its {len(p.done)} finished run(s) were trained with --pack {', '.join(map(str, sorted(used)))}; "
-                            f"resume with the same --pack (packed and unpacked runs round differently), or use another --out.")
+        raise VFLBenchError(
+            f"{p.out}: its {len(p.done)} finished run(s) were trained with --pack {', '.join(map(str, sorted(used)))}; "
+            f"resume with the same --pack (packed and unpacked runs round differently), or use another --out."
+        )
 
 
 def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
@@ -145,7 +158,10 @@ def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
     except (OSError, ValueError):
         return
     if other and other != exp.name:
-        raise VFLBenchError(f"{out} holds the sweep of experiment '{other}', not '{exp.name}'; use another --out, or --force to share the folder.")
+        raise VFLBenchError(
+            f"{out} holds the sweep of experiment '{other}', not '{exp.name}'; use another --out, or --force to share "
+            "the folder."
+        )
 
 
 def prefetch(p: SweepPlan) -> None:
@@ -184,8 +200,18 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
         write_outputs(Path(out) / "runs", rows, manifest, origin)
         return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t}
     except TrainingDiverged as e:  # a result, not a crash: recorded, excluded from tables, not retried
-        write_outputs(Path(out) / "runs", diverged_rows(resolved, str(e)), {
-            "run_id": rid, "run_key": resolved.key, "status": "diverged", "error": str(e), "config": resolved.to_dict(), "versions": versions()})
+        write_outputs(
+            Path(out) / "runs",
+            diverged_rows(resolved, str(e)),
+            {
+                "run_id": rid,
+                "run_key": resolved.key,
+                "status": "diverged",
+                "error": str(e),
+                "config": resolved.to_dict(),
+                "versions": versions(),
+            },
+        )
         return {"run_id": rid, "ok": True, "diverged": str(e), "seconds": time.perf_counter() - t}
     except VFLBenchError as e:
         return {"run_id": rid, "ok": False, "error": str(e), "seconds": time.perf_counter() - t}
@@ -194,7 +220,8 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
 
 
 def run_pack(runs: list[ResolvedRun], out: str, device: str, packed: bool = True) -> list[dict[str, Any]]:
-    """Execute runs that differ only in their seed (and training missingness, where allowed) as one pack (:mod:`vflbench.packing`) and write
+    """Execute runs that differ only in their seed (and training missingness, where allowed) as one pack
+    (:mod:`vflbench.packing`) and write
     each run's outputs; one status record per run. With packing on, a lone packable run takes the
     packed path too (a pack of one), so a sweep's numbers never depend on how its runs happened to
     be grouped or resumed (a member's numbers are bit-identical in packs of any size). A pack that
@@ -256,15 +283,28 @@ def task_cost(task: list[ResolvedRun]) -> float:
 def diverged_rows(r: ResolvedRun, error: str) -> list[dict[str, Any]]:
     from .pipeline import row
 
-    return [{**row(r, s, "accuracy", float("nan"), {"n_counted": 0, "n_test": 0}, {}), "status": "diverged", "error": error} for s in r.test_missing]
+    return [
+        {**row(r, s, "accuracy", float("nan"), {"n_counted": 0, "n_test": 0}, {}), "status": "diverged", "error": error}
+        for s in r.test_missing
+    ]
 
 
-def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", executor: str = "local", address: str | None = None, on_done=None,
-                 threads_per_run: int | None = None, pack: int = 1) -> list[dict[str, Any]]:
+def execute_plan(
+    p: SweepPlan,
+    *,
+    workers: int = 1,
+    device: str = "auto",
+    executor: str = "local",
+    address: str | None = None,
+    on_done=None,
+    threads_per_run: int | None = None,
+    pack: int = 1,
+) -> list[dict[str, Any]]:
     """Run the pending runs; ``on_done(record)`` after each. Returns the status records.
     ``threads_per_run`` (``--threads``) fixes every run's intra-op threads; by default tabular runs
     use one and image runs their worker's share of the cores (see pipeline.intra_op_threads).
-    ``pack``: train up to this many runs that differ only in their seed (and training missingness) together (local executor)."""
+    ``pack``: train up to this many runs that differ only in their seed (and training missingness) together (local
+    executor)."""
     if not p.todo:
         return []
     prefetch(p)
@@ -289,7 +329,12 @@ def execute_plan(p: SweepPlan, *, workers: int = 1, device: str = "auto", execut
         return records
     import multiprocessing as mp
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads, threads_per_run)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(threads, threads_per_run),
+    ) as pool:
         pending = {pool.submit(run_pack, task, str(p.out), device, pack > 1) for task in tasks}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -310,7 +355,9 @@ def _worker_init_local(threads: int, explicit: int | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("VFLBENCH_THREADS", threads)))
 
 
-def _execute_ray(p: SweepPlan, threads: int, device: str, address: str | None, on_done, threads_per_run: int | None = None) -> list[dict[str, Any]]:
+def _execute_ray(
+    p: SweepPlan, threads: int, device: str, address: str | None, on_done, threads_per_run: int | None = None
+) -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError:
@@ -373,13 +420,19 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
     if p.experiment.quick and len(df):
         df["quick"] = True
     atomic_write_text(p.out / "results.csv", df.to_csv(index=False))
-    this = {"wall_seconds_this_invocation": wall, "run_seconds_this_invocation": sum(r["seconds"] for r in records), "runs_executed": len(records),
-            "pack": p.pack}
+    this = {
+        "wall_seconds_this_invocation": wall,
+        "run_seconds_this_invocation": sum(r["seconds"] for r in records),
+        "runs_executed": len(records),
+        "pack": p.pack,
+    }
     meta = {
         "experiment": p.experiment.name,
         "file": str(p.experiment.path) if p.experiment.path else None,
         # how table.md is made: `vflbench table DIR` reads these (report.folder_table_args)
-        "layout": p.experiment.layout or "generic", "reference": p.experiment.reference, "title": p.experiment.name,
+        "layout": p.experiment.layout or "generic",
+        "reference": p.experiment.reference,
+        "title": p.experiment.name,
         "spec": p.experiment.spec,
         "quick": p.experiment.quick,
         "runs_total": len(run_ids),

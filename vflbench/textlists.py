@@ -15,7 +15,13 @@ def split_items(text: str, flag: str, example: str) -> list[str]:
         return []
     items = [x.strip() for x in text.split(",")]
     if any(x == "" for x in items):
-        where = "a trailing comma" if items[-1] == "" else "an empty item (two commas in a row)" if "" in items[1:-1] else "a leading comma"
+        where = (
+            "a trailing comma"
+            if items[-1] == ""
+            else "an empty item (two commas in a row)"
+            if "" in items[1:-1]
+            else "a leading comma"
+        )
         raise VFLBenchError(f"{flag} {text!r} has {where}; list items separated by single commas, e.g. {example}.")
     return items
 

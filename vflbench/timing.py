@@ -15,7 +15,17 @@ import time
 from typing import Any
 
 _IMPORTED = time.time()  # when vflbench was first imported: the fallback for the process start
-PARTS = ("startup_s", "load_and_partition_s", "masks_and_tensors_s", "build_s", "setup_comm_s", "train_s", "eval_s", "record_s", "write_s")
+PARTS = (
+    "startup_s",
+    "load_and_partition_s",
+    "masks_and_tensors_s",
+    "build_s",
+    "setup_comm_s",
+    "train_s",
+    "eval_s",
+    "record_s",
+    "write_s",
+)
 
 
 def process_start() -> float:
@@ -43,6 +53,12 @@ def close(timings: dict[str, Any], origin: float | None, origin_name: str, write
     timings["write_s"] = write_s
     wall = now - origin
     parts = sum(float(timings.get(p, 0.0)) for p in PARTS)
-    timings.update({"wall_s": wall, "wall_from": origin_name, "unaccounted_s": max(wall - parts, 0.0),
-                    "coverage": parts / wall if wall > 0 else 1.0})
+    timings.update(
+        {
+            "wall_s": wall,
+            "wall_from": origin_name,
+            "unaccounted_s": max(wall - parts, 0.0),
+            "coverage": parts / wall if wall > 0 else 1.0,
+        }
+    )
     return timings

@@ -136,7 +136,9 @@ def stage_labels(data: TrainSet, stage: Stage) -> torch.Tensor | None:
     return data.y
 
 
-def balanced_weights(data: TrainSet, stage: Stage, pool: torch.Tensor | None, policy: TrainPolicy) -> torch.Tensor | None:
+def balanced_weights(
+    data: TrainSet, stage: Stage, pool: torch.Tensor | None, policy: TrainPolicy
+) -> torch.Tensor | None:
     """Per-sample draw weights of the class-balanced sampler (None: no balanced sampling)."""
     if not (policy.balanced_sampler and stage.labels):
         return None
@@ -185,13 +187,23 @@ class Loop:
 
 def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
     opt = MaskedOptimizer(
-        method.store, method.module_params(), method.n_members, name=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
-        momentum=hp.momentum, groups=method.member_group, stale_updates=policy.stale_updates, trainable=method.trainable(stage),
+        method.store,
+        method.module_params(),
+        method.n_members,
+        name=hp.optimizer,
+        lr=hp.lr,
+        weight_decay=hp.weight_decay,
+        momentum=hp.momentum,
+        groups=method.member_group,
+        stale_updates=policy.stale_updates,
+        trainable=method.trainable(stage),
     )
     return opt
 
 
-def epoch_order(pool: torch.Tensor | None, n: int, weights: torch.Tensor | None, shuffle: bool, gen: torch.Generator, device) -> torch.Tensor:
+def epoch_order(
+    pool: torch.Tensor | None, n: int, weights: torch.Tensor | None, shuffle: bool, gen: torch.Generator, device
+) -> torch.Tensor:
     """The epoch's sample order over ``pool`` (all ``n`` samples when None): class-balanced draws with
     replacement, a fresh permutation, or index order."""
     m = n if pool is None else len(pool)
@@ -222,7 +234,9 @@ class DirectStep:
 
     def __init__(self, methods: Sequence[Method], sets: Sequence[TrainSet]):
         if len(methods) != 1:
-            raise ValueError("DirectStep trains one run; a bank of several is vectorised (vflbench.packing.VectorisedStep)")
+            raise ValueError(
+                "DirectStep trains one run; a bank of several is vectorised (vflbench.packing.VectorisedStep)"
+            )
         self.method, self.data = methods[0], sets[0]
 
     def optimizer(self, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
@@ -260,11 +274,29 @@ class DirectStep:
 class _StageRun:
     """One stage of a bank: its optimiser, every member's sample pool and random streams, the epoch loop."""
 
-    def __init__(self, step, methods: Sequence[Method], sets: Sequence[TrainSet], stage: Stage, index: int, hp: StageHP, policy: TrainPolicy,
-                 seeds: Sequence[Callable[[str], int]], hists: Sequence[History]):
+    def __init__(
+        self,
+        step,
+        methods: Sequence[Method],
+        sets: Sequence[TrainSet],
+        stage: Stage,
+        index: int,
+        hp: StageHP,
+        policy: TrainPolicy,
+        seeds: Sequence[Callable[[str], int]],
+        hists: Sequence[History],
+    ):
         device = sets[0].obs.device
         suffix = "" if index == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
-        self.step, self.methods, self.sets, self.stage, self.hp, self.policy, self.hists = step, methods, sets, stage, hp, policy, hists
+        self.step, self.methods, self.sets, self.stage, self.hp, self.policy, self.hists = (
+            step,
+            methods,
+            sets,
+            stage,
+            hp,
+            policy,
+            hists,
+        )
         self.opt = step.optimizer(stage, hp, policy)
         self.loops = [Loop(m, stage, hp, self.opt, h, epochs=hp.epochs) for m, h in zip(methods, hists, strict=True)]
         self.batching = [generator(device, s("batching" + suffix)) for s in seeds]
@@ -284,18 +316,27 @@ class _StageRun:
         t0 = time.perf_counter()
         if hp.schedule == "cosine":
             opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
-        orders = [m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
-                  for m, p, d, w, g in zip(self.methods, self.pools, self.sets, self.weights, self.batching, strict=True)]
+        orders = [
+            m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
+            for m, p, d, w, g in zip(self.methods, self.pools, self.sets, self.weights, self.batching, strict=True)
+        ]
         if len({len(o) for o in orders}) != 1:
             raise ValueError("the members of a bank train on different numbers of samples")
-        epochs = [Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks) for d, o in zip(self.sets, orders, strict=True)]
+        epochs = [
+            Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks)
+            for d, o in zip(self.sets, orders, strict=True)
+        ]
         for m, ep in zip(self.methods, epochs, strict=True):
             m.begin_epoch(ep)
         total, count, skipped = [0.0] * n, [0] * n, [0] * n
         for j, start in enumerate(range(0, len(orders[0]), hp.batch_size)):
-            batches = step.batches([o[start : start + hp.batch_size] for o in orders], j, self.y_all, self.aug, policy.per_batch_masks)
+            batches = step.batches(
+                [o[start : start + hp.batch_size] for o in orders], j, self.y_all, self.aug, policy.per_batch_masks
+            )
             for m, b in zip(self.methods, batches, strict=True):
-                m.channel.batch_idx = b.idx  # whose values cross the boundary in this step (a mechanism's accountant charges them)
+                m.channel.batch_idx = (
+                    b.idx
+                )  # whose values cross the boundary in this step (a mechanism's accountant charges them)
                 m.draw(b, stage)
             losses, active, values = step.forward(stage, batches)
             took = [v is not None for v in values]
@@ -335,15 +376,23 @@ class _StageRun:
                 cb.on_epoch_end(loop)
 
 
-def fit(methods: Method | Sequence[Method], data: TrainSet | Sequence[TrainSet], stage_hp: dict[str, StageHP], policy: TrainPolicy,
-        seeds: Callable[[str], int] | Sequence[Callable[[str], int]], callbacks=(), vectorised: bool | None = None) -> History | list[History]:
+def fit(
+    methods: Method | Sequence[Method],
+    data: TrainSet | Sequence[TrainSet],
+    stage_hp: dict[str, StageHP],
+    policy: TrainPolicy,
+    seeds: Callable[[str], int] | Sequence[Callable[[str], int]],
+    callbacks=(),
+    step=None,
+) -> History | list[History]:
     """Train a bank of N >= 1 runs through their stages; ``stage_hp[stage.name]`` holds each stage's
     settings, and stages that share a ``group`` alternate epoch by epoch (equal epochs required).
 
     One run: ``fit(method, data, ..., seeds, callbacks)`` returns its :class:`History`. A bank:
     lists of methods, training sets, seed functions and callback lists (one per member), returning
-    one History per member; its members' steps are computed together by
-    :class:`vflbench.packing.VectorisedStep` (``vectorised``, the default for a list; a bank of one
+    one History per member. ``step`` is the class that computes a step of the bank: :class:`DirectStep`
+    (the default: one run) or :class:`vflbench.packing.VectorisedStep`, which computes the members'
+    steps together and which the caller passes in (packing sits above the trainer; a bank of one
     vectorised is how a sweep trains a lone packable run, so its numbers never depend on grouping).
     Every member keeps its own streams, draws, optimiser state and traffic."""
     single = isinstance(methods, Method)
@@ -352,25 +401,27 @@ def fit(methods: Method | Sequence[Method], data: TrainSet | Sequence[TrainSet],
     else:
         methods, data, seeds = list(methods), list(data), list(seeds)
         callbacks = [list(c) for c in callbacks] or [[] for _ in methods]
-    if vectorised is None:
-        vectorised = not single
-    if vectorised:
-        from .packing import VectorisedStep
-
-        step_of = VectorisedStep
-    else:
-        step_of = DirectStep
+    step_of = step or DirectStep
+    if len(methods) > 1 and step_of is DirectStep:
+        raise ValueError("fit: a bank of several runs needs a vectorised step (vflbench.packing.VectorisedStep)")
     hists = [History() for _ in methods]
     for m, d in zip(methods, data, strict=True):
         if m.boundary is not None:
             m.boundary.start(d.blocks.n)
     stages = methods[0].stages
     for group in stage_groups(stages):
-        runs = [_StageRun(step_of(methods, data), methods, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hists) for i in group]
+        runs = [
+            _StageRun(
+                step_of(methods, data), methods, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hists
+            )
+            for i in group
+        ]
         epochs = {r.hp.epochs for r in runs}
         if len(epochs) != 1:
-            raise VFLBenchError(f"Stages {', '.join(r.stage.name for r in runs)} alternate epoch by epoch and need equal epochs; "
-                                f"got {', '.join(f'{r.stage.name}={r.hp.epochs}' for r in runs)}.")
+            raise VFLBenchError(
+                f"Stages {', '.join(r.stage.name for r in runs)} alternate epoch by epoch and need equal epochs; "
+                f"got {', '.join(f'{r.stage.name}={r.hp.epochs}' for r in runs)}."
+            )
         for r in runs:
             for cbs, loop in zip(callbacks, r.loops, strict=True):
                 for cb in cbs:
@@ -388,7 +439,14 @@ def fit(methods: Method | Sequence[Method], data: TrainSet | Sequence[TrainSet],
 
 
 @torch.no_grad()
-def predict(method: Method, data: BlockData, obs: torch.Tensor, batch_size: int, tta: torch.Generator | None = None, phase: str = "eval"):
+def predict(
+    method: Method,
+    data: BlockData,
+    obs: torch.Tensor,
+    batch_size: int,
+    tta: torch.Generator | None = None,
+    phase: str = "eval",
+):
     """Concatenate the method's batch predictions over a split; returns numpy arrays. ``phase``
     "monitor" marks a measuring pass over the training set (its traffic is booked apart)."""
     was_training, was_mode = method.store.training, method.channel.mode

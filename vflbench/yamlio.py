@@ -22,8 +22,13 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = Fals
             continue  # let PyYAML report an unhashable key its own way
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"the key {key!r} appears twice in one mapping (lines {seen[key] + 1} and {key_node.start_mark.line + 1}); "
-                            "keep one", key_node.start_mark)
+                None,
+                None,
+                f"the key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                f"{key_node.start_mark.line + 1}); "
+                "keep one",
+                key_node.start_mark,
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 

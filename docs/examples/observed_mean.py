@@ -24,8 +24,13 @@ class ObservedMean(Method):
     hp_key = "laser"  # use the preset block of LASER-VFL (same model family)
     f1_rule = "single"  # one predictor answers for every sample
     option_specs = (
-        Option("min_observed", int, 1, "train only on samples that observe at least this many blocks",
-               check=lambda v: None if v >= 1 else "must be >= 1"),
+        Option(
+            "min_observed",
+            int,
+            1,
+            "train only on samples that observe at least this many blocks",
+            check=lambda v: None if v >= 1 else "must be >= 1",
+        ),
     )
 
     def build(self) -> None:
@@ -51,4 +56,6 @@ class ObservedMean(Method):
         lg = self.logits(batch)
         counted = batch.obs.any(1)  # all-missing samples are not scored
         scores = self.score(lg)
-        return BatchPrediction(lg.argmax(-1)[None], counted[None].clone(), None if scores is None else scores[None], counted)
+        return BatchPrediction(
+            lg.argmax(-1)[None], counted[None].clone(), None if scores is None else scores[None], counted
+        )

@@ -29,14 +29,32 @@ def make(n: int = 600, seed: int = 7) -> pd.DataFrame:
     policy = rng.choice(["basic", "plus", "premium"], n, p=[0.5, 0.3, 0.2])
     claims = rng.poisson(np.where(policy == "basic", 0.6, 1.2), n)
     late = rng.poisson(0.5 + 2.0 * (employment == "unemployed") + 1.5 * debt_ratio, n)
-    logit = (-2.2 + 3.0 * (debt_ratio - 0.3) - 0.012 * (credit_score - 640) + 0.45 * late + 0.35 * claims
-             + 0.9 * (employment == "unemployed") - 0.4 * (policy == "premium"))
+    logit = (
+        -2.2
+        + 3.0 * (debt_ratio - 0.3)
+        - 0.012 * (credit_score - 640)
+        + 0.45 * late
+        + 0.35 * claims
+        + 0.9 * (employment == "unemployed")
+        - 0.4 * (policy == "premium")
+    )
     default = np.where(rng.random(n) < 1 / (1 + np.exp(-logit)), "yes", "no")
-    df = pd.DataFrame({
-        "customer_id": [f"C{10000 + i}" for i in range(n)], "age": age, "income": income, "debt_ratio": debt_ratio,
-        "credit_score": credit_score, "credit_accounts": n_accounts, "employment": employment, "region": region,
-        "policy_type": policy, "claims": claims, "late_payments": late, "default": default,
-    })
+    df = pd.DataFrame(
+        {
+            "customer_id": [f"C{10000 + i}" for i in range(n)],
+            "age": age,
+            "income": income,
+            "debt_ratio": debt_ratio,
+            "credit_score": credit_score,
+            "credit_accounts": n_accounts,
+            "employment": employment,
+            "region": region,
+            "policy_type": policy,
+            "claims": claims,
+            "late_payments": late,
+            "default": default,
+        }
+    )
     for col, share in (("age", 0.05), ("income", 0.08), ("employment", 0.06), ("claims", 0.04)):  # missing cells
         df.loc[rng.random(n) < share, col] = np.nan
     return df

@@ -43,7 +43,9 @@ class Artefact:
         """Lines printed under one dataset's method-column table (``g``: its aggregated cells)."""
         return []
 
-    def table(self, df: pd.DataFrame, ref: pd.DataFrame | None, fmt: str, title: str | None) -> tuple[str, pd.DataFrame] | None:
+    def table(
+        self, df: pd.DataFrame, ref: pd.DataFrame | None, fmt: str, title: str | None
+    ) -> tuple[str, pd.DataFrame] | None:
         """The whole table from tidy rows, for an artefact with a layout of its own; None: the
         method-column table (:func:`vflbench.report.render`)."""
         return None

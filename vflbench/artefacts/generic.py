@@ -12,6 +12,6 @@ class Generic(Artefact):
     layout = Layout("generic", None, None, {"credit": "f1", "mimic4": "f1"}, "accuracy", all_metrics=True)
 
     def verdict(self, g, fmt):
-        from ..report import best_counts
+        from ..verdicts import best_counts
 
         return best_counts(g, fmt)

@@ -21,8 +21,17 @@ def verdicts(agg: pd.DataFrame) -> list[dict]:
         best = g.loc[g["mean"].idxmax()]
         las = g[g["method"] == METHOD].iloc[0]
         gap = best["mean"] - las["mean"]
-        out.append({"dataset": ds, "train": tr, "test": te, "best": best["method"], "gap": gap, "best_std": best["std"],
-                    "ok": bool(best["method"] == METHOD or gap <= best["std"] + 1e-9)})
+        out.append(
+            {
+                "dataset": ds,
+                "train": tr,
+                "test": te,
+                "best": best["method"],
+                "gap": gap,
+                "best_std": best["std"],
+                "ok": bool(best["method"] == METHOD or gap <= best["std"] + 1e-9),
+            }
+        )
     return out
 
 
@@ -30,15 +39,23 @@ class _LaserTable(Artefact):
     paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"
 
     def verdict(self, g, fmt):
-        from ..report import display, label, tolerance_line
+        from ..verdicts import display, label, tolerance_line
 
         out = tolerance_line(g, fmt)
         v = verdicts(g)
         if v:
             pre = "" if fmt == "md" else "% "
             ok = sum(x["ok"] for x in v)
-            fails = [f"{label(x['train'])}->{label(x['test'])} (best {display(x['best'])}, +{x['gap']:.1f})" for x in v if not x["ok"]]
-            out.append(f"{pre}LASER-VFL best or within one std of the best: {ok}/{len(v)} conditions" + (f"; not in {', '.join(fails)}" if fails else "") + ".")
+            fails = [
+                f"{label(x['train'])}->{label(x['test'])} (best {display(x['best'])}, +{x['gap']:.1f})"
+                for x in v
+                if not x["ok"]
+            ]
+            out.append(
+                f"{pre}LASER-VFL best or within one std of the best: {ok}/{len(v)} conditions"
+                + (f"; not in {', '.join(fails)}" if fails else "")
+                + "."
+            )
         return out
 
 
@@ -47,7 +64,9 @@ class LaserTable1(_LaserTable):
     name = "laser-table1"
     experiment = "experiments/laser_table1.yaml"
     reference = "laser_table1.csv"
-    layout = Layout("laser-table1", ["none", "mcar:0.1", "mcar:0.5"], ["none", "mcar:0.1", "mcar:0.5"], METRIC, "accuracy")
+    layout = Layout(
+        "laser-table1", ["none", "mcar:0.1", "mcar:0.5"], ["none", "mcar:0.1", "mcar:0.5"], METRIC, "accuracy"
+    )
 
 
 @ARTEFACTS.register("laser-table3")
@@ -55,4 +74,6 @@ class LaserTable3(_LaserTable):
     name = "laser-table3"
     experiment = "experiments/laser_table3.yaml"
     reference = "laser_table3.csv"
-    layout = Layout("laser-table3", ["mcar-beta:2,2"], ["none", "mcar:0.1", "mcar:0.5", "mcar-beta:2,2"], METRIC, "accuracy")
+    layout = Layout(
+        "laser-table3", ["mcar-beta:2,2"], ["none", "mcar:0.1", "mcar:0.5", "mcar-beta:2,2"], METRIC, "accuracy"
+    )

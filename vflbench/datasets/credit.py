@@ -36,12 +36,18 @@ VARIANTS = (
         "official-xls",
         (RawFile(XLS),),
         mirror_dir="credit_default",
-        urls=("https://archive.ics.uci.edu/ml/machine-learning-databases/00350/default%20of%20credit%20card%20clients.xls",),
+        urls=(
+            "https://archive.ics.uci.edu/ml/machine-learning-databases/00350/default%20of%20credit%20card%20clients.xls",
+        ),
     ),
     # complete CSV export of the xls (one header row, CR line endings), gzipped
     Variant(
         "csv-export",
-        (RawFile(CSV_GZ, "0dd31d641b1f0ca0c642a5d1d7c20fce3dd16a116a07a0aba081829e6a021461", sha256_of_uncompressed=True),),
+        (
+            RawFile(
+                CSV_GZ, "0dd31d641b1f0ca0c642a5d1d7c20fce3dd16a116a07a0aba081829e6a021461", sha256_of_uncompressed=True
+            ),
+        ),
         mirror_dir="credit_default",
     ),
 )
@@ -74,6 +80,7 @@ def read_raw(ds_dir: Path) -> tuple[pd.DataFrame, dict[str, str] | None]:
 
 def _parse(ds_dir: Path) -> pd.DataFrame:
     import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
+
     src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
     if not src.exists():
         raise VFLBenchError(f"No Credit file under {ds_dir}; run `vflbench data fetch credit`.")
@@ -86,9 +93,13 @@ def _parse(ds_dir: Path) -> pd.DataFrame:
     df = df.rename(columns={"default.payment.next.month": LABEL})
     missing = [c for c in COLUMNS + [LABEL] if c not in df.columns]
     if missing:
-        raise VFLBenchError(f"Credit file under {ds_dir} lacks columns {missing}; the file is corrupt or not the UCI dataset.")
+        raise VFLBenchError(
+            f"Credit file under {ds_dir} lacks columns {missing}; the file is corrupt or not the UCI dataset."
+        )
     if len(df) != 30000:
-        raise VFLBenchError(f"Credit file under {ds_dir} has {len(df)} rows, expected 30000; delete it and fetch again.")
+        raise VFLBenchError(
+            f"Credit file under {ds_dir} has {len(df)} rows, expected 30000; delete it and fetch again."
+        )
     return df
 
 
@@ -104,7 +115,12 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
     X = df[cols].to_numpy(np.float64)
     y = df[LABEL].to_numpy().astype(np.int64)
     Xtr, ytr, Xte, yte = split_scale(
-        X, y, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=opts["stratify"], scaler=opts["scaler"]
+        X,
+        y,
+        test_size=opts["test_size"],
+        split_seed=opts["split_seed"],
+        stratify=opts["stratify"],
+        scaler=opts["scaler"],
     )
     ds = Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=list(cols))
     if cache:

@@ -20,7 +20,12 @@ def load_digits_images(ds_dir: Path, opts: dict) -> Dataset:
     d = load_digits()
     X = d.images.astype(np.float64) / 16.0  # [n, 8, 8] in [0, 1]
     Xtr, ytr, Xte, yte = split_scale(
-        X.reshape(len(X), -1), d.target, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=True, scaler="none"
+        X.reshape(len(X), -1),
+        d.target,
+        test_size=opts["test_size"],
+        split_seed=opts["split_seed"],
+        stratify=True,
+        scaler="none",
     )
     Xtr, Xte = Xtr.reshape(-1, 1, 8, 8), Xte.reshape(-1, 1, 8, 8)
     mean, std = Xtr.mean(), Xtr.std()
@@ -31,7 +36,14 @@ def load_breast_cancer(ds_dir: Path, opts: dict) -> Dataset:
     from sklearn.datasets import load_breast_cancer as lbc
 
     d = lbc()
-    Xtr, ytr, Xte, yte = split_scale(d.data, d.target, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=True, scaler=opts["scaler"])
+    Xtr, ytr, Xte, yte = split_scale(
+        d.data,
+        d.target,
+        test_size=opts["test_size"],
+        split_seed=opts["split_seed"],
+        stratify=True,
+        scaler=opts["scaler"],
+    )
     return Dataset(BREAST, Xtr, ytr, Xte, yte, feature_names=list(d.feature_names))
 
 
@@ -81,7 +93,9 @@ def synthetic_images(opts: dict) -> Dataset:
     y = rng.integers(0, k, size=n)
     templates = rng.standard_normal((k, c, h, w), dtype=np.float32) * np.float32(opts["separation"])
     X = rng.standard_normal((n, c, h, w), dtype=np.float32) + templates[y]
-    Xtr, ytr, Xte, yte = split_scale(X.reshape(n, -1), y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="none")
+    Xtr, ytr, Xte, yte = split_scale(
+        X.reshape(n, -1), y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="none"
+    )
     Xtr, Xte = Xtr.reshape(-1, c, h, w), Xte.reshape(-1, c, h, w)
     mean, std = Xtr.mean(axis=(0, 2, 3), keepdims=True), Xtr.std(axis=(0, 2, 3), keepdims=True)
     return Dataset(synthetic_info(opts), (Xtr - mean) / std, ytr, (Xte - mean) / std, yte)
@@ -93,27 +107,80 @@ def synthetic_info(opts: dict) -> DatasetInfo:
     n, k = int(opts["n"]), int(opts["n_classes"])
     check_limit("synthetic_n", n, "synthetic n")
     check_limit("n_classes", k, "synthetic n_classes")
-    width = math.prod(parse_shape(opts["shape"])) if opts.get("shape") else int(opts["blocks"]) * int(opts["block_width"])
+    width = (
+        math.prod(parse_shape(opts["shape"])) if opts.get("shape") else int(opts["blocks"]) * int(opts["block_width"])
+    )
     check_limit("synthetic_width", width, "synthetic features per sample")
-    check_memory(f"synthetic data of {n:,} x {width:,}", 8.0 * n * width * 2, 0.5, "lower n or the width")  # float64 draws, then the split copies
+    check_memory(
+        f"synthetic data of {n:,} x {width:,}", 8.0 * n * width * 2, 0.5, "lower n or the width"
+    )  # float64 draws, then the split copies
     if opts.get("shape"):
-        return DatasetInfo(**{**SYNTH.__dict__, "kind": "image", "n_classes": int(opts["n_classes"]), "shape": parse_shape(opts["shape"]),
-                              "title": f"Synthetic images {opts['shape']}"})
-    return DatasetInfo(**{**SYNTH.__dict__, "n_classes": int(opts["n_classes"]), "shape": (int(opts["blocks"]) * int(opts["block_width"]),)})
+        return DatasetInfo(
+            **{
+                **SYNTH.__dict__,
+                "kind": "image",
+                "n_classes": int(opts["n_classes"]),
+                "shape": parse_shape(opts["shape"]),
+                "title": f"Synthetic images {opts['shape']}",
+            }
+        )
+    return DatasetInfo(
+        **{
+            **SYNTH.__dict__,
+            "n_classes": int(opts["n_classes"]),
+            "shape": (int(opts["blocks"]) * int(opts["block_width"]),),
+        }
+    )
 
 
 def load_synthetic(ds_dir: Path, opts: dict) -> Dataset:
     if opts.get("shape"):
         return synthetic_images(opts)
-    X, y = make_synthetic(opts["n"], opts["blocks"], opts["block_width"], opts["informative"], opts["n_classes"], opts["separation"], opts["data_seed"])
-    Xtr, ytr, Xte, yte = split_scale(X, y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="standard")
-    return Dataset(synthetic_info(opts), Xtr, ytr, Xte, yte, feature_names=[f"b{j // opts['block_width']}_{j % opts['block_width']}" for j in range(X.shape[1])])
+    X, y = make_synthetic(
+        opts["n"],
+        opts["blocks"],
+        opts["block_width"],
+        opts["informative"],
+        opts["n_classes"],
+        opts["separation"],
+        opts["data_seed"],
+    )
+    Xtr, ytr, Xte, yte = split_scale(
+        X, y, test_size=opts["test_size"], split_seed=opts["data_seed"], stratify=True, scaler="standard"
+    )
+    return Dataset(
+        synthetic_info(opts),
+        Xtr,
+        ytr,
+        Xte,
+        yte,
+        feature_names=[f"b{j // opts['block_width']}_{j % opts['block_width']}" for j in range(X.shape[1])],
+    )
 
 
 SKL = "scikit-learn (bundled)"
-DIGITS = DatasetInfo("digits", "UCI optical digits, 8x8 images (scikit-learn)", "image", 10, (1, 8, 8), SKL, "CC BY 4.0", "Alpaydin & Kaynak (1998)", offline=True)
+DIGITS = DatasetInfo(
+    "digits",
+    "UCI optical digits, 8x8 images (scikit-learn)",
+    "image",
+    10,
+    (1, 8, 8),
+    SKL,
+    "CC BY 4.0",
+    "Alpaydin & Kaynak (1998)",
+    offline=True,
+)
 BREAST = DatasetInfo(
-    "breast_cancer", "Breast cancer Wisconsin diagnostic (scikit-learn)", "tabular", 2, (30,), SKL, "CC BY 4.0", "Street et al. (1993)", offline=True, positive_class=1
+    "breast_cancer",
+    "Breast cancer Wisconsin diagnostic (scikit-learn)",
+    "tabular",
+    2,
+    (30,),
+    SKL,
+    "CC BY 4.0",
+    "Street et al. (1993)",
+    offline=True,
+    positive_class=1,
 )
 SYNTH = DatasetInfo("synthetic", "Synthetic Gaussian blocks", "tabular", 2, (32,), "generated", "n/a", offline=True)
 
@@ -123,12 +190,22 @@ register(
     DatasetSpec(
         SYNTH,
         load_synthetic,
-        defaults={"n": 4000, "blocks": 4, "block_width": 8, "informative": 2, "n_classes": 2, "separation": 1.0, "test_size": 0.25, "data_seed": 0,
-                  "shape": ""},
+        defaults={
+            "n": 4000,
+            "blocks": 4,
+            "block_width": 8,
+            "informative": 2,
+            "n_classes": 2,
+            "separation": 1.0,
+            "test_size": 0.25,
+            "data_seed": 0,
+            "shape": "",
+        },
         prober=synthetic_info,
         option_help={
-            "shape": "CxHxW (e.g. 3x32x32, CIFAR-10's shape): images instead of tabular blocks (use an image --arch; blocks, "
-                     "block_width and informative then do not apply)",
+            "shape": "CxHxW (e.g. 3x32x32, CIFAR-10's shape): images instead of tabular blocks (use an image --arch; "
+            "blocks, "
+            "block_width and informative then do not apply)",
             "n": "number of samples",
             "blocks": "number of feature blocks (match --parties with the contiguous partitioner)",
             "block_width": "features per block",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataUnavailableError, VFLBenchError
-from ..outputs import shareable_mkstemp
+from ..files import shareable_mkstemp
 
 MIRROR_ENV = "VFLBENCH_DATA_MIRROR"
 DATA_ENV = "VFLBENCH_DATA"
@@ -137,7 +137,9 @@ class VerifiedDigests:
 
     def put(self, rel: str, path: Path, sha: str, kind: str) -> None:
         try:
-            base = "recorded" if kind == "first-use" else kind.split(" (")[0]  # a later run checks against the recorded sha256
+            base = (
+                "recorded" if kind == "first-use" else kind.split(" (")[0]
+            )  # a later run checks against the recorded sha256
             book = {**self._read(), rel: {"sha256": sha, "kind": base, "stamp": self._stamp(path)}}
             tmp = self.file.with_name(f".verified.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(book, indent=1, sort_keys=True))
@@ -188,7 +190,10 @@ def damaged(path: Path, reason: str, name: str | None = None, ds_dir: Path | Non
     moved = ""
     try:
         os.replace(path, aside)
-        moved = f" It was moved aside to {aside.name}; run again to restore it from the mirror ({MIRROR_ENV}) or with `vflbench data fetch{' ' + name if name else ''}` online."
+        moved = (
+            f" It was moved aside to {aside.name}; run again to restore it from the mirror ({MIRROR_ENV}) or with "
+            f"`vflbench data fetch{' ' + name if name else ''}` online."
+        )
     except OSError:
         moved = f" Delete it and run `vflbench data fetch{' ' + name if name else ''}` to restore it."
     raise VFLBenchError(f"Data file {path} is damaged ({reason}).{moved}")
@@ -275,7 +280,10 @@ def write_verified_cache(path: Path, arr: Any, source_sha256: str) -> dict[str, 
     data = buf.getvalue()
     own = hashlib.sha256(data).hexdigest()
     write_cache(path, lambda f: f.write(data))
-    write_cache(path.with_name(path.name + ".sha256"), lambda f: f.write(json.dumps({"source_sha256": source_sha256, "sha256": own}).encode()))
+    write_cache(
+        path.with_name(path.name + ".sha256"),
+        lambda f: f.write(json.dumps({"source_sha256": source_sha256, "sha256": own}).encode()),
+    )
     return {"cache": path.name, "source_sha256": source_sha256, "sha256": own}
 
 
@@ -358,23 +366,32 @@ def variant_in_mirror(name: str, variant: Variant) -> Path | None:
     return None
 
 
-def unavailable_message(name: str, what: str = "", ds_dir: Path | None = None, variants: tuple[Variant, ...] = ()) -> str:
+def unavailable_message(
+    name: str, what: str = "", ds_dir: Path | None = None, variants: tuple[Variant, ...] = ()
+) -> str:
     """Say what is missing, where it was looked for, and how to supply it."""
     files = ", ".join(f.path for f in variants[0].files) if variants else "its raw files"
     mirror = mirror_root()
     looked = f"not in {ds_dir}" if ds_dir is not None else "not on disk"
     subdirs = sorted({v.mirror_dir for v in variants if v.mirror_dir})
-    looked += f", not in the mirror {mirror}/{'|'.join(subdirs) or name}" if mirror is not None else f", and {MIRROR_ENV} is not set"
+    looked += (
+        f", not in the mirror {mirror}/{'|'.join(subdirs) or name}"
+        if mirror is not None
+        else f", and {MIRROR_ENV} is not set"
+    )
     urls = [u for v in variants for u in v.urls]
     manual = f" download {urls[0]} by hand into {ds_dir or 'the data folder'}," if urls else ""
     return (
         f"Dataset '{name}' is missing ({files}): {looked}{what}. To supply it:{manual} or set {MIRROR_ENV} to a folder "
-        f"holding {'/'.join(subdirs) or name}/ with those files (e.g. {MIRROR_ENV}=../shared/data), or run `vflbench data fetch {name}` "
+        f"holding {'/'.join(subdirs) or name}/ with those files (e.g. {MIRROR_ENV}=../shared/data), or run `vflbench "
+        f"data fetch {name}` "
         f"on a machine with internet access."
     )
 
 
-def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool = True) -> tuple[Variant, dict[str, str]]:
+def ensure_variant(
+    name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool = True
+) -> tuple[Variant, dict[str, str]]:
     """Make one variant's files present under ``ds_dir``; return it with the files' sha256.
 
     Order: a variant already on disk; a variant in the mirror (copied); the first variant with a URL
@@ -385,7 +402,9 @@ def ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], downl
         return _ensure_variant(name, ds_dir, variants, download)
 
 
-def _ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool) -> tuple[Variant, dict[str, str]]:
+def _ensure_variant(
+    name: str, ds_dir: Path, variants: tuple[Variant, ...], download: bool
+) -> tuple[Variant, dict[str, str]]:
     chosen = next((v for v in variants if variant_present(ds_dir, v)), None)
     if chosen is None:
         for v in variants:
@@ -407,7 +426,9 @@ def _ensure_variant(name: str, ds_dir: Path, variants: tuple[Variant, ...], down
             except OSError as e:  # URLError is an OSError
                 errors.append(f"{v.urls[0]}: {e}")
         if chosen is None:
-            raise DataUnavailableError(unavailable_message(name, "; the download failed (" + "; ".join(errors) + ")", ds_dir, variants))
+            raise DataUnavailableError(
+                unavailable_message(name, "; the download failed (" + "; ".join(errors) + ")", ds_dir, variants)
+            )
     if chosen is None:
         raise DataUnavailableError(unavailable_message(name, "", ds_dir, variants))
     sums, kinds = {}, {}
@@ -432,7 +453,9 @@ def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
             for f in v.files:
                 member = next((n for n in names if n.endswith("/" + f.path) or n == f.path), None)
                 if member is None:
-                    raise VFLBenchError(f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?")
+                    raise VFLBenchError(
+                        f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?"
+                    )
                 target = ds_dir / f.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fd, tmp = shareable_mkstemp(target.parent, ".tmp-" + target.name)

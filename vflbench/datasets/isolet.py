@@ -34,7 +34,12 @@ TRAIN, TEST = "isolet1+2+3+4.data", "isolet5.data"
 VARIANTS = (
     Variant("official", (RawFile(TRAIN), RawFile(TEST)), mirror_dir="isolet"),
     Variant("official-gz", (RawFile(TRAIN + ".gz"), RawFile(TEST + ".gz")), mirror_dir="isolet"),
-    Variant("official-Z", (RawFile(TRAIN + ".Z"), RawFile(TEST + ".Z")), mirror_dir="isolet", urls=(UCI + TRAIN + ".Z", UCI + TEST + ".Z")),
+    Variant(
+        "official-Z",
+        (RawFile(TRAIN + ".Z"), RawFile(TEST + ".Z")),
+        mirror_dir="isolet",
+        urls=(UCI + TRAIN + ".Z", UCI + TEST + ".Z"),
+    ),
     Variant("mat", MAT_FILES, mirror_dir="isolet"),
 )
 
@@ -45,7 +50,10 @@ def _read_bytes(path: Path) -> bytes:
             return f.read()
     if path.suffix == ".Z":  # unix `compress`; gzip decodes it
         if shutil.which("gzip") is None:
-            raise VFLBenchError(f"Reading {path.name} needs the `gzip` program (it decodes .Z files); install gzip or decompress it by hand.")
+            raise VFLBenchError(
+                f"Reading {path.name} needs the `gzip` program (it decodes .Z files); install gzip or decompress it "
+                "by hand."
+            )
         return subprocess.run(["gzip", "-dc", str(path)], check=True, capture_output=True).stdout
     return path.read_bytes()
 
@@ -83,7 +91,9 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
         Xte, yte = parts[4]
     if ytr.min() < 0 or ytr.max() > 25:
         raise VFLBenchError("ISOLET labels outside 1..26; the files are corrupt.")
-    Xtr, ytr, Xte, yte = split_scale(Xtr, ytr, X_test=Xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"])
+    Xtr, ytr, Xte, yte = split_scale(
+        Xtr, ytr, X_test=Xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"]
+    )
     return Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=[f"f{i}" for i in range(617)])
 
 
@@ -97,4 +107,8 @@ INFO = DatasetInfo(
     license="CC BY 4.0",
     citation="Fanty & Cole (1991), NIPS 3",
 )
-register(DatasetSpec(INFO, load, VARIANTS, defaults={"scaler": "standard"}, option_help={"scaler": "standard | minmax | none"}))
+register(
+    DatasetSpec(
+        INFO, load, VARIANTS, defaults={"scaler": "standard"}, option_help={"scaler": "standard | minmax | none"}
+    )
+)

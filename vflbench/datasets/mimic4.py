@@ -38,6 +38,7 @@ def fetch(ds_dir: Path, download: bool) -> dict[str, str]:
 
 def load(ds_dir: Path, opts: dict) -> Dataset:
     import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
+
     names = None
     if (ds_dir / "mimic4.npz").exists():
         try:
@@ -52,13 +53,20 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
             raise VFLBenchError(f"data/mimic4/mimic4.csv needs 'split' and 'label' columns. {MSG}")
         feats = [c for c in df.columns if c not in ("split", "label")]
         tr, te = df[df["split"] == "train"], df[df["split"] == "test"]
-        xtr, ytr, xte, yte = tr[feats].to_numpy(float), tr["label"].to_numpy(), te[feats].to_numpy(float), te["label"].to_numpy()
+        xtr, ytr, xte, yte = (
+            tr[feats].to_numpy(float),
+            tr["label"].to_numpy(),
+            te[feats].to_numpy(float),
+            te["label"].to_numpy(),
+        )
         names = feats
     ytr, yte = np.asarray(ytr, np.int64), np.asarray(yte, np.int64)
     n_classes = int(max(ytr.max(), yte.max()) + 1)
     if n_classes != 2:
         raise VFLBenchError(f"MIMIC-IV labels must be binary (0/1); found {n_classes} classes.")
-    xtr, ytr, xte, yte = split_scale(xtr, ytr, X_test=xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"])
+    xtr, ytr, xte, yte = split_scale(
+        xtr, ytr, X_test=xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"]
+    )
     info = DatasetInfo(**{**INFO.__dict__, "shape": (xtr.shape[1],)})
     return Dataset(info, xtr, ytr, xte, yte, feature_names=names)
 
@@ -74,4 +82,13 @@ INFO = DatasetInfo(
     citation="Johnson et al. (2023), Scientific Data 10",
     positive_class=1,
 )
-register(DatasetSpec(INFO, load, defaults={"scaler": "standard"}, option_help={"scaler": "standard | minmax | none"}, fetcher=fetch, available_fn=available))
+register(
+    DatasetSpec(
+        INFO,
+        load,
+        defaults={"scaler": "standard"},
+        option_help={"scaler": "standard | minmax | none"},
+        fetcher=fetch,
+        available_fn=available,
+    )
+)

@@ -45,14 +45,22 @@ N_VIEWS = 12
 URL = "http://supermoe.cs.umass.edu/shape_recog/shaded_images.tar.gz"
 ARCHIVE = "shaded_images.tar.gz"
 VIEW_RE = re.compile(r"^(?P<obj>.+?)(?:\.obj\.shaded_v|_)(?P<view>\d{3})\.(?:png|jpg|jpeg)$", re.IGNORECASE)
-LAYOUTS = {"pairs": (6, (2, 3), 1), "pair-both": (6, (2, 3), 2), "single": (12, (3, 4), 1)}  # parties, grid, views per tile
+LAYOUTS = {
+    "pairs": (6, (2, 3), 1),
+    "pair-both": (6, (2, 3), 2),
+    "single": (12, (3, 4), 1),
+}  # parties, grid, views per tile
 
 
 def find_root(base: Path) -> Path | None:
     """The folder that holds the class folders (``base`` itself or up to two levels below)."""
     if not base.is_dir():
         return None
-    for cand in [base, *sorted(p for p in base.iterdir() if p.is_dir()), *sorted(q for p in base.iterdir() if p.is_dir() for q in p.iterdir() if q.is_dir())]:
+    for cand in [
+        base,
+        *sorted(p for p in base.iterdir() if p.is_dir()),
+        *sorted(q for p in base.iterdir() if p.is_dir() for q in p.iterdir() if q.is_dir()),
+    ]:
         if (cand / CLASSES[0] / "train").is_dir():
             return cand
     return None
@@ -60,7 +68,11 @@ def find_root(base: Path) -> Path | None:
 
 def available(ds_dir: Path) -> bool:
     m = mirror_root()
-    return find_root(ds_dir) is not None or (ds_dir / ARCHIVE).exists() or (m is not None and (find_root(m / NAME) is not None or (m / NAME / ARCHIVE).exists()))
+    return (
+        find_root(ds_dir) is not None
+        or (ds_dir / ARCHIVE).exists()
+        or (m is not None and (find_root(m / NAME) is not None or (m / NAME / ARCHIVE).exists()))
+    )
 
 
 def _extract(archive: Path, dest: Path) -> None:
@@ -68,10 +80,14 @@ def _extract(archive: Path, dest: Path) -> None:
     want = set(CLASSES)
     try:
         with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and any(part in want for part in Path(m.name).parts[:3])]
+            members = [
+                m for m in tar.getmembers() if m.isfile() and any(part in want for part in Path(m.name).parts[:3])
+            ]
             tar.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, OSError, EOFError) as e:
-        raise VFLBenchError(f"{archive} cannot be read ({e}); delete it and run `vflbench data fetch {NAME}` again.") from None
+        raise VFLBenchError(
+            f"{archive} cannot be read ({e}); delete it and run `vflbench data fetch {NAME}` again."
+        ) from None
 
 
 def fetch(ds_dir: Path, download: bool) -> dict[str, str]:
@@ -93,14 +109,20 @@ def fetch(ds_dir: Path, download: bool) -> dict[str, str]:
                 _extract(ds_dir / ARCHIVE, ds_dir)
         root = find_root(ds_dir)
         if root is None:
-            raise VFLBenchError(f"{NAME}: no class folders ({CLASSES[0]}/train/...) under {ds_dir}; the render archive is incomplete.")
+            raise VFLBenchError(
+                f"{NAME}: no class folders ({CLASSES[0]}/train/...) under {ds_dir}; the render archive is incomplete."
+            )
         return {"views_index": _index_digest(_scan(root))}
 
 
 def _unavailable(extra: str = "") -> str:
-    return (f"{NAME}'s 12-view renders are not in data/{NAME}/ nor in the mirror ($VFLBENCH_DATA_MIRROR/{NAME}/).{extra} Online, run "
-            f"`vflbench data fetch {NAME}` (downloads {URL}, 1.6 GB, and keeps the ModelNet10 classes); or unpack the archive's "
-            f"ModelNet10 class folders into data/{NAME}/.")
+    return (
+        f"{NAME}'s 12-view renders are not in data/{NAME}/ nor in the mirror ($VFLBENCH_DATA_MIRROR/{NAME}/).{extra} "
+        "Online, run "
+        f"`vflbench data fetch {NAME}` (downloads {URL}, 1.6 GB, and keeps the ModelNet10 classes); or unpack the "
+        "archive's "
+        f"ModelNet10 class folders into data/{NAME}/."
+    )
 
 
 def _scan(root: Path) -> dict[str, list[tuple[int, str, list[Path]]]]:
@@ -110,7 +132,10 @@ def _scan(root: Path) -> dict[str, list[tuple[int, str, list[Path]]]]:
         for split in ("train", "test"):
             d = root / cls / split
             if not d.is_dir():
-                raise VFLBenchError(f"{NAME}: missing folder {d}; the renders must hold all ten ModelNet10 classes with train/ and test/.")
+                raise VFLBenchError(
+                    f"{NAME}: missing folder {d}; the renders must hold all ten ModelNet10 classes with train/ and "
+                    "test/."
+                )
             views: dict[str, dict[int, Path]] = {}
             for f in d.iterdir():
                 m = VIEW_RE.match(f.name)
@@ -119,8 +144,10 @@ def _scan(root: Path) -> dict[str, list[tuple[int, str, list[Path]]]]:
             for obj in sorted(views):
                 got = views[obj]
                 if sorted(got) != list(range(1, N_VIEWS + 1)):
-                    raise VFLBenchError(f"{NAME}: {cls}/{split}/{obj} has views {sorted(got)}, not 1..12; the renders are incomplete "
-                                        "(re-extract the archive).")
+                    raise VFLBenchError(
+                        f"{NAME}: {cls}/{split}/{obj} has views {sorted(got)}, not 1..12; the renders are incomplete "
+                        "(re-extract the archive)."
+                    )
                 out[split].append((label, obj, [got[v] for v in range(1, N_VIEWS + 1)]))
     if not out["train"] or not out["test"]:
         raise VFLBenchError(f"{NAME}: no rendered views found under {root}.")
@@ -188,7 +215,9 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
         raise VFLBenchError(f"{NAME}: layout={layout!r}; choices: {', '.join(LAYOUTS)}.")
     size, tr_draws, te_draws = int(opts["size"]), int(opts["train_draws"]), int(opts["test_draws"])
     if size < 4 or tr_draws < 1 or te_draws < 1:
-        raise VFLBenchError(f"{NAME}: need size >= 4 and train_draws, test_draws >= 1 (got {size}, {tr_draws}, {te_draws}).")
+        raise VFLBenchError(
+            f"{NAME}: need size >= 4 and train_draws, test_draws >= 1 (got {size}, {tr_draws}, {te_draws})."
+        )
     root = find_root(ds_dir)
     if root is None:
         raise DataUnavailableError(_unavailable())
@@ -205,8 +234,14 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
         raise VFLBenchError(f"{NAME}: normalize={opts['normalize']!r}; choices: dataset, none.")
     info = DatasetInfo(**{**INFO.__dict__, "shape": tuple(xtr.shape[1:])})
     ds = Dataset(info, xtr, ytr[otr], xte, yte[ote])
-    ds.preprocessing = {"layout": layout, "parties": LAYOUTS[layout][0], "grid": list(LAYOUTS[layout][1]), "view_size": size,
-                        "objects": {"train": int(len(ytr)), "test": int(len(yte))}, "samples": {"train": int(len(xtr)), "test": int(len(xte))}}
+    ds.preprocessing = {
+        "layout": layout,
+        "parties": LAYOUTS[layout][0],
+        "grid": list(LAYOUTS[layout][1]),
+        "view_size": size,
+        "objects": {"train": int(len(ytr)), "test": int(len(yte))},
+        "samples": {"train": int(len(xtr)), "test": int(len(xte))},
+    }
     return ds
 
 
@@ -222,12 +257,27 @@ INFO = DatasetInfo(
 )
 register(
     DatasetSpec(
-        INFO, load, (),
-        defaults={"layout": "pairs", "size": 32, "train_draws": 6, "test_draws": 2, "draw_seed": 0, "normalize": "dataset"},
-        option_help={"layout": "pairs (6 parties, one view of each adjacent pair) | pair-both (6 parties, 2 views) | single (12 parties)",
-                     "size": "view side in pixels after resizing", "train_draws": "random view draws per training model (pairs)",
-                     "test_draws": "random view draws per test model (pairs)", "draw_seed": "seed of the view draws",
-                     "normalize": "dataset (z-score with training statistics) | none"},
-        fetcher=fetch, available_fn=available,
+        INFO,
+        load,
+        (),
+        defaults={
+            "layout": "pairs",
+            "size": 32,
+            "train_draws": 6,
+            "test_draws": 2,
+            "draw_seed": 0,
+            "normalize": "dataset",
+        },
+        option_help={
+            "layout": "pairs (6 parties, one view of each adjacent pair) | pair-both (6 parties, 2 views) | single "
+            "(12 parties)",
+            "size": "view side in pixels after resizing",
+            "train_draws": "random view draws per training model (pairs)",
+            "test_draws": "random view draws per test model (pairs)",
+            "draw_seed": "seed of the view draws",
+            "normalize": "dataset (z-score with training statistics) | none",
+        },
+        fetcher=fetch,
+        available_fn=available,
     )
 )

@@ -25,7 +25,7 @@ VARIANTS = (
 def read_arff(path: Path) -> tuple[list[str], np.ndarray]:
     """The ARFF file through ``scipy.io.arff`` (via the table reader): attribute names and a float
     array of the nominal values {-1, 0, 1}."""
-    from .table import read_arff_frame  # lazy: pandas only when the file is read
+    from .reading import read_arff_frame  # lazy: pandas only when the file is read
 
     try:
         df = read_arff_frame(path)
@@ -40,7 +40,9 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
     if names[-1] != "Result" or arr.shape[1] != 31:
         raise VFLBenchError(f"{ds_dir / ARFF} is not the UCI phishing file (expected 30 attributes + Result).")
     X, y = arr[:, :-1], (arr[:, -1] > 0).astype(np.int64)
-    Xtr, ytr, Xte, yte = split_scale(X, y, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=True, scaler=opts["scaler"])
+    Xtr, ytr, Xte, yte = split_scale(
+        X, y, test_size=opts["test_size"], split_seed=opts["split_seed"], stratify=True, scaler=opts["scaler"]
+    )
     return Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=names[:-1])
 
 
@@ -61,6 +63,10 @@ register(
         load,
         VARIANTS,
         defaults={"test_size": 0.2, "split_seed": 0, "scaler": "none"},
-        option_help={"test_size": "held-out fraction (stratified)", "split_seed": "split random_state", "scaler": "none | standard | minmax"},
+        option_help={
+            "test_size": "held-out fraction (stratified)",
+            "split_seed": "split random_state",
+            "scaler": "none | standard | minmax",
+        },
     )
 )

@@ -66,32 +66,38 @@ class DatasetSpec:
 
 
 TABLE_SCHEMES = ("csv", "openml")  # users' tables: csv:PATH, openml:ID (:mod:`vflbench.datasets.table`)
+# name schemes -> the function that makes a spec for such a name (``csv:PATH``, ``aligned:party0=a.csv,...``);
+# registered by the modules above this one (the datasets package: the users' tables; entity alignment)
+SCHEMES: dict[str, Callable[[str], DatasetSpec]] = {}
+
+
+def register_scheme(prefix: str, make_spec: Callable[[str], DatasetSpec]) -> None:
+    SCHEMES[prefix] = make_spec
 
 
 def is_table_name(name: str) -> bool:
     return isinstance(name, str) and name.split(":", 1)[0] in TABLE_SCHEMES and ":" in name
 
 
+def _scheme(name: str) -> Callable[[str], DatasetSpec] | None:
+    return SCHEMES.get(name.split(":", 1)[0]) if isinstance(name, str) and ":" in name else None
+
+
 class DatasetRegistry(Registry[DatasetSpec]):
-    """The registered datasets, plus users' tables named ``csv:PATH`` or ``openml:ID`` (a spec is
-    made for each such name on first use; :mod:`vflbench.datasets.table`)."""
+    """The registered datasets, plus names with a registered scheme (``csv:PATH``, ``openml:ID``,
+    ``aligned:...``): a spec is made for each such name on first use by its scheme's function."""
 
     def get(self, name: str) -> DatasetSpec:
-        if isinstance(name, str) and name.startswith("aligned:"):  # parties' own files (--party-data): vflbench.alignment
-            from ..alignment import aligned_spec
-
-            return aligned_spec(name)
-        if is_table_name(name):
-            from .table import table_spec  # pandas: only for users' tables
-
-            return table_spec(name)
+        make = _scheme(name)
+        if make is not None:
+            return make(name)
         try:
             return super().get(name)
         except VFLBenchError as e:
             raise VFLBenchError(f"{e} Your own table: csv:PATH (or openml:ID).") from None
 
     def __contains__(self, name: str) -> bool:
-        return is_table_name(name) or (isinstance(name, str) and name.startswith("aligned:")) or super().__contains__(name)
+        return _scheme(name) is not None or super().__contains__(name)
 
 
 DATASETS: DatasetRegistry = DatasetRegistry("dataset")
@@ -130,7 +136,9 @@ def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[s
     if unknown:
         internal = {k for k, h in spec.option_help.items() if str(h).startswith("set by vflbench")}
         known = ", ".join(sorted(set(spec.defaults) - internal)) or "none"
-        raise VFLBenchError(f"Dataset '{spec.info.name}' has no option {', '.join(sorted(unknown))}. Known options: {known}.")
+        raise VFLBenchError(
+            f"Dataset '{spec.info.name}' has no option {', '.join(sorted(unknown))}. Known options: {known}."
+        )
     out = dict(spec.defaults)
     for k, v in options.items():
         out[k] = _coerce(v, spec.defaults[k], k, spec.info.name)
@@ -140,12 +148,21 @@ def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[s
 def load_dataset(name: str, options: dict[str, Any] | None = None, download: bool = True) -> Dataset:
     """Load a dataset by registry name, fetching its raw files first if needed."""
     import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
+
     spec = DATASETS.get(name)
     opts = resolve_options(spec, options)
     sums = spec.fetch(download=download)
     try:
         ds = spec.loader(spec.ds_dir(), opts)
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, struct.error) as e:
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        UnicodeDecodeError,
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        struct.error,
+    ) as e:
         if not sums:
             raise
         # the files passed their checks (or have none) but cannot be parsed: set them aside

@@ -22,11 +22,7 @@ the same run key and the same numbers; an edited file gives a new key.
 
 from __future__ import annotations
 
-import csv
 import difflib
-import gzip
-import io
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +35,22 @@ from ..paths import user_path
 from .base import Dataset, DatasetInfo
 from .fetch import data_root, sha256_file
 
+# re-exported: the loader reads with them
+from .reading import SEPARATORS, read_arff_frame, read_table, sniff_separator  # noqa: F401
+
 DEFAULTS: dict[str, Any] = {
-    "target": "", "drop": "", "test": "", "test_size": 0.2, "split_seed": 0, "scaler": "standard", "categorical": "", "positive": "",
-    "sep": "", "coerce": False, "keep": "", "file_sha256": "",
+    "target": "",
+    "drop": "",
+    "test": "",
+    "test_size": 0.2,
+    "split_seed": 0,
+    "scaler": "standard",
+    "categorical": "",
+    "positive": "",
+    "sep": "",
+    "coerce": False,
+    "keep": "",
+    "file_sha256": "",
 }
 INTERNAL = {"file_sha256"}  # set by vflbench, never listed to users
 HELP = {
@@ -58,10 +67,11 @@ HELP = {
     "keep": "keep these columns although they look useless (constant, all missing or an ID: dropped by default)",
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
-MAX_CLASS_SHARE = 0.2  # more classes than this share of the rows (and than MIN_REGRESSION_CLASSES): probably a regression target
+MAX_CLASS_SHARE = (
+    0.2  # more classes than this share of the rows (and than MIN_REGRESSION_CLASSES): probably a regression target
+)
 MIN_REGRESSION_CLASSES = 20
 NUMERIC_SHARE = 0.9  # a text column whose values are at least this share numbers is a numeric column with stray text
-SEPARATORS = ",;\t|"
 
 
 def _closest(name: str, choices) -> str:
@@ -78,119 +88,6 @@ def _cols(text: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- reading
-
-
-_CACHE: dict[tuple, pd.DataFrame] = {}
-
-
-def read_table(path: Path, sep: str = "", text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix.
-    ``sep``: the field separator of a delimited file; empty: detected from the first lines (the
-    separator used is in ``df.attrs["sep"]``). ``text_columns``: read as the text they hold (an ID
-    ``001000`` stays ``001000``, not the number 1000)."""
-    path = Path(path)
-    if not path.exists():
-        raise VFLBenchError(f"No such file: {path}. Give the path of a .csv, .csv.gz, .tsv or .arff file (relative to the working directory).")
-    if path.is_dir():
-        raise VFLBenchError(f"{path} is a directory; give the path of a table file (.csv, .csv.gz, .tsv or .arff).")
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep, tuple(text_columns))
-    if key in _CACHE:
-        return _CACHE[key]
-    if st.st_size == 0:
-        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
-    name = path.name.lower()
-    gz = name.endswith(".gz")
-    opener = gzip.open if gz else open
-    try:
-        with opener(path, "rb") as f:
-            head = f.read(1 << 16)
-    except (OSError, EOFError) as e:
-        raise VFLBenchError(f"{path} cannot be read ({e}); if it is compressed, check that it is a complete .gz file.") from None
-    if b"\x00" in head:
-        raise VFLBenchError(f"{path} is not a table: it holds binary data (NUL bytes). Export it as CSV, TSV or ARFF.")
-    if not head.strip():
-        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
-    base = name[:-3] if gz else name
-    if base.endswith(".arff"):
-        df = read_arff_frame(path)
-    else:
-        used = sep or ("\t" if base.endswith(".tsv") else sniff_separator(head))
-        df = _read_delimited(path, head, used, text_columns)
-        df.attrs["sep"] = used
-    if len(df) == 0:
-        raise VFLBenchError(f"{path} has a header but no data rows.")
-    _CACHE[key] = df
-    return df
-
-
-def sniff_separator(head: bytes) -> str:
-    """The field separator of a delimited file from its first lines (``csv.Sniffer`` over , ; tab |);
-    a comma when the lines do not say."""
-    text = head.decode("utf-8-sig", errors="replace")
-    lines = text.splitlines()[:20]
-    if len(lines) > 1 and not text.endswith(("\n", "\r")):
-        lines = lines[:-1]  # the last line may be cut mid-way
-    try:
-        return csv.Sniffer().sniff("\n".join(lines), delimiters=SEPARATORS).delimiter
-    except csv.Error:
-        return ","
-
-
-def _read_delimited(path: Path, head: bytes, sep: str, text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    try:
-        first = head.decode("utf-8-sig").splitlines()[0]
-    except UnicodeDecodeError:
-        raise VFLBenchError(f"{path} is not a UTF-8 text table; re-save it as UTF-8 CSV.") from None
-    header = next(csv.reader(io.StringIO(first), delimiter=sep), [])
-    header = [h.strip() for h in header]
-    dupes = sorted({h for h in header if header.count(h) > 1})
-    if dupes:
-        raise VFLBenchError(f"{path}: duplicate column name(s) {', '.join(repr(d) for d in dupes)} in the header; every column needs a unique name.")
-    if any(h == "" for h in header) and len(header) > 1:
-        raise VFLBenchError(f"{path}: the header has an empty column name (column {header.index('') + 1}); name every column.")
-    try:
-        text = {raw: str for raw in next(csv.reader(io.StringIO(first), delimiter=sep), []) if raw.strip() in text_columns}
-        df = pd.read_csv(path, sep=sep, compression="infer", skipinitialspace=True, encoding="utf-8-sig", dtype=text or None)
-    except pd.errors.ParserError as e:
-        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
-        if m:
-            raise VFLBenchError(f"{path}: line {m.group(2)} has {m.group(3)} fields but the header has {m.group(1)}; "
-                                "every row needs one value per column (quote values that contain the separator).") from None
-        raise VFLBenchError(f"{path} is not a well-formed table: {str(e).splitlines()[-1]}") from None
-    except UnicodeDecodeError:
-        raise VFLBenchError(f"{path} is not a UTF-8 text table; re-save it as UTF-8 CSV.") from None
-    except pd.errors.EmptyDataError:
-        raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    return df
-
-
-def read_arff_frame(path: Path) -> pd.DataFrame:
-    """ARFF through ``scipy.io.arff``: nominal values decoded to text, ``?`` to missing."""
-    from scipy.io import arff
-
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
-                data, meta = arff.loadarff(f)
-        else:
-            data, meta = arff.loadarff(str(path))
-    except (ValueError, NotImplementedError, arff.ParseArffError, UnicodeDecodeError) as e:
-        raise VFLBenchError(f"{path} is not a readable ARFF file: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}") from None
-    names = list(meta.names())
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise VFLBenchError(f"{path}: duplicate attribute name(s) {', '.join(dupes)}; every attribute needs a unique name.")
-    df = pd.DataFrame(data)
-    for c, kind in zip(names, meta.types(), strict=True):
-        if kind == "nominal":
-            s = df[c].map(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v)
-            df[c] = s.where(s != "?", np.nan)
-    return df
-
-
-# ----------------------------------------------------------------------------- preprocessing
 
 
 @dataclass
@@ -244,35 +141,49 @@ def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
     target = str(opts.get("target") or "").strip()
     cols = [str(c) for c in df.columns]
     if not target:
-        raise VFLBenchError(f"{tab.label}: say which column is the label with --data-opt target=COLUMN. Columns: {', '.join(cols)}.")
+        raise VFLBenchError(
+            f"{tab.label}: say which column is the label with --data-opt target=COLUMN. Columns: {', '.join(cols)}."
+        )
     if target not in df.columns:
         raise VFLBenchError(f"{tab.label}: no column '{target}'{_closest(target, cols)}. Columns: {', '.join(cols)}.")
     if tab.test is not None and target not in tab.test.columns:
         tcols = [str(c) for c in tab.test.columns]
-        raise VFLBenchError(f"{tab.label}: the test file has no column '{target}' (the target){_closest(target, tcols)}; it needs the training file's columns. "
-                            f"Its columns: {', '.join(tcols)}.")
+        raise VFLBenchError(
+            f"{tab.label}: the test file has no column '{target}' (the target){_closest(target, tcols)}; it needs the "
+            "training file's columns. "
+            f"Its columns: {', '.join(tcols)}."
+        )
     y = df[target] if tab.test is None else pd.concat([df[target], tab.test[target]], ignore_index=True)
     y_text = y.map(lambda v: np.nan if pd.isna(v) else _fmt(v))
     classes = _class_order(y)
     n_rows = int(y_text.notna().sum())
     if len(classes) < 2:
-        raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} class{'es' if len(classes) != 1 else ''}"
-                            f"{' (' + classes[0] + ')' if classes else ''}; classification needs at least two.")
+        raise VFLBenchError(
+            f"{tab.label}: target '{target}' has {len(classes)} class{'es' if len(classes) != 1 else ''}"
+            f"{' (' + classes[0] + ')' if classes else ''}; classification needs at least two."
+        )
     if len(classes) > max(MIN_REGRESSION_CLASSES, MAX_CLASS_SHARE * n_rows):
-        raise VFLBenchError(f"{tab.label}: target '{target}' has {len(classes)} distinct values in {n_rows} rows (more than "
-                            f"{MAX_CLASS_SHARE:.0%} of the rows): it looks like a regression target. vflbench benchmarks classification; "
-                            "bin it into classes first, or pick another target.")
+        raise VFLBenchError(
+            f"{tab.label}: target '{target}' has {len(classes)} distinct values in {n_rows} rows (more than "
+            f"{MAX_CLASS_SHARE:.0%} of the rows): it looks like a regression target. vflbench benchmarks "
+            "classification; "
+            "bin it into classes first, or pick another target."
+        )
     mapping = {c: i for i, c in enumerate(classes)}
     pos = str(opts.get("positive") or "").strip()
     if pos:
         if pos not in mapping:
-            raise VFLBenchError(f"{tab.label}: positive={pos!r} is not a class of '{target}'; classes: {', '.join(classes)}.")
+            raise VFLBenchError(
+                f"{tab.label}: positive={pos!r} is not a class of '{target}'; classes: {', '.join(classes)}."
+            )
         positive = mapping[pos]
     elif len(classes) == 2:
         train_y = df[target].map(lambda v: np.nan if pd.isna(v) else _fmt(v)).dropna()
         counts = train_y.value_counts()
         a, b = classes
-        positive = mapping[a] if counts.get(a, 0) < counts.get(b, 0) else mapping[b]  # the minority class (ties: the second)
+        positive = (
+            mapping[a] if counts.get(a, 0) < counts.get(b, 0) else mapping[b]
+        )  # the minority class (ties: the second)
     else:
         positive = None
     return Target(y_text, classes, mapping, positive)
@@ -284,7 +195,9 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
     drop = _cols(opts.get("drop"))
     for d in drop:
         if d not in cols:
-            raise VFLBenchError(f"{tab.label}: drop={d!r} is not a column{_closest(d, cols)}. Columns: {', '.join(cols)}.")
+            raise VFLBenchError(
+                f"{tab.label}: drop={d!r} is not a column{_closest(d, cols)}. Columns: {', '.join(cols)}."
+            )
     if target in drop:
         raise VFLBenchError(f"{tab.label}: the target '{target}' is also in drop=; drop only feature columns.")
     feats = [c for c in cols if c != target and c not in drop]
@@ -296,7 +209,10 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
     if tab.test is not None:
         missing = [c for c in [*feats, target] if c not in tab.test.columns]
         if missing:
-            raise VFLBenchError(f"{tab.label}: the test file lacks column(s) {', '.join(missing)}; it needs the training file's columns.")
+            raise VFLBenchError(
+                f"{tab.label}: the test file lacks column(s) {', '.join(missing)}; it needs the training file's "
+                "columns."
+            )
     return feats
 
 
@@ -325,12 +241,21 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     y_all = tgt.y_text
     keep = y_all.notna().to_numpy()
     if (~keep).any():
-        warnings.warn(f"{tab.label}: {int((~keep).sum())} row(s) have no value in the target '{target}' and are dropped "
-                      f"({int(keep.sum())} of {len(keep)} rows kept).", VFLBenchWarning, stacklevel=2)
-    full, coerced = _numeric_with_stray_text(tab.label, full, feats, _cols(opts.get("categorical")), bool(opts.get("coerce")))
+        warnings.warn(
+            f"{tab.label}: {int((~keep).sum())} row(s) have no value in the target '{target}' and are dropped "
+            f"({int(keep.sum())} of {len(keep)} rows kept).",
+            VFLBenchWarning,
+            stacklevel=2,
+        )
+    full, coerced = _numeric_with_stray_text(
+        tab.label, full, feats, _cols(opts.get("categorical")), bool(opts.get("coerce"))
+    )
     feats, auto_dropped = _useless_columns(tab.label, full.loc[keep], feats, _cols(opts.get("keep")))
     if not feats:
-        raise VFLBenchError(f"{tab.label}: every feature column was dropped as useless ({', '.join(auto_dropped)}); keep some with --data-opt keep=COL.")
+        raise VFLBenchError(
+            f"{tab.label}: every feature column was dropped as useless ({', '.join(auto_dropped)}); keep some with "
+            "--data-opt keep=COL."
+        )
     kinds = column_kinds(full.iloc[:n_train_rows][feats], _cols(opts.get("categorical")))
     missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
     X_df = full.loc[keep, feats].reset_index(drop=True)
@@ -345,9 +270,11 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
             tr_idx, te_idx = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
         except ValueError as e:
             counts = np.bincount(y, minlength=len(tgt.classes))
-            raise VFLBenchError(f"{tab.label}: cannot make a stratified split with test_size={test_size} ({e}). Class counts: "
-                                + ", ".join(f"{c}={n}" for c, n in zip(tgt.classes, counts, strict=True))
-                                + ". Give a test file with test=PATH, or change test_size.") from None
+            raise VFLBenchError(
+                f"{tab.label}: cannot make a stratified split with test_size={test_size} ({e}). Class counts: "
+                + ", ".join(f"{c}={n}" for c, n in zip(tgt.classes, counts, strict=True))
+                + ". Give a test file with test=PATH, or change test_size."
+            ) from None
     else:
         tr_idx, te_idx = np.flatnonzero(is_train), np.flatnonzero(~is_train)
         if len(te_idx) == 0:
@@ -367,10 +294,21 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     if scalers[scaler] is not None:
         num_steps.append(("scale", scalers[scaler]()))
     ct = ColumnTransformer(
-        [("num", Pipeline(num_steps), num),
-         ("cat", Pipeline([("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
-                           ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False))]), cat)],
-        remainder="drop", sparse_threshold=0.0,
+        [
+            ("num", Pipeline(num_steps), num),
+            (
+                "cat",
+                Pipeline(
+                    [
+                        ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+                        ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
+                    ]
+                ),
+                cat,
+            ),
+        ],
+        remainder="drop",
+        sparse_threshold=0.0,
     )
     Xtr = ct.fit_transform(X_df.iloc[tr_idx])
     Xte = ct.transform(X_df.iloc[te_idx])
@@ -386,21 +324,41 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     Xtr, Xte = Xtr[:, order], Xte[:, order]
     sources, names = [sources[i] for i in order], [names[i] for i in order]
     info = DatasetInfo(
-        name=tab.label, title=tab.source or tab.label, kind="tabular", n_classes=len(tgt.classes), shape=(Xtr.shape[1],),
-        source=tab.source or tab.label, license="the user's", positive_class=tgt.positive,
+        name=tab.label,
+        title=tab.source or tab.label,
+        kind="tabular",
+        n_classes=len(tgt.classes),
+        shape=(Xtr.shape[1],),
+        source=tab.source or tab.label,
+        license="the user's",
+        positive_class=tgt.positive,
     )
     widths = {c: sources.count(c) for c in feats}
     prep = {
-        "target": target, "classes": tgt.mapping, "positive_class": None if tgt.positive is None else tgt.classes[tgt.positive],
-        "rows": {"read": int(len(full)), "dropped_missing_target": int((~keep).sum()), "train": int(len(tr_idx)), "test": int(len(te_idx))},
+        "target": target,
+        "classes": tgt.mapping,
+        "positive_class": None if tgt.positive is None else tgt.classes[tgt.positive],
+        "rows": {
+            "read": int(len(full)),
+            "dropped_missing_target": int((~keep).sum()),
+            "train": int(len(tr_idx)),
+            "test": int(len(te_idx)),
+        },
         "columns": {c: {"kind": kinds[c], "encoded_width": widths[c]} for c in feats},
         "dropped_columns": _cols(opts.get("drop")),
         "auto_dropped_columns": auto_dropped,
         "coerced_columns": coerced,
         "sep": tab.train.attrs.get("sep"),
-        "missing_cells": {"total": int(sum(missing_cells.values())), "per_column": missing_cells,
-                          "imputed": {"numeric": "median of the training split", "categorical": "most frequent value of the training split"}},
-        "scaler": scaler, "encoded_width": int(Xtr.shape[1]),
+        "missing_cells": {
+            "total": int(sum(missing_cells.values())),
+            "per_column": missing_cells,
+            "imputed": {
+                "numeric": "median of the training split",
+                "categorical": "most frequent value of the training split",
+            },
+        },
+        "scaler": scaler,
+        "encoded_width": int(Xtr.shape[1]),
     }
     ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names)
     ds.feature_sources = sources
@@ -409,7 +367,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     return ds
 
 
-def _numeric_with_stray_text(label: str, df: pd.DataFrame, feats: list[str], categorical: list[str], coerce: bool) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+def _numeric_with_stray_text(
+    label: str, df: pd.DataFrame, feats: list[str], categorical: list[str], coerce: bool
+) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """A text column whose values are nearly all numbers is a numeric column with stray text (a typo,
     'n/a', '?'): one-hot encoding it would make hundreds of levels. It is an error naming the column
     and its first bad values, or, with coerce=true, numeric with those values missing (a warning)."""
@@ -432,14 +392,22 @@ def _numeric_with_stray_text(label: str, df: pd.DataFrame, feats: list[str], cat
             continue
         first = [str(v) for v in pd.unique(bad)[:3]]
         if not coerce:
-            raise VFLBenchError(f"{label}: column '{c}' is numeric but for {len(bad)} value(s) such as {', '.join(repr(v) for v in first)}; "
-                                f"fix them in the file, give --data-opt coerce=true to read them as missing, or categorical={c} to encode the column as text.")
+            raise VFLBenchError(
+                f"{label}: column '{c}' is numeric but for {len(bad)} value(s) such as "
+                f"{', '.join(repr(v) for v in first)}; "
+                f"fix them in the file, give --data-opt coerce=true to read them as missing, or categorical={c} to "
+                "encode the column as text."
+            )
         if out is df:
             out = df.copy()
         out[c] = pd.to_numeric(s, errors="coerce")
         coerced[c] = first
-        warnings.warn(f"{label}: column '{c}' has {len(bad)} non-numeric value(s) such as {', '.join(repr(v) for v in first)}; "
-                      "read as missing (coerce=true).", VFLBenchWarning, stacklevel=3)
+        warnings.warn(
+            f"{label}: column '{c}' has {len(bad)} non-numeric value(s) such as {', '.join(repr(v) for v in first)}; "
+            "read as missing (coerce=true).",
+            VFLBenchWarning,
+            stacklevel=3,
+        )
     return out, coerced
 
 
@@ -473,8 +441,12 @@ def _useless_columns(label: str, df: pd.DataFrame, feats: list[str], keep: list[
             dropped.append(c)
             reasons.append(f"'{c}' ({why})")
     if dropped:
-        warnings.warn(f"{label}: dropping {len(dropped)} column(s) that cannot inform the model: {', '.join(reasons)}; "
-                      f"keep them with --data-opt keep={','.join(dropped)}.", VFLBenchWarning, stacklevel=3)
+        warnings.warn(
+            f"{label}: dropping {len(dropped)} column(s) that cannot inform the model: {', '.join(reasons)}; "
+            f"keep them with --data-opt keep={','.join(dropped)}.",
+            VFLBenchWarning,
+            stacklevel=3,
+        )
     return [c for c in feats if c not in dropped], dropped
 
 
@@ -527,13 +499,22 @@ def _openml(name: str, ref: str, opts: dict[str, Any], download: bool) -> Table:
     try:
         bunch = fetch_openml(**kwargs)
     except Exception as e:  # network errors, unknown ids: one clear line
-        raise VFLBenchError(f"openml:{data_id} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}). "
-                            f"It needs an internet connection the first time (then it is cached under {home}); "
-                            "offline, export the table as CSV and use csv:PATH.") from None
+        raise VFLBenchError(
+            f"openml:{data_id} could not be read ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else ''}). "
+            f"It needs an internet connection the first time (then it is cached under {home}); "
+            "offline, export the table as CSV and use csv:PATH."
+        ) from None
     df = bunch.frame
     if not str(opts.get("target") or "").strip() and bunch.target_names:
         opts["target"] = bunch.target_names[0]
-    return Table(name, df, None, {f"openml:{data_id}": f"openml-version-{bunch.details.get('version', '?')}"}, f"https://www.openml.org/d/{data_id}")
+    return Table(
+        name,
+        df,
+        None,
+        {f"openml:{data_id}": f"openml-version-{bunch.details.get('version', '?')}"},
+        f"https://www.openml.org/d/{data_id}",
+    )
 
 
 def file_checksum(name: str, opts: dict[str, Any]) -> str:
@@ -591,9 +572,15 @@ def table_spec(name: str):
 
     if name not in _SPECS:
         scheme = name.split(":", 1)[0]
-        info = DatasetInfo(name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's")
+        info = DatasetInfo(
+            name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's"
+        )
         _SPECS[name] = DatasetSpec(
-            info, lambda _dir, opts: load_table_dataset(name, opts), (), dict(DEFAULTS), dict(HELP),
+            info,
+            lambda _dir, opts: load_table_dataset(name, opts),
+            (),
+            dict(DEFAULTS),
+            dict(HELP),
             fetcher=lambda _dir, download: {},
             available_fn=(lambda _dir: table_path(name).exists()) if scheme == "csv" else (lambda _dir: True),
             prober=lambda opts: probe_info(name, opts),

@@ -22,9 +22,13 @@ def _read_matrix(path: Path, n_cols: int | None = None) -> np.ndarray:
     try:
         arr = np.loadtxt(path, dtype=np.float64, ndmin=2)
     except ValueError as e:
-        raise VFLBenchError(f"{path} is not a whitespace-separated numeric matrix ({e}); the file is corrupt.") from None
+        raise VFLBenchError(
+            f"{path} is not a whitespace-separated numeric matrix ({e}); the file is corrupt."
+        ) from None
     if n_cols is not None and arr.shape[1] != n_cols:
-        raise VFLBenchError(f"{path} has {arr.shape[1]} columns, expected {n_cols}; the file is corrupt or not the official one.")
+        raise VFLBenchError(
+            f"{path} has {arr.shape[1]} columns, expected {n_cols}; the file is corrupt or not the official one."
+        )
     return arr
 
 
@@ -39,7 +43,9 @@ def _make_loader(info: DatasetInfo, train_dir: str, test_dir: str, n_features: i
                 raise VFLBenchError(f"{info.name} {which} labels outside 1..{info.n_classes}; the file is corrupt.")
         if len(Xtr) != len(ytr) or len(Xte) != len(yte):
             raise VFLBenchError(f"{info.name}: X and y files differ in length; the files are corrupt.")
-        Xtr, ytr, Xte, yte = split_scale(Xtr, ytr, X_test=Xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"])
+        Xtr, ytr, Xte, yte = split_scale(
+            Xtr, ytr, X_test=Xte, y_test=yte, test_size=0, split_seed=0, stratify=False, scaler=opts["scaler"]
+        )
         return Dataset(info, Xtr, ytr, Xte, yte, feature_names=[f"f{i}" for i in range(n_features)])
 
     return load

@@ -97,7 +97,9 @@ def _make_idx_family(name: str, cls_name: str, shas: dict[str, str] | None):
         try:
             tr, te = cls(str(ds_dir), train=True), cls(str(ds_dir), train=False)
         except (RuntimeError, ValueError, AssertionError) as e:
-            raise VFLBenchError(f"{name}: torchvision could not read the files under {ds_dir} ({e}); delete them and fetch again.") from None
+            raise VFLBenchError(
+                f"{name}: torchvision could not read the files under {ds_dir} ({e}); delete them and fetch again."
+            ) from None
         xtr = tr.data.numpy()[:, None].astype(np.float32) / 255.0
         xte = te.data.numpy()[:, None].astype(np.float32) / 255.0
         xtr, xte = _normalise(name, xtr, xte, opts["normalize"])
@@ -167,12 +169,46 @@ def _normalise(name: str, xtr: np.ndarray, xte: np.ndarray, how: str) -> tuple[n
 
 
 INFOS = {
-    "mnist": DatasetInfo("mnist", "MNIST handwritten digits", "image", 10, (1, 28, 28), "http://yann.lecun.com/exdb/mnist/", "CC BY-SA 3.0", "LeCun et al. (1998)"),
-    "fashion-mnist": DatasetInfo(
-        "fashion-mnist", "Fashion-MNIST", "image", 10, (1, 28, 28), "https://github.com/zalandoresearch/fashion-mnist", "MIT", "Xiao, Rasul & Vollgraf (2017)"
+    "mnist": DatasetInfo(
+        "mnist",
+        "MNIST handwritten digits",
+        "image",
+        10,
+        (1, 28, 28),
+        "http://yann.lecun.com/exdb/mnist/",
+        "CC BY-SA 3.0",
+        "LeCun et al. (1998)",
     ),
-    "cifar10": DatasetInfo("cifar10", "CIFAR-10", "image", 10, (3, 32, 32), "https://www.cs.toronto.edu/~kriz/cifar.html", "no explicit license (free for research)", "Krizhevsky (2009)"),
-    "cifar100": DatasetInfo("cifar100", "CIFAR-100", "image", 100, (3, 32, 32), "https://www.cs.toronto.edu/~kriz/cifar.html", "no explicit license (free for research)", "Krizhevsky (2009)"),
+    "fashion-mnist": DatasetInfo(
+        "fashion-mnist",
+        "Fashion-MNIST",
+        "image",
+        10,
+        (1, 28, 28),
+        "https://github.com/zalandoresearch/fashion-mnist",
+        "MIT",
+        "Xiao, Rasul & Vollgraf (2017)",
+    ),
+    "cifar10": DatasetInfo(
+        "cifar10",
+        "CIFAR-10",
+        "image",
+        10,
+        (3, 32, 32),
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+        "no explicit license (free for research)",
+        "Krizhevsky (2009)",
+    ),
+    "cifar100": DatasetInfo(
+        "cifar100",
+        "CIFAR-100",
+        "image",
+        100,
+        (3, 32, 32),
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+        "no explicit license (free for research)",
+        "Krizhevsky (2009)",
+    ),
 }
 NORM_HELP = {
     "normalize": "dataset (fixed per-dataset mean/std) | train (train-set stats) | none ([0,1])",
@@ -205,9 +241,28 @@ def _with_subset(load):
 
     return wrapped
 
+
 for _name, _cls, _sha in (("mnist", "MNIST", None), ("fashion-mnist", "FashionMNIST", FMNIST_SHA)):
     _a, _f, _l = _make_idx_family(_name, _cls, _sha)
-    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(
+        DatasetSpec(
+            INFOS[_name],
+            _with_subset(_l),
+            defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0},
+            option_help=NORM_HELP,
+            fetcher=_f,
+            available_fn=_a,
+        )
+    )
 for _name in CIFAR:
     _a, _f, _l = _make_cifar(_name)
-    register(DatasetSpec(INFOS[_name], _with_subset(_l), defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0}, option_help=NORM_HELP, fetcher=_f, available_fn=_a))
+    register(
+        DatasetSpec(
+            INFOS[_name],
+            _with_subset(_l),
+            defaults={"normalize": "dataset", "train_subset": 0, "test_subset": 0},
+            option_help=NORM_HELP,
+            fetcher=_f,
+            available_fn=_a,
+        )
+    )

@@ -27,4 +27,15 @@ from ..plugins import load_plugins  # noqa: E402
 
 load_plugins()
 
-__all__ = ["METHODS", "Batch", "BatchPrediction", "Epoch", "Method", "MethodContext", "Option", "Stage", "display_name", "method_order"]
+__all__ = [
+    "METHODS",
+    "Batch",
+    "BatchPrediction",
+    "Epoch",
+    "Method",
+    "MethodContext",
+    "Option",
+    "Stage",
+    "display_name",
+    "method_order",
+]

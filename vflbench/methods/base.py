@@ -77,9 +77,13 @@ class Option:
             else:
                 v = str(value).strip()
         except (TypeError, ValueError):
-            raise VFLBenchError(f"Option {self.name} of method '{owner}' expects {t.__name__}, got {value!r}.") from None
+            raise VFLBenchError(
+                f"Option {self.name} of method '{owner}' expects {t.__name__}, got {value!r}."
+            ) from None
         if self.choices is not None and v not in self.choices:
-            raise VFLBenchError(f"Option {self.name}={v!r} of method '{owner}': choices are {', '.join(map(str, self.choices))}.")
+            raise VFLBenchError(
+                f"Option {self.name}={v!r} of method '{owner}': choices are {', '.join(map(str, self.choices))}."
+            )
         if self.check is not None:
             msg = self.check(v)
             if msg:
@@ -194,15 +198,24 @@ class Method:
     stages: ClassVar[tuple[Stage, ...]] = (Stage(),)
     local_only: ClassVar[bool] = False  # True: no representation ever leaves a party (e.g. Local)
     needs_labeled: ClassVar[bool] = False  # True: semi-supervised only; a run must give --labeled
-    eval_variants: tuple[str, ...] = ()  # other ways to predict, logged as metric@variant (see use_variant); a run's options may set it in build
+    eval_variants: tuple[
+        str, ...
+    ] = ()  # other ways to predict, logged as metric@variant (see use_variant); a run's options may set it in build
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
     packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
     boundary_refusal: ClassVar[str | None] = None  # why a --mechanism cannot wrap this method's boundary (None: it can)
-    runtime_refusal: ClassVar[str | None] = None  # why the parties of this method cannot run as separate processes (None: they can; vflbench.runtime)
-    sums_at_server: ClassVar[bool] = False  # the server reads only the sum of the parties' values (Channel.aggregate): secure aggregation can hide each one
+    runtime_refusal: ClassVar[str | None] = (
+        None  # why the parties of this method cannot run as separate processes (None: they can; vflbench.runtime)
+    )
+    sums_at_server: ClassVar[bool] = (
+        # the server reads only the sum of the parties' values (Channel.aggregate): secure aggregation can hide each one
+        False
+    )
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
-    smoke_hp: ClassVar[dict[str, Any]] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
+    smoke_hp: ClassVar[
+        dict[str, Any]
+    ] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx
@@ -331,16 +344,24 @@ class Method:
         self.member_group += groups if groups is not None else [0] * n
         return ids
 
-    def extractors(self, prefix: str, party_of: list[int], groups: list[int] | None = None) -> tuple[Extractors, list[int]]:
+    def extractors(
+        self, prefix: str, party_of: list[int], groups: list[int] | None = None
+    ) -> tuple[Extractors, list[int]]:
         ids = self.new_members(len(party_of), groups)
-        ex = Extractors(self.ctx.model, self.store, prefix, party_of, ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
+        ex = Extractors(
+            self.ctx.model, self.store, prefix, party_of, ids, self.ctx.widths, self.ctx.in_ch, self.init_gen
+        )
         self.extractor_sets.append(ex)
         return ex, ids
 
-    def heads(self, prefix: str, n: int, in_dim: int, groups: list[int] | None = None, hidden: int | None = None) -> tuple[HeadBank, list[int]]:
+    def heads(
+        self, prefix: str, n: int, in_dim: int, groups: list[int] | None = None, hidden: int | None = None
+    ) -> tuple[HeadBank, list[int]]:
         """``n`` fusion heads; ``hidden`` None follows the model's ``head_hidden`` (0 = one Linear)."""
         ids = self.new_members(n, groups)
-        return HeadBank(self.store, prefix, ids, in_dim, self.c, self.ctx.model.head_hidden if hidden is None else hidden), ids
+        return HeadBank(
+            self.store, prefix, ids, in_dim, self.c, self.ctx.model.head_hidden if hidden is None else hidden
+        ), ids
 
     def module(self, make: Callable[[], torch.nn.Module], group: int = 0) -> tuple[torch.nn.Module, int]:
         """Any ``torch.nn.Module`` as one member (e.g. a decoder or a discriminator). ``make`` runs
@@ -356,12 +377,16 @@ class Method:
         """Fusion of representations before a Linear head: 'mean' (the papers' default) or 'sum'."""
         f = self.options.get("fusion", "mean")
         if f not in ("mean", "sum"):
-            raise VFLBenchError(f"fusion must be 'mean' or 'sum' for {self.display}, got {f!r} (PlugVFL always concatenates).")
+            raise VFLBenchError(
+                f"fusion must be 'mean' or 'sum' for {self.display}, got {f!r} (PlugVFL always concatenates)."
+            )
         return f == "mean"
 
     # -- shared
     def module_params(self) -> list[tuple[torch.nn.Parameter, int]]:
-        return [mp for e in self.extractor_sets for mp in e.member_params()] + [(p, mid) for mod, mid in self.module_members for p in mod.parameters()]
+        return [mp for e in self.extractor_sets for mp in e.member_params()] + [
+            (p, mid) for mod, mid in self.module_members for p in mod.parameters()
+        ]
 
     def n_params(self) -> int:
         return self.store.n_params() + sum(p.numel() for p, _ in self.module_params())
@@ -413,7 +438,9 @@ def zero_missing_inputs(blocks, use: torch.Tensor):
 
 
 def fusion_option(help_extra: str = "") -> Option:
-    return Option("fusion", str, "mean", "fusion of representations before the Linear head" + help_extra, choices=("mean", "sum"))
+    return Option(
+        "fusion", str, "mean", "fusion of representations before the Linear head" + help_extra, choices=("mean", "sum")
+    )
 
 
 METHODS: Registry[type[Method]] = Registry("method")

@@ -17,7 +17,10 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
-    boundary_refusal = "a party sends one representation per subset model it belongs to; charging several releases per party and step is not implemented"
+    boundary_refusal = (
+        "a party sends one representation per subset model it belongs to; charging several releases "
+        "per party and step is not implemented"
+    )
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     option_specs = (fusion_option(),)
@@ -27,7 +30,9 @@ class Combinatorial(Method):
         if k > 10:
             from ..errors import VFLBenchError
 
-            raise VFLBenchError(f"Combinatorial trains 2^K - 1 = {2**k - 1} predictors; K={k} is too many (use K <= 10).")
+            raise VFLBenchError(
+                f"Combinatorial trains 2^K - 1 = {2**k - 1} predictors; K={k} is too many (use K <= 10)."
+            )
         self.bits = torch.arange(1, 2**k)  # subset h <-> bitmask h+1
         party_of, owner = [], []
         for h, b in enumerate(self.bits.tolist()):

@@ -10,7 +10,9 @@ from .base import METHODS, Batch, BatchPrediction
 from .local import Local
 
 
-def majority_vote(preds: torch.Tensor, valid: torch.Tensor, n_classes: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def majority_vote(
+    preds: torch.Tensor, valid: torch.Tensor, n_classes: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``preds``/``valid`` ``[P, B]`` -> winning class ``[B]`` (random among tied classes) and vote share."""
     votes = torch.zeros(preds.shape[1], n_classes, device=preds.device)
     votes.scatter_add_(1, preds.T, valid.T.float())
@@ -27,8 +29,10 @@ class Ensemble(Local):
     name, display, hp_key, f1_rule = "ensemble", "Ensemble", "ensemble", "single"
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline"
     local_only = False  # the votes cross at prediction time
-    boundary_refusal = ("no training value crosses the boundary (each party trains alone; only test-time votes cross), "
-                        "so a mechanism would protect no training record")
+    boundary_refusal = (
+        "no training value crosses the boundary (each party trains alone; only test-time votes cross), "
+        "so a mechanism would protect no training record"
+    )
 
     @torch.no_grad()
     def predict(self, batch: Batch):

@@ -68,13 +68,21 @@ class TileDecoder(nn.Module):
         self.c, self.width = channels, width
         self.fc = nn.Linear(d_h, width * 16)
         self.up = nn.Sequential(
-            nn.BatchNorm2d(width), nn.ReLU(), nn.ConvTranspose2d(width, width // 2, 4, 2, 1),
-            nn.BatchNorm2d(width // 2), nn.ReLU(), nn.ConvTranspose2d(width // 2, 2 * channels, 4, 2, 1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.ConvTranspose2d(width, width // 2, 4, 2, 1),
+            nn.BatchNorm2d(width // 2),
+            nn.ReLU(),
+            nn.ConvTranspose2d(width // 2, 2 * channels, 4, 2, 1),
         )
 
     def forward(self, h: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         out = self.up(self.fc(h).view(-1, self.width, 4, 4))  # [N, 2C, 16, 16]
-        return out if tuple(out.shape[-2:]) == tuple(size) else F.interpolate(out, size=size, mode="bilinear", align_corners=False)
+        return (
+            out
+            if tuple(out.shape[-2:]) == tuple(size)
+            else F.interpolate(out, size=size, mode="bilinear", align_corners=False)
+        )
 
 
 class TileIndicator(nn.Module):
@@ -84,7 +92,9 @@ class TileIndicator(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.pool = nn.AdaptiveAvgPool2d(8)
-        self.mlp = nn.Sequential(nn.Linear(64 * channels, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 1))
+        self.mlp = nn.Sequential(
+            nn.Linear(64 * channels, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp(self.pool(x).flatten(1))
@@ -93,10 +103,19 @@ class TileIndicator(nn.Module):
 class FalseVFL(Method):
     name, display, hp_key, f1_rule = "false1", "FALSE-VFL-I", "false", "single"
     paper = "FALSE-VFL (Hong, Park & Hwang, 2025)"
-    boundary_refusal = "it sends several kinds of values per step (encodings, likelihood terms, indicator outputs), which one per-value mechanism and accountant do not cover"
-    runtime_refusal = "its parties compute likelihood terms from the latent draws of the server, a value that comes down outside Method.send (the boundary has no downward crossing yet)"
+    boundary_refusal = (
+        "it sends several kinds of values per step (encodings, likelihood terms, indicator outputs), "
+        "which one per-value mechanism and accountant do not cover"
+    )
+    runtime_refusal = (
+        "its parties compute likelihood terms from the latent draws of the server, a value that comes "
+        "down outside Method.send (the boundary has no downward crossing yet)"
+    )
     needs_labeled = True
-    stages = (Stage("pretrain", samples="all", labels=False, hp="stage1"), Stage("train", samples="labeled", labels=True, hp="stage2"))
+    stages = (
+        Stage("pretrain", samples="all", labels=False, hp="stage1"),
+        Stage("train", samples="labeled", labels=True, hp="stage2"),
+    )
     mask_model = False
     # The 8-epoch conformance run is too short: the posterior collapses first (the mean's spread is
     # ~0.05 of the posterior std after 3-8 epochs) and escapes after ~12 stage-1 epochs; at 20 the
@@ -105,14 +124,28 @@ class FalseVFL(Method):
     option_specs = (
         Option("kappa", int, 10, "importance samples of the training bounds (both stages)", check=_at_least_1),
         Option("n_pred_samples", int, 50, "importance samples L at prediction", check=_at_least_1),
-        Option("d_h", int, 128, "dimension of the intermediate latent h (Isolet/HAPT 128, FashionMNIST 196, ModelNet10 256)", check=_at_least_1),
+        Option(
+            "d_h",
+            int,
+            128,
+            "dimension of the intermediate latent h (Isolet/HAPT 128, FashionMNIST 196, ModelNet10 256)",
+            check=_at_least_1,
+        ),
         Option("d_z", int, 64, "dimension of the top latent z", check=_at_least_1),
-        Option("hidden", int, 128, "hidden width of the tabular party encoders and decoders (two hidden layers)", check=_at_least_1),
+        Option(
+            "hidden",
+            int,
+            128,
+            "hidden width of the tabular party encoders and decoders (two hidden layers)",
+            check=_at_least_1,
+        ),
     )
     assumptions = (
-        "Eq. 1 as written: unweighted mean of the observed parties' means, sum of their precisions (diagonal Gaussians)",
+        "Eq. 1 as written: unweighted mean of the observed parties' means, sum of their precisions (diagonal "
+        "Gaussians)",
         "every log-variance clamped to [-8, 8]",
-        "tabular party encoder d_k-128-128-2d_h and decoder d_h-128-128-2d_k (spec recommendation; the paper gives no sizes)",
+        "tabular party encoder d_k-128-128-2d_h and decoder d_h-128-128-2d_k (spec recommendation; the paper gives no "
+        "sizes)",
         "global encoder d_h-d_h-d_h-2d_z, global decoder d_z-d_h-d_h-2d_h, discriminator d_h-d_h-C",
         "image decoders: Linear to 4x4, two stride-2 transposed convolutions to 16x16, bilinear resize to the tile",
         "per-batch mean of -log R (the paper sums over samples)",
@@ -128,14 +161,18 @@ class FalseVFL(Method):
         self.image = spec.arch != "mlp"
         enc_spec = ModelSpec(spec.arch, 2 * self.d_h, (hid, hid) if not self.image else ())
         ids = self.new_members(k, [0] * k)
-        self.enc = Extractors(enc_spec, self.store, "enc", list(range(k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
+        self.enc = Extractors(
+            enc_spec, self.store, "enc", list(range(k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen
+        )
         self.extractor_sets.append(self.enc)
         dev = self.device  # member-id and member-mask tensors live with the batch masks they are indexed by
         self.enc_ids = torch.as_tensor(ids, device=dev)
         if not self.image:
             self.dec_ids = torch.as_tensor(self.new_members(k), device=dev)
             self.wmax = max(self.ctx.widths)
-            self.dec = MLPBank(self.store, "dec", list(range(k)), self.dec_ids.tolist(), [self.d_h] * k, (hid, hid), 2 * self.wmax)
+            self.dec = MLPBank(
+                self.store, "dec", list(range(k)), self.dec_ids.tolist(), [self.d_h] * k, (hid, hid), 2 * self.wmax
+            )
             cols = torch.arange(self.wmax, device=dev)[None, :] < torch.as_tensor(self.ctx.widths, device=dev)[:, None]
             self.colmask = cols.float()  # [K, wmax]: the party's true columns
         else:  # one transposed-CNN decoder per party (a Python loop over K, as for the image encoders)
@@ -149,7 +186,9 @@ class FalseVFL(Method):
         if self.mask_model:
             if not self.image:
                 self.psi_ids = torch.as_tensor(self.new_members(k, [0] * k), device=dev)
-                self.psi = MLPBank(self.store, "psi", list(range(k)), self.psi_ids.tolist(), self.ctx.widths, (128, 128), 1)
+                self.psi = MLPBank(
+                    self.store, "psi", list(range(k)), self.psi_ids.tolist(), self.ctx.widths, (128, 128), 1
+                )
             else:
                 self.psi_modules = [self.module(lambda: TileIndicator(self.ctx.in_ch))[0] for _ in range(k)]
                 self.psi_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]], device=dev)
@@ -201,10 +240,16 @@ class FalseVFL(Method):
         if not self.image:
             mu_x, lv_x = dec
             x = batch.blocks[:, None]  # [K, 1, B, w]
-            lp = (gauss_logpdf(x, mu_x, lv_x) * self.colmask[:, None, None, :]).sum(-1)  # [K, n, B], computed at party k
+            lp = (gauss_logpdf(x, mu_x, lv_x) * self.colmask[:, None, None, :]).sum(
+                -1
+            )  # [K, n, B], computed at party k
         else:
-            lp = torch.stack([gauss_logpdf(t[None], m, v).flatten(3).sum(-1) for (m, v), t in zip(dec, batch.blocks, strict=True)])
-        lp = self.send(lp.reshape(self.k, n * b, 1), sent_s).view(self.k, n, b)  # the parties' log-likelihood terms go up
+            lp = torch.stack(
+                [gauss_logpdf(t[None], m, v).flatten(3).sum(-1) for (m, v), t in zip(dec, batch.blocks, strict=True)]
+            )
+        lp = self.send(lp.reshape(self.k, n * b, 1), sent_s).view(
+            self.k, n, b
+        )  # the parties' log-likelihood terms go up
         log_px = (lp * sent[:, None, :].to(lp.dtype)).sum(0)
         log_w = log_px + log_ph + log_pz - log_qh - log_qz
         if self.mask_model:
@@ -304,6 +349,8 @@ class FalseVFL2(FalseVFL):
 
     name, display = "false2", "FALSE-VFL-II"
     mask_model = True
-    assumptions = (*FalseVFL.assumptions,
-                   "II: log p(m | x^obs, x^mis) enters the stage-2 and prediction weights too, with fresh decoder draws of x^mis",
-                   "II: missing indicator numel(x^k)-128-128-1 per party (image tiles average-pooled to 8x8 first)")
+    assumptions = (
+        *FalseVFL.assumptions,
+        "II: log p(m | x^obs, x^mis) enters the stage-2 and prediction weights too, with fresh decoder draws of x^mis",
+        "II: missing indicator numel(x^k)-128-128-1 per party (image tiles average-pooled to 8x8 first)",
+    )

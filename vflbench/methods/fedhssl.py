@@ -72,31 +72,61 @@ def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.
 @METHODS.register("fedhssl")
 class FedHSSL(Method):
     name, display, hp_key, f1_rule = "fedhssl", "FedHSSL", "fedhssl", "single"
-    boundary_refusal = "its self-supervised stages exchange projections between parties, outside the party-to-server boundary a mechanism wraps"
-    runtime_refusal = "its self-supervised stages exchange projections between parties, which the runtime does not route"
+    boundary_refusal = (
+        "its self-supervised stages exchange projections between parties, outside the party-to-server "
+        "boundary a mechanism wraps"
+    )
+    runtime_refusal = (
+        "its self-supervised stages exchange projections between parties, which the runtime does not route"
+    )
     paper = "FedHSSL (He et al., IEEE Trans. Big Data 2024), as a baseline of FALSE-VFL (App. D.1)"
     assumptions = (
         "FedHSSL: cross-party and local SimSiam alternate epoch by epoch for the preset's fedhssl.simsiam epochs each "
         "(the official code's loop); cross-party SimSiam on every fully observed training sample, labeled or not",
-        "FedHSSL: comm_mode=first (the active party 0 predicts the mean over passive parties' projections, each passive "
+        "FedHSSL: comm_mode=first (the active party 0 predicts the mean over passive parties' projections, each "
+        "passive "
         "party the active party's), as in the official code",
-        "FedHSSL: local encoder = first MLP layer (bottom) + the rest (top); images: stem, layer1-2 | layer3-4, pooling, fc",
-        "FedHSSL: fine-tuning representation (h_cross + h_local) / 2 per party (the code's pool=mean), concatenated into the "
+        "FedHSSL: local encoder = first MLP layer (bottom) + the rest (top); images: stem, layer1-2 | layer3-4, "
+        "pooling, fc",
+        "FedHSSL: fine-tuning representation (h_cross + h_local) / 2 per party (the code's pool=mean), concatenated "
+        "into the "
         "fusion discriminator; zero for a missing party (training: fully aligned labeled samples only)",
-        "FedHSSL: no learning-rate rescaling by 0.5/(local_ratio + constraint_ratio) and no gradient clipping (the code "
+        "FedHSSL: no learning-rate rescaling by 0.5/(local_ratio + constraint_ratio) and no gradient clipping (the "
+        "code "
         "has both); Table 9's learning rates are used as given",
     )
     option_specs = (
-        Option("pretrain", str, "simsiam", "FedHSSL's self-supervised stages before fine-tuning, or none (fine-tune from "
-               "the initialisation: the labeled-only variant)", choices=("none", "simsiam")),
-        Option("local_ratio", float, 0.5, "weight of the local SimSiam term (the official code's default)",
-               check=lambda v: None if v >= 0 else "must be >= 0"),
-        Option("constraint_ratio", float, 0.5, "weight of the cross-party guidance term of local SimSiam (0 turns the "
-               "guidance off, the official code's default; the FedHSSL paper's method has it on)",
-               check=lambda v: None if v >= 0 else "must be >= 0"),
-        Option("pma", str, "top", "partial model aggregation after each local epoch: FedAvg of the local top encoders with "
-               "the local projectors and predictors (the official code), of the local bottom encoders, or none",
-               choices=("top", "bottom", "none")),
+        Option(
+            "pretrain",
+            str,
+            "simsiam",
+            "FedHSSL's self-supervised stages before fine-tuning, or none (fine-tune from "
+            "the initialisation: the labeled-only variant)",
+            choices=("none", "simsiam"),
+        ),
+        Option(
+            "local_ratio",
+            float,
+            0.5,
+            "weight of the local SimSiam term (the official code's default)",
+            check=lambda v: None if v >= 0 else "must be >= 0",
+        ),
+        Option(
+            "constraint_ratio",
+            float,
+            0.5,
+            "weight of the cross-party guidance term of local SimSiam (0 turns the "
+            "guidance off, the official code's default; the FedHSSL paper's method has it on)",
+            check=lambda v: None if v >= 0 else "must be >= 0",
+        ),
+        Option(
+            "pma",
+            str,
+            "top",
+            "partial model aggregation after each local epoch: FedAvg of the local top encoders with "
+            "the local projectors and predictors (the official code), of the local bottom encoders, or none",
+            choices=("top", "bottom", "none"),
+        ),
     )
 
     @classmethod
@@ -105,14 +135,19 @@ class FedHSSL(Method):
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> str | None:
-        if options.get("pretrain", "simsiam") == "simsiam" and options.get("local_ratio", 0.5) + options.get("constraint_ratio", 0.5) <= 0:
+        if (
+            options.get("pretrain", "simsiam") == "simsiam"
+            and options.get("local_ratio", 0.5) + options.get("constraint_ratio", 0.5) <= 0
+        ):
             return "local_ratio + constraint_ratio must be > 0 (else the local stage has no loss)"
         return None
 
     def build(self) -> None:
         k, spec = self.k, self.ctx.model
         if k < 2:
-            raise VFLBenchError("FedHSSL needs at least 2 parties (its cross-party SimSiam predicts one party from another).")
+            raise VFLBenchError(
+                "FedHSSL needs at least 2 parties (its cross-party SimSiam predicts one party from another)."
+            )
         self.pretrained = self.options["pretrain"] == "simsiam"
         self.cross, _ = self.extractors("cross", list(range(k)))
         self.image = spec.arch != "mlp"
@@ -134,8 +169,11 @@ class FedHSSL(Method):
             self.bottom = MLPBank(self.store, "local_bottom", list(range(k)), self.bottom_ids, self.ctx.widths, [], mid)
             self.top = MLPBank(self.store, "local_top", list(range(k)), self.top_ids, [mid] * k, hidden[1:], spec.cut)
         if self.pma == "bottom" and self.pretrained and len(set(self.ctx.widths)) > 1 and not self.image:
-            raise VFLBenchError(f"pma=bottom averages the parties' bottom encoders, which read blocks of different widths here "
-                                f"({sorted(set(self.ctx.widths))}); use pma=top (the official code) or none, or a partitioner with equal blocks.")
+            raise VFLBenchError(
+                f"pma=bottom averages the parties' bottom encoders, which read blocks of different widths here "
+                f"({sorted(set(self.ctx.widths))}); use pma=top (the official code) or none, or a partitioner with "
+                "equal blocks."
+            )
         self.head, self.head_ids = self.heads("head", 1, spec.cut * k)
         self.ssl_cross = self.ssl_local = None
         if self.pretrained:
@@ -147,9 +185,11 @@ class FedHSSL(Method):
         self.eval_variants = ("impute_input",)  # also score zero-imputation of the features (metric@impute_input)
         mem = torch.zeros(self.n_members, dtype=torch.bool)
         self._sets = {}
-        for name, ids in (("cross", self.cross_ids + (self.ssl_cross.member_ids if self.ssl_cross else [])),
-                          ("local", self.bottom_ids + self.top_ids + (self.ssl_local.member_ids if self.ssl_local else [])),
-                          ("train", self.cross_ids + self.bottom_ids + self.top_ids + list(self.head_ids))):
+        for name, ids in (
+            ("cross", self.cross_ids + (self.ssl_cross.member_ids if self.ssl_cross else [])),
+            ("local", self.bottom_ids + self.top_ids + (self.ssl_local.member_ids if self.ssl_local else [])),
+            ("train", self.cross_ids + self.bottom_ids + self.top_ids + list(self.head_ids)),
+        ):
             m = mem.clone()
             m[ids] = True
             self._sets[name] = m
@@ -248,8 +288,12 @@ class FedHSSL(Method):
         if epoch.stage.name != LOCAL.name or self.pma == "none":
             return
         if not self.image:
-            names = ([f"local_top.{wb}{i}" for i in range(self.top.n_layers) for wb in ("w", "b")] + self.ssl_local.param_names
-                     if self.pma == "top" else [f"local_bottom.{wb}{i}" for i in range(self.bottom.n_layers) for wb in ("w", "b")])
+            names = (
+                [f"local_top.{wb}{i}" for i in range(self.top.n_layers) for wb in ("w", "b")]
+                + self.ssl_local.param_names
+                if self.pma == "top"
+                else [f"local_bottom.{wb}{i}" for i in range(self.bottom.n_layers) for wb in ("w", "b")]
+            )
             for n in names:
                 self.store.average_members(n)
             return
@@ -270,7 +314,9 @@ class FedHSSL(Method):
         obs = batch.obs
         counted = obs.any(1)
         lg = self.logits(batch.blocks, obs.T)
-        return BatchPrediction(lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted)
+        return BatchPrediction(
+            lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted
+        )
 
     # -- diagnostics (vflbench.pipeline.SSLProbe)
     def probe_representations(self, blocks, obs: torch.Tensor) -> torch.Tensor:

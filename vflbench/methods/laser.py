@@ -110,7 +110,9 @@ def slot_tables(tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return table, count, first
 
 
-def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None) -> torch.Tensor:
+def sample_subsets(
+    obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None
+) -> torch.Tensor:
     """Draw the LASER tasks. Returns ``chosen[b, i, s-1]``, the bitmask of the subset of size s drawn
     for head i, uniformly among the subsets of O that contain i (independently per head and
     size, like the authors' ``random.sample``). Entries for heads outside O or sizes above |O| are
@@ -124,7 +126,9 @@ def sample_subsets(obs: torch.Tensor, gen: torch.Generator, shared: bool, tables
         pattern = None if pattern is None else pattern[:1]
     if pattern is None:
         pattern = (obs.long() << torch.arange(k, device=obs.device)).sum(1)  # [B]
-    slots = subset_slots(pattern, gen, tables if tables is not None and len(tables) > 2 else slot_tables((table, count)))
+    slots = subset_slots(
+        pattern, gen, tables if tables is not None and len(tables) > 2 else slot_tables((table, count))
+    )
     return torch.index_select(table.view(-1), 0, slots.view(-1)).view(pattern.shape[0], h, k)
 
 
@@ -139,23 +143,51 @@ class LaserVFL(Method):
     packable = True
     pack_state = ("_epoch",)
     paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"
-    assumptions = ("heads=one (FALSE-VFL protocol): per size s one uniform subset of the observed set, weight C(|O|, s)/(2^|O| - 1), "
-                   "an unbiased estimate of the mean loss over all non-empty subsets (the FALSE-VFL spec's recommendation)",)
+    assumptions = (
+        "heads=one (FALSE-VFL protocol): per size s one uniform subset of the observed set, weight C(|O|, s)/(2^|O| - "
+        "1), "
+        "an unbiased estimate of the mean loss over all non-empty subsets (the FALSE-VFL spec's recommendation)",
+    )
     option_specs = (
-        Option("laser_subsets", str, "sample", "draw one subset per (head, size) per sample, or once per batch "
-               "(the authors' code)", choices=("batch", "sample"), protocol="laser_subsets"),
+        Option(
+            "laser_subsets",
+            str,
+            "sample",
+            "draw one subset per (head, size) per sample, or once per batch (the authors' code)",
+            choices=("batch", "sample"),
+            protocol="laser_subsets",
+        ),
         fusion_option(),
-        Option("heads", str, "per_party", "one fusion head per party (the paper), one fusion model trained on every subset "
-               "(the single-active-party variant the FALSE-VFL paper runs), or 'active': one fusion model trained only on "
-               "subsets that hold the active party's block 0 (head 0 of the authors' code)",
-               choices=("per_party", "one", "active"), protocol="laser_heads"),
+        Option(
+            "heads",
+            str,
+            "per_party",
+            "one fusion head per party (the paper), one fusion model trained on every subset "
+            "(the single-active-party variant the FALSE-VFL paper runs), or 'active': one fusion model trained only on "
+            "subsets that hold the active party's block 0 (head 0 of the authors' code)",
+            choices=("per_party", "one", "active"),
+            protocol="laser_heads",
+        ),
         PRETRAIN_OPTION,
         # Readings of the FALSE-VFL paper's LASER-VFL baseline (results/false/README.md, controlled runs)
-        Option("samples", str, "labeled", "train on every labeled sample, or only on the fully aligned labeled ones",
-               choices=("labeled", "aligned")),
-        Option("missing", str, "subset", "fuse a subset by the mean of its blocks' representations (LASER-VFL), or "
-               "zero-impute the missing blocks (the mean over all K parties with zeros)", choices=("subset", "zero")),
-        Option("freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains"),
+        Option(
+            "samples",
+            str,
+            "labeled",
+            "train on every labeled sample, or only on the fully aligned labeled ones",
+            choices=("labeled", "aligned"),
+        ),
+        Option(
+            "missing",
+            str,
+            "subset",
+            "fuse a subset by the mean of its blocks' representations (LASER-VFL), or "
+            "zero-impute the missing blocks (the mean over all K parties with zeros)",
+            choices=("subset", "zero"),
+        ),
+        Option(
+            "freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains"
+        ),
     )
 
     @classmethod
@@ -199,7 +231,12 @@ class LaserVFL(Method):
             self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
         n_obs = member.sum(1).long()
         if self.one:  # observed pattern -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
-            w = torch.tensor([[math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, self.k + 1)] for o in range(self.k + 1)])
+            w = torch.tensor(
+                [
+                    [math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, self.k + 1)]
+                    for o in range(self.k + 1)
+                ]
+            )
             self.wpat = w[n_obs][:, None, :].to(self.device)
         else:  # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
             self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
@@ -270,17 +307,24 @@ class LaserVFL(Method):
         h = self.n_heads
         if self.head.linear:
             # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
-            # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] + bias_i
+            # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] +
+            # bias_i
             w = self.head.weight  # [head, D, C]
             proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, h * self.c)).view(k, b, h, self.c)
-            proj = proj.permute(1, 2, 0, 3)  # [B, head, block, C], a strided view (its batch dims flatten without a copy)
+            proj = proj.permute(
+                1, 2, 0, 3
+            )  # [B, head, block, C], a strided view (its batch dims flatten without a copy)
             # the bias added where it broadcasts as a trailing [head, C] (the same sums, without broadcasting over size)
-            logits = (torch.matmul(agg, proj).permute(0, 2, 1, 3) + self.head.bias).permute(0, 2, 1, 3)  # [B, head, size, C]
+            logits = (torch.matmul(agg, proj).permute(0, 2, 1, 3) + self.head.bias).permute(
+                0, 2, 1, 3
+            )  # [B, head, size, C]
         else:  # an MLP head: fuse each task's representations, then apply the head
             fused = torch.matmul(agg.expand(b, -1, -1, -1), emb.permute(1, 0, 2)[:, None])  # [B, head, size, D]
             logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
         ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
-        loss = (ce * wts).sum() / rows.sum().clamp_min(1)  # 0 for a batch with no observed block (nothing active; skipped)
+        loss = (ce * wts).sum() / rows.sum().clamp_min(
+            1
+        )  # 0 for a batch with no observed block (nothing active; skipped)
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:

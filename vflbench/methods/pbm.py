@@ -40,40 +40,91 @@ class PBMVFL(SumVFL):
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
     draws_noise = True  # attaches its own privacy mechanism (vflbench.settings: the noise source's default)
-    boundary_refusal = "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, beta=, secagg=); use --method sum with --mechanism"
+    boundary_refusal = (
+        "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, "
+        "beta=, secagg=); use --method sum with --mechanism"
+    )
     option_specs = (
-        Option("mechanism", str, "pbm", "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per party)", choices=("pbm", "npq", "ldp")),
+        Option(
+            "mechanism",
+            str,
+            "pbm",
+            "what the server receives: pbm (quantised, securely summed), npq (exact floats), ldp (Gaussian noise per "
+            "party)",
+            choices=("pbm", "npq", "ldp"),
+        ),
         Option("b", int, 32, "Binomial trials per value (PBM bit budget; at most 1,024)", check=pbm_trials),
         Option("beta", float, 0.1, "PBM privacy parameter, in (0, 1/4]", check=beta_in_range),
         _C,
         _EMBED,
         _HIDDEN,
-        Option("secagg", str, "plain", "secure sum: plain (the sum directly) or masked (Bonawitz Protocol 0; bit-identical)", choices=("plain", "masked")),
+        Option(
+            "secagg",
+            str,
+            "plain",
+            "secure sum: plain (the sum directly) or masked (Bonawitz Protocol 0; bit-identical)",
+            choices=("plain", "masked"),
+        ),
         EVAL_OPTION,
-        Option("ldp_match", str, "paper", "LDP noise: paper (sigma^2 = 2M/(b beta^2)), c0 (2 C^2 M / (c0 b beta^2)) or epsilon (bisection: LDP's certified record-level feature epsilon equals PBM's at the run's horizon)", choices=("paper", "c0", "epsilon")),
-        Option("c0", float, 8.0, "the constant of the paper's RDP bounds (paper mode, and the paper-formula column)", check=positive_finite),
-        Option("accountant", str, "pld", "privacy accounting: pld (certified: pessimistic privacy-loss distributions, exact Gaussian for LDP), exact (certified, looser: numeric RDP), paper (closed forms with c0; NOT an upper bound)", choices=("pld", "exact", "paper")),
+        Option(
+            "ldp_match",
+            str,
+            "paper",
+            "LDP noise: paper (sigma^2 = 2M/(b beta^2)), c0 (2 C^2 M / (c0 b beta^2)) or epsilon (bisection: LDP's "
+            "certified record-level feature epsilon equals PBM's at the run's horizon)",
+            choices=("paper", "c0", "epsilon"),
+        ),
+        Option(
+            "c0",
+            float,
+            8.0,
+            "the constant of the paper's RDP bounds (paper mode, and the paper-formula column)",
+            check=positive_finite,
+        ),
+        Option(
+            "accountant",
+            str,
+            "pld",
+            "privacy accounting: pld (certified: pessimistic privacy-loss distributions, exact Gaussian for LDP), "
+            "exact (certified, looser: numeric RDP), paper (closed forms with c0; NOT an upper bound)",
+            choices=("pld", "exact", "paper"),
+        ),
         Option("conversion", str, "mironov", "RDP to (epsilon, delta): mironov or cks", choices=("mironov", "cks")),
         Option("delta", float, 1e-5, "delta of the reported (epsilon, delta)", check=delta_in_range),
-        Option("noise", str, "shared", "whose stream draws the parties' noise: shared (one seeded stream, the simulation of the committed "
-               "results) or party (each party its own, as separate processes draw it; needed by --runtime processes)", choices=("shared", "party")),
+        Option(
+            "noise",
+            str,
+            "shared",
+            "whose stream draws the parties' noise: shared (one seeded stream, the simulation of the committed "
+            "results) or party (each party its own, as separate processes draw it; needed by --runtime processes)",
+            choices=("shared", "party"),
+        ),
     )
     assumptions = (
         *SumVFL.assumptions[:2],
         "estimator C/(beta b) (sum - b |O|/2) over the parties that released (|O| = M without missing blocks)",
         "plain SGD, one constant learning rate for server and parties, no momentum or weight decay (the preset)",
         SumVFL.assumptions[2],
-        "one seeded generator draws every party's Binomials (a simulation; with noise=party and --runtime processes each party "
+        "one seeded generator draws every party's Binomials (a simulation; with noise=party and --runtime processes "
+        "each party "
         "draws its own, from the OS by default: --noise-source)",
-        "in one process secure aggregation masks come from seeded streams; across processes from X25519 keys and ChaCha20",
-        "epsilon counts every release of training samples' sums: the training steps and, with --target, the monitoring pass after each epoch when it goes through the mechanism (eval=mechanism); with eval=exact the monitor sees exact sums, outside the protocol, and is not a release",
-        "epsilon_column_block (a party's whole block differs) is the unit that holds for Algorithm 2 as trained; the record-level columns assume the record does not enter local training (Thm 6.1/6.2's unit), see docs/PBM_VFL.md",
+        "in one process secure aggregation masks come from seeded streams; across processes from X25519 keys and "
+        "ChaCha20",
+        "epsilon counts every release of training samples' sums: the training steps and, with --target, the "
+        "monitoring pass after each epoch when it goes through the mechanism (eval=mechanism); with eval=exact the "
+        "monitor sees exact sums, outside the protocol, and is not a release",
+        "epsilon_column_block (a party's whole block differs) is the unit that holds for Algorithm 2 as trained; the "
+        "record-level columns assume the record does not enter local training (Thm 6.1/6.2's unit), see "
+        "docs/PBM_VFL.md",
     )
 
     @classmethod
     def validate_options(cls, opts: dict) -> str | None:
         if opts["mechanism"] == "ldp" and opts["secagg"] == "masked":
-            return "mechanism=ldp sends noisy floats, which secure aggregation of integers cannot carry; use secagg=plain with ldp"
+            return (
+                "mechanism=ldp sends noisy floats, which secure aggregation of integers cannot carry; use "
+                "secagg=plain with ldp"
+            )
         if opts["mechanism"] == "npq" and opts["secagg"] == "masked":
             return "mechanism=npq sends exact floats without secure aggregation; use secagg=plain with npq"
         return None
@@ -107,7 +158,17 @@ class PBMVFL(SumVFL):
 
     def _pbm_spec(self, mode: str | None = None) -> AccountantSpec:
         o = self.options
-        return AccountantSpec("pbm", self.k, self.P, b=o["b"], beta=o["beta"], C=self.Cb, c0=o["c0"], mode=mode or o["accountant"], conversion=o["conversion"])
+        return AccountantSpec(
+            "pbm",
+            self.k,
+            self.P,
+            b=o["b"],
+            beta=o["beta"],
+            C=self.Cb,
+            c0=o["c0"],
+            mode=mode or o["accountant"],
+            conversion=o["conversion"],
+        )
 
     def _horizon(self) -> list[int]:
         """A sample's releases over the run's planned epochs, all M parties taking part (two per epoch
@@ -129,7 +190,10 @@ class PBMVFL(SumVFL):
         elif self.options["eval"] == "mechanism":
             rule = "charged: each monitoring pass releases every training sample's sum through the mechanism"
         else:
-            rule = "not charged: eval=exact, the monitor reads exact sums (a measurement outside the protocol, not a release)"
+            rule = (
+                "not charged: eval=exact, the monitor reads exact sums (a measurement outside the protocol, not a "
+                "release)"
+            )
         out = {"monitor_passes": rule}
         if self.mech == "ldp":
             out["ldp"] = {"sigma": self.sigma, "match": self.options["ldp_match"]}
@@ -137,8 +201,13 @@ class PBMVFL(SumVFL):
 
     def extras(self) -> dict:
         o = self.options
-        out = {"mechanism": self.mech, "b": o["b"] if self.mech != "npq" else float("nan"), "beta": o["beta"] if self.mech != "npq" else float("nan"),
-               "embed_dim": self.P, "secagg": o["secagg"]}
+        out = {
+            "mechanism": self.mech,
+            "b": o["b"] if self.mech != "npq" else float("nan"),
+            "beta": o["beta"] if self.mech != "npq" else float("nan"),
+            "embed_dim": self.P,
+            "secagg": o["secagg"],
+        }
         if self.epochs_seen:
             bits = paper_comm_bits(self.epochs_seen, self.n_train, self.batch_size, self.k, self.P, o["b"], self.mech)
             out["comm_bits_paper"] = bits
@@ -149,8 +218,12 @@ class PBMVFL(SumVFL):
             privacy.update({"accountant": "none" if self.mech == "npq" else o["accountant"], "delta": o["delta"]})
         out.update(privacy)
         acc = self.boundary.accountant
-        if acc is not None and self.mech == "pbm":  # Thm 6.1's closed form with c0, for comparison only: not an upper bound
+        if (
+            acc is not None and self.mech == "pbm"
+        ):  # Thm 6.1's closed form with c0, for comparison only: not an upper bound
             hist = acc.releases.cpu().numpy()[:, 1:]
-            out["epsilon_feature_paper_formula"] = worst_epsilon(self._pbm_spec("paper"), np.unique(hist, axis=0), o["delta"], "feature_record")
+            out["epsilon_feature_paper_formula"] = worst_epsilon(
+                self._pbm_spec("paper"), np.unique(hist, axis=0), o["delta"], "feature_record"
+            )
             out["c0"] = o["c0"]
         return out

@@ -23,17 +23,44 @@ class PlugVFL(Method):
     packable = True
     pack_state = ("_drop",)
     paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"
-    assumptions = ("active_missing=impute: dropout never hits the active party; a sample left with no block after dropout "
-                   "trains the head on zeros",)
+    assumptions = (
+        "active_missing=impute: dropout never hits the active party; a sample left with no block after dropout "
+        "trains the head on zeros",
+    )
     option_specs = (
-        Option("p_drop", float, 0.0, "party-wise dropout probability of observed passive blocks in training",
-               check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)", protocol="plug_p_drop"),
-        Option("active_missing", str, "skip", "samples whose active party's block is missing: not trained on (the LASER-VFL "
-               "code), or zero-imputed like any missing party (FALSE-VFL)", choices=("skip", "impute"), protocol="plug_active_missing"),
-        Option("plug_denominator", str, "random", "test samples whose active party is missing: excluded from the "
-               "denominators, or scored as random guesses", choices=("exclude", "random"), protocol="plug_denominator"),
-        Option("granularity", str, "sample", "party dropout drawn per sample or once per batch",
-               choices=("batch", "sample"), protocol="train_granularity"),
+        Option(
+            "p_drop",
+            float,
+            0.0,
+            "party-wise dropout probability of observed passive blocks in training",
+            check=lambda p: None if 0.0 <= p < 1.0 else "must be in [0, 1)",
+            protocol="plug_p_drop",
+        ),
+        Option(
+            "active_missing",
+            str,
+            "skip",
+            "samples whose active party's block is missing: not trained on (the LASER-VFL "
+            "code), or zero-imputed like any missing party (FALSE-VFL)",
+            choices=("skip", "impute"),
+            protocol="plug_active_missing",
+        ),
+        Option(
+            "plug_denominator",
+            str,
+            "random",
+            "test samples whose active party is missing: excluded from the denominators, or scored as random guesses",
+            choices=("exclude", "random"),
+            protocol="plug_denominator",
+        ),
+        Option(
+            "granularity",
+            str,
+            "sample",
+            "party dropout drawn per sample or once per batch",
+            choices=("batch", "sample"),
+            protocol="train_granularity",
+        ),
         PRETRAIN_OPTION,
     )
 

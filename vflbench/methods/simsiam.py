@@ -33,9 +33,14 @@ if TYPE_CHECKING:
     from .base import Method
 
 PRETRAIN = Stage("pretrain", samples="all", labels=False, hp="simsiam")
-PRETRAIN_OPTION = Option("pretrain", str, "none", "self-supervised pretraining of each party's extractor on all its training "
-                         "samples before training on the labeled ones (stage 'pretrain', preset block <type>.simsiam)",
-                         choices=("none", "simsiam"))
+PRETRAIN_OPTION = Option(
+    "pretrain",
+    str,
+    "none",
+    "self-supervised pretraining of each party's extractor on all its training "
+    "samples before training on the labeled ones (stage 'pretrain', preset block <type>.simsiam)",
+    choices=("none", "simsiam"),
+)
 
 PROJ, PRED_HIDDEN = 512, 128
 MASK_P, NOISE = 0.2, 0.1
@@ -47,10 +52,13 @@ def with_pretraining(options: dict[str, Any], stages: tuple[Stage, ...]) -> tupl
 
 
 ASSUMPTIONS = (
-    "SimSiam: projector cut-512-512-512 and predictor 512-128-512 per party (FedHSSL code defaults), BatchNorm over the "
+    "SimSiam: projector cut-512-512-512 and predictor 512-128-512 per party (FedHSSL code defaults), BatchNorm over "
+    "the "
     "party's observed samples without affine parameters",
-    "SimSiam views: tabular feature masking p=0.2 + Gaussian noise 0.1; images random resized crop (area 0.5-1) + noise 0.1",
-    "SimSiam: no gradient clipping (the trainer has none); SGD momentum 0.9 with cosine decay from the preset's <type>.simsiam block",
+    "SimSiam views: tabular feature masking p=0.2 + Gaussian noise 0.1; images random resized crop (area 0.5-1) + "
+    "noise 0.1",
+    "SimSiam: no gradient clipping (the trainer has none); SGD momentum 0.9 with cosine decay from the preset's "
+    "<type>.simsiam block",
 )
 
 
@@ -104,14 +112,22 @@ class SimSiam:
         self.n_members = k
         mem = torch.as_tensor(self.member_ids, dtype=torch.long)
         self.layers = []  # (name, fan_in, fan_out)
-        sizes = [("proj0", cut, PROJ), ("proj1", PROJ, PROJ), ("proj2", PROJ, PROJ), ("pred0", PROJ, PRED_HIDDEN), ("pred1", PRED_HIDDEN, PROJ)]
+        sizes = [
+            ("proj0", cut, PROJ),
+            ("proj1", PROJ, PROJ),
+            ("proj2", PROJ, PROJ),
+            ("pred0", PROJ, PRED_HIDDEN),
+            ("pred1", PRED_HIDDEN, PROJ),
+        ]
         for name, fan_in, fan_out in sizes:
             bound = linear_bound(fan_in)
             method.store.add(f"{prefix}.{name}.w", (k, fan_in, fan_out), mem, bound)
             method.store.add(f"{prefix}.{name}.b", (k, 1, fan_out), mem, bound)
         self.image = method.ctx.model.arch != "mlp"
         widths = torch.as_tensor(method.ctx.widths)
-        self.col_mask = (torch.arange(int(widths.max()))[None, :] < widths[:, None]).float()[:, None, :].to(method.device)  # [K, 1, w]
+        self.col_mask = (
+            (torch.arange(int(widths.max()))[None, :] < widths[:, None]).float()[:, None, :].to(method.device)
+        )  # [K, 1, w]
 
     def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
         s = self.method.store
@@ -142,7 +158,8 @@ class SimSiam:
         return z, p
 
     def views(self, blocks, gen: torch.Generator):
-        """Two augmented views of every block, stacked along the batch axis (``[K, 2B, w]`` or tiles ``[2B, C, h, w]``)."""
+        """Two augmented views of every block, stacked along the batch axis (``[K, 2B, w]`` or tiles ``[2B, C, h,
+        w]``)."""
         if not self.image:
             x = torch.cat([blocks, blocks], 1)
             keep = (torch.rand(x.shape, generator=gen, device=x.device) >= MASK_P).float()

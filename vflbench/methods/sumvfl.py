@@ -29,8 +29,14 @@ MODEL_OPTIONS = (
     Option("embed_dim", int, 16, "embedding size P", check=at_least_one),
     Option("hidden", str, "128,64", "hidden widths of the party MLPs (tabular data)", check=_hidden),
 )
-EVAL_OPTION = Option("eval", str, "mechanism", "test-time fusion under a mechanism: mechanism (as in training) or exact sums; "
-                     "the other is logged as metric@variant", choices=("mechanism", "exact"))
+EVAL_OPTION = Option(
+    "eval",
+    str,
+    "mechanism",
+    "test-time fusion under a mechanism: mechanism (as in training) or exact sums; "
+    "the other is logged as metric@variant",
+    choices=("mechanism", "exact"),
+)
 
 
 @METHODS.register("sum")
@@ -42,7 +48,8 @@ class SumVFL(Method):
     option_specs = (*MODEL_OPTIONS, EVAL_OPTION)
     smoke_hp = {"lr": 0.1}  # plain SGD: 8 short epochs need a larger step than the suite's Adam-sized 3e-3
     assumptions = (
-        "party MLPs Linear(d,128)-ReLU-Linear(128,64)-ReLU-Linear(64,P), then C*tanh and clamp to [-C, C] (PBM-VFL spec 5.2; widths not in the paper)",
+        "party MLPs Linear(d,128)-ReLU-Linear(128,64)-ReLU-Linear(64,P), then C*tanh and clamp to [-C, C] (PBM-VFL "
+        "spec 5.2; widths not in the paper)",
         "server: one Linear(P, classes) with bias on the embedding sum, mean cross-entropy",
         "the server's gradient is float32, uncompressed, the same for every party (straight-through under a mechanism)",
     )
@@ -56,7 +63,9 @@ class SumVFL(Method):
         else:
             spec = ModelSpec(spec.arch, self.P)
         ids = self.new_members(self.k)
-        self.ext = Extractors(spec, self.store, "ext", list(range(self.k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen)
+        self.ext = Extractors(
+            spec, self.store, "ext", list(range(self.k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen
+        )
         self.extractor_sets.append(self.ext)
         self.head, _ = self.heads("head", 1, self.P, hidden=0)  # Linear(P, classes), Algorithm 2
         self.variant = o["eval"]

@@ -28,15 +28,37 @@ class StandardVFL(Method):
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
-    assumptions = ("incomplete=zero: a missing party's embedding is zero at the fusion layer (FALSE-VFL App. D.1)",
-                   "samples=aligned: the fully aligned labeled samples are the reserve plus labeled samples aligned by chance")
+    assumptions = (
+        "incomplete=zero: a missing party's embedding is zero at the fusion layer (FALSE-VFL App. D.1)",
+        "samples=aligned: the fully aligned labeled samples are the reserve plus labeled samples aligned by chance",
+    )
     option_specs = (
-        Option("fusion", str, "mean", "fusion of the party representations before the head (concat: zeros for a missing party)",
-               choices=("mean", "sum", "concat"), protocol="svfl_fusion"),
-        Option("samples", str, "labeled", "train on the complete samples of batches of labeled samples, or on batches of "
-               "fully aligned labeled samples only", choices=("labeled", "aligned"), protocol="svfl_samples"),
-        Option("incomplete", str, "random", "an incomplete test sample gets a uniformly random class, or the model's "
-               "prediction with the missing embeddings set to zero", choices=("random", "zero"), protocol="svfl_incomplete"),
+        Option(
+            "fusion",
+            str,
+            "mean",
+            "fusion of the party representations before the head (concat: zeros for a missing party)",
+            choices=("mean", "sum", "concat"),
+            protocol="svfl_fusion",
+        ),
+        Option(
+            "samples",
+            str,
+            "labeled",
+            "train on the complete samples of batches of labeled samples, or on batches of "
+            "fully aligned labeled samples only",
+            choices=("labeled", "aligned"),
+            protocol="svfl_samples",
+        ),
+        Option(
+            "incomplete",
+            str,
+            "random",
+            "an incomplete test sample gets a uniformly random class, or the model's "
+            "prediction with the missing embeddings set to zero",
+            choices=("random", "zero"),
+            protocol="svfl_incomplete",
+        ),
         PRETRAIN_OPTION,
     )
 
@@ -51,7 +73,9 @@ class StandardVFL(Method):
         self.head, _ = self.heads("head", 1, self.ctx.model.cut * (self.k if self.fusion == "concat" else 1))
         self.ssl = simsiam_for(self, self.ext)
         self.impute_input = False
-        if self.options["incomplete"] == "zero":  # also score zero-imputation of the features (logged as metric@impute_input)
+        if (
+            self.options["incomplete"] == "zero"
+        ):  # also score zero-imputation of the features (logged as metric@impute_input)
             self.eval_variants = ("impute_input",)
 
     def use_variant(self, variant: str | None) -> None:
@@ -65,7 +89,9 @@ class StandardVFL(Method):
         if self.impute_input:
             blocks = zero_missing_inputs(blocks, need)
             need = torch.ones_like(need)
-        emb = self.send(self.ext(blocks, need=need), need) * need[:, :, None].float()  # only the used blocks are read and sent
+        emb = (
+            self.send(self.ext(blocks, need=need), need) * need[:, :, None].float()
+        )  # only the used blocks are read and sent
         if self.fusion == "concat":
             z = emb.permute(1, 0, 2).reshape(emb.shape[1], -1)
         else:
@@ -76,7 +102,9 @@ class StandardVFL(Method):
         if stage.name == PRETRAIN.name:
             return self.ssl.loss(batch)
         full = batch.obs.all(1)
-        active = full.any().expand(self.n_members).clone()  # no complete sample: nothing trains (the trainer skips the batch)
+        active = (
+            full.any().expand(self.n_members).clone()
+        )  # no complete sample: nothing trains (the trainer skips the batch)
         if self.ssl is not None:
             active[self.ssl.member_ids] = False
         use = full[:, None].expand(-1, self.k)
@@ -88,7 +116,9 @@ class StandardVFL(Method):
         counted = obs.any(1)
         if self.options["incomplete"] == "zero":
             lg = self.logits(batch.blocks, obs)
-            return BatchPrediction(lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted)
+            return BatchPrediction(
+                lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted
+            )
         full = obs.all(1)
         lg = self.logits(batch.blocks, full[:, None].expand(-1, self.k))
         guess = self.random_classes(full.shape)

@@ -24,7 +24,9 @@ def load_preset(name: str) -> dict[str, Any]:
             text = resources.files(__package__).joinpath(f"{name}.yaml").read_text()
         except FileNotFoundError:
             built_in = sorted(f.name[:-5] for f in resources.files(__package__).iterdir() if f.name.endswith(".yaml"))
-            raise VFLBenchError(f"Unknown preset '{name}'. Built in: {', '.join(built_in)}; or pass a path to a YAML file.") from None
+            raise VFLBenchError(
+                f"Unknown preset '{name}'. Built in: {', '.join(built_in)}; or pass a path to a YAML file."
+            ) from None
     try:
         return yamlio.load(text)
     except yaml.YAMLError as e:
@@ -47,7 +49,9 @@ def _section(preset: str, key: str) -> dict[str, Any]:
     data = load_preset(preset)
     section = data.get(key) if isinstance(data, dict) else None
     if not isinstance(section, dict):
-        raise VFLBenchError(f"Preset '{preset}' has no '{key}' mapping; see vflbench/presets/false_tables.yaml for the layout.")
+        raise VFLBenchError(
+            f"Preset '{preset}' has no '{key}' mapping; see vflbench/presets/false_tables.yaml for the layout."
+        )
     return section
 
 
@@ -64,8 +68,10 @@ def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str
     # recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
     block = ds.get(hp_key) or default.get(hp_key) or ds.get("all") or default.get("all")
     if not block:
-        raise VFLBenchError(f"Preset '{preset}' has no hyper-parameters for {dataset} and '{hp_key}': add a block "
-                            f"hyperparameters.{dataset}.{hp_key} (or .all), or hyperparameters.default.all.")
+        raise VFLBenchError(
+            f"Preset '{preset}' has no hyper-parameters for {dataset} and '{hp_key}': add a block "
+            f"hyperparameters.{dataset}.{hp_key} (or .all), or hyperparameters.default.all."
+        )
     return dict(_p_key(block, p_train))
 
 
@@ -73,11 +79,15 @@ def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
     models = _section(preset, "models")
     spec = models.get(dataset) or models.get(f"default_{kind}")
     if not spec:
-        raise VFLBenchError(f"Preset '{preset}' has no model for {dataset}: add models.{dataset} or models.default_{kind}.")
+        raise VFLBenchError(
+            f"Preset '{preset}' has no model for {dataset}: add models.{dataset} or models.default_{kind}."
+        )
     return dict(spec)
 
 
-def stage_hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str) -> dict[str, Any]:
+def stage_hyperparameters(
+    preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str
+) -> dict[str, Any]:
     """A stage's own block, ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
     training p like the method blocks; empty when the preset has none (the run's values apply)."""
     ds, default = _hp_blocks(preset, dataset)

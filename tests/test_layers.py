@@ -1,0 +1,172 @@
+"""Imports run one way: every import of ``vflbench/`` (module-level or inside a function) goes from a
+higher layer of docs/ARCHITECTURE.md to a lower one (or within a layer), and no modules import each
+other in a circle. A package's ``__init__`` counts as importing its members (``import_module`` hides
+nothing). The checker is also run on planted faults, so that it is known to catch them."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "vflbench"
+
+
+def read_layers(text: str) -> list[list[str]]:
+    """The layer list of docs/ARCHITECTURE.md: numbered lines after the ``layers`` marker, module names in backticks."""
+    body = text.split("<!-- layers", 1)[1]
+    layers = []
+    for line in body.splitlines()[1:]:
+        if not re.match(r"\d+\. ", line):
+            if layers:
+                break
+            continue
+        layers.append(re.findall(r"`([\w.]+)`", line))
+    return layers
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the vflbench modules it imports; ``sources``: module -> (source text, is a package)."""
+    mods = set(sources)
+    edges: dict[str, set[str]] = {}
+    for m, (text, is_pkg) in sources.items():
+        pkg = m if is_pkg else m.rsplit(".", 1)[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(text)):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                while t and t not in mods and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                if t in mods:
+                    out.add(t)
+        if is_pkg and m != "vflbench":  # a package's face stands for its members
+            out |= {x for x in mods if x.startswith(m + ".") and x.count(".") == m.count(".") + 1}
+        out.discard(m)
+        edges[m] = out
+    return edges
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int | None:
+    """The layer of a module: its own name, or its package's, listed (``vflbench.`` dropped)."""
+    name = module.removeprefix("vflbench.") if module != "vflbench" else "vflbench"
+    while True:
+        for i, names in enumerate(layers):
+            if name in names:
+                return i
+        if "." not in name:
+            return None
+        name = name.rsplit(".", 1)[0]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def problems(sources: dict[str, tuple[str, bool]], layers: list[list[str]]) -> list[str]:
+    edges = imports(sources)
+    out = [f"{m} is in no layer of docs/ARCHITECTURE.md" for m in sorted(edges) if layer_of(m, layers) is None]
+    for m, targets in sorted(edges.items()):
+        lm = layer_of(m, layers)
+        for t in sorted(targets):
+            lt = layer_of(t, layers)
+            if lm is not None and lt is not None and lt > lm:
+                out.append(f"{m} (layer {lm + 1}) imports {t} (layer {lt + 1}): an upward import")
+    out += [f"circle: {' -> '.join(c)}" for c in cycles(edges)]
+    return out
+
+
+def project_sources() -> dict[str, tuple[str, bool]]:
+    return {module_name(p): (p.read_text(), p.name == "__init__.py") for p in sorted(PKG.rglob("*.py"))}
+
+
+LAYERS = read_layers((ROOT / "docs" / "ARCHITECTURE.md").read_text())
+
+
+def test_the_architecture_page_lists_the_layers():
+    assert len(LAYERS) >= 8 and LAYERS[0][0] == "vflbench" and "cli" in LAYERS[-1]
+
+
+def test_every_import_runs_down_and_nothing_imports_in_a_circle():
+    assert problems(project_sources(), LAYERS) == []
+
+
+@pytest.mark.parametrize(
+    "victim,planted,expect",
+    [
+        (
+            "vflbench.errors",
+            "\ndef f():\n    from .cli import app\n",
+            "upward import",
+        ),  # a function-local upward import
+        ("vflbench.training", "\nfrom .pipeline import execute\n", "upward import"),
+        ("vflbench.datasets.base", "\nfrom ..methods import METHODS\n", "upward import"),
+        (
+            "vflbench.secagg",
+            "\nfrom .channel import Channel\n",
+            "circle",
+        ),  # channel and secagg share a layer: a circle, not a layer fault
+    ],
+)
+def test_the_checker_catches_a_planted_fault(victim, planted, expect):
+    sources = project_sources()
+    if expect == "circle":
+        text, pkg = sources["vflbench.channel"]
+        sources["vflbench.channel"] = (text + "\nfrom .secagg import KeyedMasking\n", pkg)
+    text, pkg = sources[victim]
+    sources[victim] = (text + planted, pkg)
+    found = problems(sources, LAYERS)
+    assert any(expect in p for p in found), found
+
+
+def test_a_module_outside_the_layers_is_named():
+    sources = {**project_sources(), "vflbench.newthing": ("from .errors import VFLBenchError\n", False)}
+    assert "vflbench.newthing is in no layer of docs/ARCHITECTURE.md" in problems(sources, LAYERS)
