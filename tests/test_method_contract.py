@@ -264,7 +264,14 @@ def test_learns_an_easy_task_above_chance(name):
 
     base, opts = CASES[name]
     cls = cls_of(name)
-    semi = {"labeled": 1200, "aligned": 100} if cls.needs_labeled else {}
+    n = cls.smoke_samples or 3000
+    semi = {"labeled": 2 * n // 5, "aligned": 100} if cls.needs_labeled else {}
+    # a self-supervised stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
+    ssl = {
+        st.name: {"epochs": 2}
+        for st in cls.stages_for({k: str(v) for k, v in opts.items()})
+        if not st.labels and st.hp == "simsiam"
+    }
     cfg = RunConfig(
         dataset="synthetic",
         method=base,
@@ -272,11 +279,10 @@ def test_learns_an_easy_task_above_chance(name):
         train_missing="mcar:0.1",
         test_missing=["none", "mcar:0.3"],
         seed=0,
-        data_options={"n": 3000, "separation": 1.5},
+        data_options={"n": n, "separation": 1.5},
         hp={"epochs": 8, "lr": 3e-3, **cls.smoke_hp},
         settings=semi,
-        # a SimSiam stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
-        stage_hp={"pretrain": {"epochs": 2}} if opts.get("pretrain") == "simsiam" else {},
+        stage_hp=ssl,
     )
     rows, _ = execute(resolve(cfg), device=TEST_DEVICE)
     acc = {r["test_missing"]: r["value"] for r in rows if r["metric"] == "accuracy"}

@@ -245,13 +245,16 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
         subprocess.Popen(
             [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if k == 2 else subprocess.DEVNULL,
+            text=True,
             env=env,
         )
         for k in range(4)
     ]
     try:
-        time.sleep(12)  # joined and training (an epoch takes about a second)
+        line = parties[2].stderr.readline()  # blocks until party 2 has joined (every process checked the run key)
+        assert "joined run" in line, line
+        time.sleep(3)  # mid-training (40 epochs of about a second)
         assert server.poll() is None, server.communicate()
         parties[2].send_signal(signal.SIGKILL)
         t0 = time.time()

@@ -565,7 +565,10 @@ def party(
     run = _run_from(given, run_file)
     from .pipeline import execute
 
-    measured = join(run, rank, rendezvous, execute, timeout, device)
+    def joined():
+        err_console.print(f"party {rank}: joined run {run.key} ({run.parties} parties); training")
+
+    measured = join(run, rank, rendezvous, execute, timeout, device, joined)
     err_console.print(
         f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
         f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages"

@@ -122,34 +122,99 @@ def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
             inputs.y_val = inputs.y_val * 0
 
 
-def launch_parties(run, rendezvous: str, timeout_s: float, device: str = "cpu") -> list[subprocess.Popen]:
-    """Start one ``vflbench party`` process per party on this machine, each given the resolved run."""
+def _party_entry(
+    rank: int,
+    rendezvous: str,
+    config: dict[str, Any],
+    timeout_s: float,
+    device: str,
+    env: dict[str, str],
+    cwd: str,
+    log: str,
+    execute,
+) -> None:
+    """A party of a local launch, in a process forked from the launcher's fork server: what ``vflbench
+    party --run-file`` does (resolve the recorded run, :func:`join` it), with the launcher's environment
+    and working directory, its stderr in ``log`` and the exit status ``vflbench party`` would give."""
+    os.environ.clear()
+    os.environ.update(env)  # test hooks and data paths as a fresh process would inherit them
+    os.chdir(cwd)
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 2)
+    with open(os.devnull, "w") as f:
+        os.dup2(f.fileno(), 1)
+    from .config import config_from_manifest, resolve
+
+    set_federated(True)  # this process holds its own party's share only
+    try:
+        run = resolve(config_from_manifest({"config": config}))
+        join(run, rank, rendezvous, execute, timeout_s, device)
+    except VFLBenchError as e:
+        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.flush()
+        os._exit(getattr(e, "exit_code", 2))
+    sys.stderr.flush()
+    os._exit(0)
+
+
+_FORKS: list[Any] = []  # the multiprocessing context of local launches (its fork server starts once per process)
+
+
+def _fork_context():
+    """A ``forkserver`` context whose server has imported the pipeline once: every party of every later
+    launch from this process is a fork of it, not a fresh interpreter importing torch again."""
+    if not _FORKS:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["vflbench.pipeline"])
+        _FORKS.append(ctx)
+    return _FORKS[0]
+
+
+class LocalParty:
+    """One party process of a local launch (:func:`launch_parties`): its exit status and last error line."""
+
+    def __init__(self, k: int, proc, log: str):
+        self.k, self.proc, self.log = k, proc, log
+
+    def poll(self) -> int | None:
+        return None if self.proc.is_alive() else self.proc.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            raise subprocess.TimeoutExpired(f"party {self.k}", timeout or 0)
+        return self.proc.exitcode
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+
+    def last_line(self) -> str:
+        try:
+            lines = [ln for ln in open(self.log).read().splitlines() if ln.strip()]
+        except OSError:
+            lines = []
+        return lines[-1].strip() if lines else "no message"
+
+
+def launch_parties(run, rendezvous: str, timeout_s: float, execute, device: str = "cpu") -> list[LocalParty]:
+    """Start one party process per party on this machine, each given the resolved run (forked from the
+    launcher's fork server; a deployment starts ``vflbench party`` on each party's machine instead)."""
     import json
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix="vflbench-run-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"config": run.to_dict()}, f, default=str)
+    ctx = _fork_context()
+    config = json.loads(json.dumps(run.to_dict(), default=str))
+    logs = tempfile.mkdtemp(prefix="vflbench-parties-")
     procs = []
     for k in range(run.parties):
-        cmd = [
-            sys.executable,
-            "-m",
-            "vflbench",
-            "party",
-            "--rank",
-            str(k),
-            "--rendezvous",
-            rendezvous,
-            "--run-file",
-            path,
-            "--timeout",
-            str(timeout_s),
-            "--device",
-            device,
-        ]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    procs[0].run_file = path  # type: ignore[attr-defined]
+        log = os.path.join(logs, f"party{k}.log")
+        args = (k, rendezvous, config, timeout_s, device, dict(os.environ), os.getcwd(), log, execute)
+        p = ctx.Process(target=_party_entry, args=args, name=f"vflbench-party{k}", daemon=False)
+        p.start()
+        procs.append(LocalParty(k, p, log))
     return procs
 
 
@@ -214,9 +279,12 @@ def serve(run, rendezvous: str, execute, timeout_s: float = 60.0, device: str = 
         dist.destroy_process_group()
 
 
-def join(run, party: int, rendezvous: str, execute, timeout_s: float = 60.0, device: str = "auto") -> dict[str, Any]:
+def join(
+    run, party: int, rendezvous: str, execute, timeout_s: float = 60.0, device: str = "auto", on_joined=None
+) -> dict[str, Any]:
     """This process is party ``party`` (rank ``party + 1``): it trains its own models from the
-    server's gradients with ``execute`` (passed in, as to :func:`serve`); returns its measured traffic."""
+    server's gradients with ``execute`` (passed in, as to :func:`serve`); returns its measured traffic.
+    ``on_joined()`` is called once every process has checked that they run the same run."""
     import torch.distributed as dist
 
     check(run)
@@ -226,13 +294,14 @@ def join(run, party: int, rendezvous: str, execute, timeout_s: float = 60.0, dev
     connect(party + 1, world, rendezvous, timeout_s)
     try:
         wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, timeout_s)
-        fault = os.environ.get(
-            "VFLBENCH_KILL_PARTY", ""
-        )  # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
+        # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
+        fault = os.environ.get("VFLBENCH_KILL_PARTY", "")
         if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
             wire.die_at_epoch = int(fault.split(":")[2])
         dev, _ = choose_device(device, run.model.get("arch", "mlp"))
         check_same_run(wire, run.key, str(dev))
+        if on_joined is not None:
+            on_joined()
         set_wire(wire)
         execute(run, device, (), wire)
         return wire.summary()
@@ -254,7 +323,7 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
                 raise VFLBenchError(f"--party-data {name}={path}: no such file; check the path.")
         check_local_id_forms(run.dataset, run.data_options)
     url = f"tcp://127.0.0.1:{free_port()}"
-    procs = launch_parties(run, url, timeout_s, device)
+    procs = launch_parties(run, url, timeout_s, execute, device)
     try:
         try:
             out = serve(run, url, execute, timeout_s, device, callbacks)
@@ -266,33 +335,22 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
             except subprocess.TimeoutExpired:
                 raise PartyFailed(f"party {k} did not stop within {timeout_s:.0f}s after the run.") from None
             if code != 0:
-                raise PartyFailed(f"party {k} exited with status {code}: {_last_line(p)}")
+                raise PartyFailed(f"party {k} exited with status {code}: {p.last_line()}")
         return out
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
-        try:
-            os.unlink(procs[0].run_file)  # type: ignore[attr-defined]
-        except OSError:
-            pass
+        import shutil
+
+        shutil.rmtree(os.path.dirname(procs[0].log), ignore_errors=True)
 
 
-def _last_line(p: subprocess.Popen) -> str:
-    try:
-        err = p.stderr.read() if p.stderr is not None and p.poll() is not None else ""
-    except (OSError, ValueError):
-        err = ""
-    lines = [ln for ln in (err or "").splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else "no message"
-
-
-def _with_party_error(e: VFLBenchError, procs: list[subprocess.Popen]) -> VFLBenchError:
+def _with_party_error(e: VFLBenchError, procs: list[LocalParty]) -> VFLBenchError:
     """A failure seen by the server, with what a party that stopped said (if one did)."""
     time.sleep(0.2)
     dead = [(k, p.poll()) for k, p in enumerate(procs) if p.poll() not in (None, 0)]
     if isinstance(e, PartyFailed) or dead:
-        extra = "; ".join(f"party {k} exited with status {code}: {_last_line(procs[k])}" for k, code in dead)
+        extra = "; ".join(f"party {k} exited with status {code}: {procs[k].last_line()}" for k, code in dead)
         return PartyFailed(f"{e}{' (' + extra + ')' if extra else ''}")
     return e

@@ -213,9 +213,9 @@ class Method:
         False
     )
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
-    smoke_hp: ClassVar[
-        dict[str, Any]
-    ] = {}  # short (8-epoch) conformance runs: overrides of lr 3e-3 (e.g. plain SGD needs more)
+    # the conformance suite's short runs (8 epochs at lr 3e-3 on 3,000 synthetic samples): a method's overrides
+    smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
+    smoke_samples: ClassVar[int | None] = None  # e.g. a generative stage needs more epochs on fewer samples
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx
