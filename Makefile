@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test test-gpu lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
+.PHONY: install test test-slow test-gpu lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,14 @@ install: $(STAMP)  ## create .venv and install vflbench with its dev, ray and pa
 
 TEST_WORKERS ?= auto
 test: $(STAMP)  ## the test suite (no GPU needed), on every core (pytest-xdist; TEST_WORKERS=0: in one process)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not integration"
+
+test-slow: $(STAMP)  ## end-to-end checks kept out of make test (tests marked integration: real processes, sweeps, image models, Ray)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m integration
 
 test-gpu: $(STAMP)  ## the whole suite on a GPU: pipeline, CLI-equivalence and runtime tests compute on CUDA (VFLBENCH_TEST_DEVICE=cuda); needs a CUDA device
 	@$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA device (torch.cuda.is_available() is False); use make test')"
-	VFLBENCH_TEST_DEVICE=cuda $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	VFLBENCH_TEST_DEVICE=cuda $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not integration"
 
 lint: $(STAMP)  ## ruff (line length 120, no blanket ignore) and its formatter, as CI runs them
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples

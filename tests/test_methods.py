@@ -266,7 +266,7 @@ def test_image_extractors_never_read_missing_tiles(name):
     assert pred.preds.shape[1] == 16
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 @pytest.mark.parametrize("name", ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"])
 def test_image_methods_run_end_to_end(name):
     from vflbench.config import RunConfig, resolve

@@ -158,6 +158,7 @@ def _sweep(tmp_path, **experiment):
     return exp, r, [json.loads(p.read_text()) for p in sorted((tmp_path / "s" / "runs").glob("*/manifest.json"))]
 
 
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 def test_sweep_packs_by_default_and_writes_every_run_on_its_own(tmp_path):
     exp, r, manifests = _sweep(
         tmp_path,

@@ -41,7 +41,7 @@ FLAGS = [
     "--train-missing",
     "mcar:0.3",
     "--train-samples",
-    "3000",
+    "1500",
     "--test-missing",
     "none,mcar:0.5",
     "--quiet",
@@ -228,11 +228,25 @@ def test_a_method_that_cannot_run_distributed_is_refused_in_one_line(tmp_path):
     assert "comes down outside Method.send" in rows["false1"]["runtime_refusal"]
 
 
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 @needs_mirror
 def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    flags = ["--dataset", "credit", "--method", "laser", "--epochs", "40", "--seed", "0", "--timeout", "30"]
+    flags = [
+        "--dataset",
+        "credit",
+        "--method",
+        "laser",
+        "--parties",
+        "2",
+        "--epochs",
+        "40",
+        "--seed",
+        "0",
+        "--timeout",
+        "30",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = subprocess.Popen(
         [sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(tmp_path / "out"), *flags],
@@ -245,18 +259,18 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
         subprocess.Popen(
             [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE if k == 2 else subprocess.DEVNULL,
+            stderr=subprocess.PIPE if k == 1 else subprocess.DEVNULL,
             text=True,
             env=env,
         )
-        for k in range(4)
+        for k in range(2)
     ]
     try:
-        line = parties[2].stderr.readline()  # blocks until party 2 has joined (every process checked the run key)
+        line = parties[1].stderr.readline()  # blocks until party 1 has joined (every process checked the run key)
         assert "joined run" in line, line
         time.sleep(3)  # mid-training (40 epochs of about a second)
         assert server.poll() is None, server.communicate()
-        parties[2].send_signal(signal.SIGKILL)
+        parties[1].send_signal(signal.SIGKILL)
         t0 = time.time()
         out, err = server.communicate(timeout=60)
         assert time.time() - t0 < 30
@@ -267,7 +281,7 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
             p.wait()
     assert server.returncode == 3, err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "party 2" in lines[0] and "epoch" in lines[0]
+    assert len(lines) == 1 and "party 1" in lines[0] and "epoch" in lines[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("results.csv"))
 
 
@@ -276,11 +290,10 @@ def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, 
     exp = tmp_path / "exp.yaml"
     exp.write_text(
         "name: dies\nruntime: processes\nseeds: [0]\nparties: [4]\ntrain_missing: [none]\ntest_missing: [none]\n"
-        "hp: {epochs: 2}\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n"
+        "hp: {epochs: 2}\ntrain_samples: 1500\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n"
     )
-    monkeypatch.setenv(
-        "VFLBENCH_KILL_PARTY", "laser:1:1"
-    )  # party 1 of the LASER-VFL run dies when its second epoch starts
+    # party 1 of the LASER-VFL run dies when its second epoch starts
+    monkeypatch.setenv("VFLBENCH_KILL_PARTY", "laser:1:1")
     r = runner.invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "out")])
     summary = json.loads((tmp_path / "out" / "sweep.json").read_text())
     failed = summary["runs_failed"]
@@ -292,3 +305,17 @@ def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, 
     ), r.output
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
     assert set(rows["method"]) == {"svfl"}  # the other run finished; nothing of the failed one was written
+
+
+@pytest.mark.integration  # `make test-slow`: two fresh interpreters (the script, then its fork server)
+def test_an_unguarded_script_gets_one_clear_error_at_once(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from vflbench.config import RunConfig, resolve\nfrom vflbench.pipeline import execute\n"
+        "execute(resolve(RunConfig(dataset='synthetic', method='laser', runtime='processes', hp={'epochs': 1})), "
+        "'cpu')\n"
+    )
+    t0 = time.time()
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and time.time() - t0 < 40  # not the 60 s rendezvous timeout
+    assert 'must guard its entry with `if __name__ == "__main__":`' in p.stderr

@@ -71,7 +71,7 @@ def _rows_per_run(df):
     return df.groupby("run_id").size()
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 def test_sweep_resumes_after_sigkill_without_loss_or_duplicates(tmp_path):
     spec = {**TINY, "seeds": [0, 1, 2], "methods": ["local", "svfl", "laser"], "hp": {"epochs": 4}}
     exp = write(tmp_path, spec)
@@ -89,21 +89,22 @@ def test_sweep_resumes_after_sigkill_without_loss_or_duplicates(tmp_path):
     proc.wait()
     n_before = len(list((out / "runs").glob("*/manifest.json")))
     assert 2 <= n_before < 9, n_before
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    assert f"{n_before} already finished" in r.stdout.replace("\n", " ")
+    # the resume and a third invocation: the same command, in this process (the killed one was a real process)
+    r = runner.invoke(app, cmd[3:])
+    assert r.exit_code == 0, r.output
+    assert f"{n_before} already finished" in r.output.replace("\n", " ")
     df = pd.read_csv(out / "results.csv")
     assert df["run_id"].nunique() == 9
     per_run = _rows_per_run(df)
     assert (per_run == per_run.iloc[0]).all()  # exactly one row set per run
     assert not df.duplicated(subset=["run_id", "test_missing", "metric"]).any()
     # a third invocation runs nothing and leaves the same table
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert "0 to run" in r.stdout.replace("\n", " ")
+    r = runner.invoke(app, cmd[3:])
+    assert "0 to run" in r.output.replace("\n", " ")
     assert pd.read_csv(out / "results.csv").equals(df)
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 def test_parallel_workers_match_serial(tmp_path):
     exp = write(tmp_path, TINY)
     for w in ("1", "2"):
@@ -122,7 +123,7 @@ def test_parallel_workers_match_serial(tmp_path):
     pd.testing.assert_frame_equal(a, b)  # same seeds, same numbers, whatever the parallelism
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (Ray's start-up alone is most of a minute on two cores)
 def test_ray_executor_tiny_sweep(tmp_path):
     ray = pytest.importorskip("ray")
     exp = write(tmp_path, {**TINY, "seeds": [0]})

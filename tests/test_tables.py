@@ -259,7 +259,7 @@ def test_the_file_content_is_part_of_the_run(tmp_path):
     assert resolve(cfg).key != a.key
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 def test_every_method_runs_on_the_example_table_and_repeats_exactly(tmp_path):
     for name in METHODS.names():
         out = tmp_path / name
@@ -346,7 +346,7 @@ datasets:
     assert pd.read_csv(tmp_path / "out" / "results.csv")["value"].tolist() == first["value"].tolist()
 
 
-@pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
+@pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 def test_the_readme_study_example_writes_a_table(tmp_path):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     block = re.search(r"```yaml\n(name: my-study\n.*?)```", readme, flags=re.S).group(1)

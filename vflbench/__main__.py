@@ -1,3 +1,4 @@
 from .cli import app
 
-app(prog_name="vflbench")
+if __name__ == "__main__":
+    app(prog_name="vflbench")

@@ -16,6 +16,7 @@ import torch
 from .config import ResolvedRun
 from .errors import VFLBenchError
 from .evaluation import METRICS, Evaluation, cost_extras, evaluate, mask_summary, score  # noqa: F401
+from .federation import SERVER
 
 # the pipeline's steps, re-exported
 from .inputs import RunInputs, prepare, report_alignment, validation_split  # noqa: F401
@@ -246,6 +247,10 @@ def execute(
         callbacks.append(SSLProbe(run, inputs, method))
     hist = train(run, inputs, method, callbacks)
     evals = evaluate(run, inputs, method)
+    if (
+        wire is not None and wire.rank != SERVER
+    ):  # a party's process: the server records the run (a party's manifest would be read by nobody)
+        return [], {}
     return record(run, inputs, method, hist, evals, callbacks)
 
 

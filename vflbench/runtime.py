@@ -123,6 +123,7 @@ def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
 
 
 def _party_entry(
+    started,
     rank: int,
     rendezvous: str,
     config: dict[str, Any],
@@ -136,6 +137,7 @@ def _party_entry(
     """A party of a local launch, in a process forked from the launcher's fork server: what ``vflbench
     party --run-file`` does (resolve the recorded run, :func:`join` it), with the launcher's environment
     and working directory, its stderr in ``log`` and the exit status ``vflbench party`` would give."""
+    started.set()  # the launcher waits for this: a process that died before it never ran (see launch_parties)
     os.environ.clear()
     os.environ.update(env)  # test hooks and data paths as a fresh process would inherit them
     os.chdir(cwd)
@@ -208,13 +210,30 @@ def launch_parties(run, rendezvous: str, timeout_s: float, execute, device: str 
     ctx = _fork_context()
     config = json.loads(json.dumps(run.to_dict(), default=str))
     logs = tempfile.mkdtemp(prefix="vflbench-parties-")
-    procs = []
+    procs, flags = [], []
     for k in range(run.parties):
         log = os.path.join(logs, f"party{k}.log")
-        args = (k, rendezvous, config, timeout_s, device, dict(os.environ), os.getcwd(), log, execute)
+        started = ctx.Event()
+        args = (started, k, rendezvous, config, timeout_s, device, dict(os.environ), os.getcwd(), log, execute)
         p = ctx.Process(target=_party_entry, args=args, name=f"vflbench-party{k}", daemon=False)
         p.start()
         procs.append(LocalParty(k, p, log))
+        flags.append(started)
+    for party, started in zip(
+        procs, flags, strict=True
+    ):  # each party signals once it runs: fail now, not at the rendezvous timeout
+        while not started.wait(0.05):
+            if party.poll() is not None:
+                for q in procs:
+                    if q.poll() is None:
+                        q.kill()
+                raise VFLBenchError(
+                    f"party {party.k}'s process stopped before it started (status {party.poll()}). A Python script "
+                    "that starts "
+                    'a run with --runtime processes must guard its entry with `if __name__ == "__main__":` (the rule '
+                    "of "
+                    "multiprocessing's fork server: it imports the main script again); the traceback is above."
+                )
     return procs
 
 

@@ -213,9 +213,9 @@ class Method:
         False
     )
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
-    # the conformance suite's short runs (8 epochs at lr 3e-3 on 3,000 synthetic samples): a method's overrides
+    # the conformance suite's short runs (8 epochs at lr 3e-3 on 1,500 synthetic samples): a method's overrides
     smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
-    smoke_samples: ClassVar[int | None] = None  # e.g. a generative stage needs more epochs on fewer samples
+    smoke_options: ClassVar[dict[str, Any]] = {}  # method options of those runs (where the case sets none itself)
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx

@@ -118,12 +118,10 @@ class FalseVFL(Method):
     )
     mask_model = False
     # The 8-epoch conformance run is too short: the posterior collapses first (the mean's spread is
-    # ~0.05 of the posterior std after 3-8 epochs) and escapes after ~12 stage-1 epochs; at 20 the
-    # synthetic task reaches 98% (measured). 20 epochs per stage, everything else as the suite's.
+    # ~0.05 of the posterior std after 3-8 epochs) and escapes after ~12-14 stage-1 epochs; at 16 the
+    # 1,500-sample synthetic task reaches 98-99% (measured, seeds 0 and 1). 16 epochs per stage.
     smoke_hp = {"epochs": 16}
-    smoke_samples = (
-        1500  # the contract's easy task: a smaller set, so that its generative stage fits the suite's budget
-    )
+    smoke_options = {"kappa": 5}  # half the importance samples: 96-97% on the easy task, in half the time (measured)
     option_specs = (
         Option("kappa", int, 10, "importance samples of the training bounds (both stages)", check=_at_least_1),
         Option("n_pred_samples", int, 50, "importance samples L at prediction", check=_at_least_1),

@@ -72,7 +72,6 @@ def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.
 @METHODS.register("fedhssl")
 class FedHSSL(Method):
     name, display, hp_key, f1_rule = "fedhssl", "FedHSSL", "fedhssl", "single"
-    smoke_samples = 1500  # the contract's easy task: a smaller set for its three stages
     boundary_refusal = (
         "its self-supervised stages exchange projections between parties, outside the party-to-server "
         "boundary a mechanism wraps"
