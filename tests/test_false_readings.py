@@ -153,6 +153,11 @@ def test_a_reading_is_printed_under_its_baseline_and_swapped_into_table_2():
     assert "LASER-VFL (laser_epochs=100)" not in set(best["Method"])  # nor the best-of-baselines gap
     gap_rows = [ln for ln in text.splitlines() if ln.startswith("| LASER-VFL (laser_epochs=100) |")]
     assert gap_rows and "| -10.0 | +10.0 |" in gap_rows[0]  # gap ours (70.5 - 80.5) and with the reading (70.5 - 60.5)
+    # the per-cell gap to the paper's LASER-VFL row (69.3 at MCAR 0 (std 0.9), 51.0 at MCAR 5), reading and base row
+    i = text.index("Gap to the paper per cell (ours - paper, points), Isolet, trained under MCAR 2")
+    cells = [ln for ln in text[i:].splitlines() if ln.startswith("| LASER-VFL")]
+    assert cells[0] == "| LASER-VFL | +11.2 | +29.5 | 0/2 |"  # 80.5 - 69.3, 80.5 - 51.0
+    assert cells[1] == "| LASER-VFL (laser_epochs=100) | -8.8 | +9.5 | 0/2 |"
 
 
 def test_variant_chosen_on_validation_against_the_test_set():

@@ -155,6 +155,103 @@ def test_fedhssl_prediction_zero_imputes_missing_parties():
     assert pred.valid.all() and pred.counted.all()
 
 
+def test_fedhssl_finetune_labeled_trains_on_every_labeled_sample_with_its_observed_blocks():
+    m = make("fedhssl", pretrain="none", finetune="labeled")
+    (stage,) = m.stages
+    assert stage.samples == "labeled"
+    data = trainset()
+    seen = set()
+    orig = m.loss
+
+    def spy(b, st):
+        seen.update(b.idx.tolist())
+        return orig(b, st)
+
+    m.loss = spy
+    fit(m, data, {"train": hp(2)}, POLICY, lambda s: 0)
+    assert seen == set(data.labeled.nonzero().view(-1).tolist())  # partly observed labeled samples too
+    m.loss = orig
+    # the loss is the mean CE over the batch, each sample fused from the parties that observe it
+    x = torch.randn(3, 6, 4)
+    obs = torch.tensor([[1, 1, 1], [1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    m.store.begin()
+    loss, active = m.loss(batch(x, obs, y), stage)
+    want = torch.nn.functional.cross_entropy(m.logits(x, obs.T), y)
+    assert torch.allclose(loss, want) and bool(active.any())
+    aligned = make("fedhssl", pretrain="none")
+    aligned.store.begin()
+    loss_a, _ = aligned.loss(batch(x, obs, y), aligned.stages[0])
+    full = obs.all(1)
+    assert torch.allclose(loss_a, torch.nn.functional.cross_entropy(aligned.logits(x[:, full], obs[full].T), y[full]))
+
+
+def test_fedhssl_absent_fills_a_missing_party_from_the_mean_or_the_present_parties():
+    x = torch.randn(3, 5, 4)
+    obs = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [0, 0, 1]], dtype=torch.bool)
+    zero = make("fedhssl", pretrain="none")
+    pm = make("fedhssl", pretrain="none", absent="present_mean")
+    for m in (zero, pm):
+        m.train(False)
+        m.store.begin()
+    rz, rp = zero.representations(x, obs.T), pm.representations(x, obs.T)
+    assert torch.equal(rz[obs.T], rp[obs.T])  # present parties unchanged
+    for i in range(5):
+        present = obs[i].nonzero().view(-1)
+        for j in (~obs[i]).nonzero().view(-1).tolist():
+            assert (rz[j, i] == 0).all()
+            assert torch.allclose(rp[j, i], rz[present, i].mean(0))
+    # absent=mean: the previous fine-tuning epoch's mean representation of each party, over its observed samples
+    m = make("fedhssl", pretrain="none", absent="mean")
+    m.train(False)  # no dropout/normalisation drift between the two passes
+    m.store.begin()
+    (stage,) = m.stages
+    y = torch.tensor([0, 1, 2, 0, 1])
+    full = torch.ones(5, 3, dtype=torch.bool)
+    with torch.no_grad():
+        m.loss(batch(x, full, y), stage)  # aligned fine-tuning: only fully observed rows count
+    before = m.mean_rep.clone()
+    assert (before == 0).all()  # until an epoch ends
+    m.end_epoch(Epoch(stage, 0, None, None, 1, False))
+    h = zero.representations(x, torch.ones(3, 5, dtype=torch.bool))  # same seed, same networks
+    assert torch.allclose(m.mean_rep, h.mean(1), atol=1e-6)
+    r = m.representations(x, obs.T)
+    for i in range(5):
+        for j in (~obs[i]).nonzero().view(-1).tolist():
+            assert torch.allclose(r[j, i], m.mean_rep[j])
+    m.end_epoch(Epoch(stage, 1, None, None, 1, False))  # an epoch with no samples keeps the last mean
+    assert torch.allclose(m.mean_rep, h.mean(1), atol=1e-6)
+
+
+def test_fedhssl_block_dropout_drops_observed_blocks_at_its_rate_but_never_all_and_only_in_training():
+    m = make("fedhssl", k=4, widths=[4] * 4, pretrain="none", finetune="labeled", block_dropout=0.4)
+    (stage,) = m.stages
+    m.store.begin()
+    n = 4000
+    x = torch.randn(4, n, 4)
+    obs = torch.rand(n, 4, generator=torch.Generator().manual_seed(1)) > 0.2
+    obs[~obs.any(1), 0] = True
+    used = []
+    orig = m.representations
+    m.representations = lambda blocks, use: used.append(use.clone()) or orig(blocks, use)
+    b = batch(x, obs, torch.randint(0, 3, (n,)))
+    m.draw(b, stage)  # the batch's randomness is drawn before the loss
+    with torch.no_grad():
+        m.loss(b, stage)
+    (use,) = used
+    assert not (use & ~obs.T).any()  # only observed blocks are used
+    assert use.any(0).all()  # every sample keeps at least one block
+    multi = obs.sum(1) >= 3  # with several blocks the never-all rule rarely binds: the rate is close to p
+    rate = 1 - use[:, multi].sum() / obs.T[:, multi].sum()
+    assert 0.36 < float(rate) < 0.42
+    m.train(False)
+    used.clear()
+    m.predict(batch(x[:, :50], obs[:50]))
+    assert torch.equal(used[0], obs[:50].T)  # prediction sees every observed block
+    with pytest.raises(VFLBenchError, match="block_dropout"):
+        METHODS.get("fedhssl").option("block_dropout").parse(1.0, "fedhssl")
+
+
 def test_fedhssl_options_and_party_count_are_checked():
     with pytest.raises(VFLBenchError, match="at least 2 parties"):
         make("fedhssl", k=1)

@@ -259,7 +259,28 @@ def false_tables(df: pd.DataFrame, ref: pd.DataFrame | None, title: str | None =
             per = rd.assign(ok=rok).groupby(["Dataset", "Method"], sort=False)["ok"].agg(["sum", "count"])
             lines += ["Readings, against the paper's row of their baseline (not counted above):", ""]
             lines += [f"- {ds}, {meth}: {int(r['sum'])}/{int(r['count'])}" for (ds, meth), r in per.iterrows()] + [""]
+            lines += reading_gaps(m, rd, test_cols)
     return "\n".join(lines) + "\n", best
+
+
+def reading_gaps(rows: pd.DataFrame, readings: pd.DataFrame, test_cols: list[str]) -> list[str]:
+    """Per cell, ours minus the paper (points) for each reading and, above it, the row it reads, on the cells
+    the readings ran; the last column counts the cells in agreement."""
+    out = []
+    for (ds, train), rd in readings.groupby(["Dataset", "Train"], sort=False):
+        cols = [t for t in test_cols if t in set(rd["Test"])]
+        table = []
+        for meth in [*dict.fromkeys(map(base_row, rd["Method"])), *dict.fromkeys(rd["Method"])]:
+            src = rd if meth in set(rd["Method"]) else rows
+            r = src[(src["Dataset"] == ds) & (src["Train"] == train) & (src["Method"] == meth)].set_index("Test")
+            if r.empty:
+                continue
+            gaps = [f"{r.at[t, 'mean'] - r.at[t, 'paper_mean']:+.1f}" if t in r.index else "" for t in cols]
+            ok = [agrees(r.at[t, "mean"], r.at[t, "paper_mean"], r.at[t, "paper_std"]) for t in cols if t in r.index]
+            table.append([meth, *gaps, f"{int(np.sum(ok))}/{len(ok)}"])
+        out += [f"Gap to the paper per cell (ours - paper, points), {ds}, trained under {train}:", ""]
+        out += _md(["Method", *cols, "agree"], table) + [""]
+    return out
 
 
 def _mean_gap_on(p: pd.DataFrame | None, keys: set) -> str:

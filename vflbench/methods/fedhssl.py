@@ -54,6 +54,7 @@ from .simsiam import SimSiam, negative_cosine
 CROSS = Stage("cross", samples="complete", labels=False, hp="simsiam", group="fedhssl")
 LOCAL = Stage("local", samples="all", labels=False, hp="simsiam", group="fedhssl")
 TRAIN = Stage("train", samples="aligned")
+TRAIN_LABELED = Stage("train", samples="labeled")  # finetune=labeled: every labeled sample, with its observed blocks
 
 
 def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.Module]:
@@ -71,6 +72,10 @@ def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.
 
 @METHODS.register("fedhssl")
 class FedHSSL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: an absent party's representation is filled (option absent)
+
     name, display, hp_key, f1_rule = "fedhssl", "FedHSSL", "fedhssl", "single"
     boundary_refusal = (
         "its self-supervised stages exchange projections between parties, outside the party-to-server "
@@ -127,11 +132,39 @@ class FedHSSL(Method):
             "the local projectors and predictors (the official code), of the local bottom encoders, or none",
             choices=("top", "bottom", "none"),
         ),
+        # Readings of the FALSE-VFL paper's FedHSSL rows (results/false/README.md, controlled runs); the defaults are
+        # App. D.1's
+        Option(
+            "finetune",
+            str,
+            "aligned",
+            "fine-tune on the fully aligned labeled samples only (App. D.1: FedHSSL needs fully aligned data) or on "
+            "every labeled sample with its observed blocks (an absent party filled as at prediction: absent=)",
+            choices=("aligned", "labeled"),
+        ),
+        Option(
+            "absent",
+            str,
+            "zero",
+            "an absent party's representation at the fusion head: zero (App. D.1's zero-imputation), mean (its mean "
+            "representation over the previous fine-tuning epoch's samples that observe it), or present_mean (the mean "
+            "of the present parties' representations of the same sample)",
+            choices=("zero", "mean", "present_mean"),
+        ),
+        Option(
+            "block_dropout",
+            float,
+            0.0,
+            "during fine-tuning, drop each observed block of a sample with this probability (never all of them), "
+            "filled as absent=",
+            check=lambda v: None if 0 <= v < 1 else "must be in [0, 1)",
+        ),
     )
 
     @classmethod
     def stages_for(cls, options):
-        return (CROSS, LOCAL, TRAIN) if options.get("pretrain", "simsiam") == "simsiam" else (TRAIN,)
+        train = TRAIN if options.get("finetune", "aligned") == "aligned" else TRAIN_LABELED
+        return (CROSS, LOCAL, train) if options.get("pretrain", "simsiam") == "simsiam" else (train,)
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> str | None:
@@ -181,6 +214,12 @@ class FedHSSL(Method):
             self.ssl_local = SimSiam(self, None, prefix="ssl_local")
             self.assumptions = (*type(self).assumptions, *SIMSIAM_ASSUMPTIONS)
         self.cross_ids = list(self.cross.member_ids)
+        self.absent = self.options["absent"]
+        self.block_dropout = float(self.options["block_dropout"])
+        self.finetune_all = self.options["finetune"] == "labeled"
+        self.mean_rep = torch.zeros(k, spec.cut, device=self.device)  # absent=mean: the previous epoch's mean per party
+        self._rep_sum = torch.zeros(k, spec.cut, device=self.device)
+        self._rep_n = torch.zeros(k, 1, device=self.device)
         self.impute_input = False
         self.eval_variants = ("impute_input",)  # also score zero-imputation of the features (metric@impute_input)
         mem = torch.zeros(self.n_members, dtype=torch.bool)
@@ -218,7 +257,19 @@ class FedHSSL(Method):
         """What each party sends at fine-tuning and prediction: ``(h_cross + h_local) / 2``, zero where
         ``use`` ``[K, B]`` is False."""
         h = 0.5 * (self.cross(blocks, need=use) + self.local(blocks, need=use))
-        return self.send(h, use) * use[:, :, None].float()
+        return self.fill_absent(self.send(h, use) * use[:, :, None].float(), use)
+
+    def fill_absent(self, r: torch.Tensor, use: torch.Tensor) -> torch.Tensor:
+        """``r`` ``[K, B, D]`` with zeros where ``use`` ``[K, B]`` is False -> the absent parties filled as
+        the option ``absent`` says (zero: unchanged)."""
+        if self.absent == "zero":
+            return r
+        if self.absent == "mean":
+            fill = self.mean_rep[:, None, :].expand_as(r)
+        else:  # present_mean: the mean of the present parties' representations of each sample
+            present = use.float()
+            fill = ((r * present[:, :, None]).sum(0) / present.sum(0).clamp_min(1.0)[:, None])[None].expand_as(r)
+        return torch.where(use[:, :, None], r, fill)
 
     def use_variant(self, variant: str | None) -> None:
         """``impute_input``: a missing block's (standardised) features are set to zero and encoded like
@@ -228,7 +279,10 @@ class FedHSSL(Method):
     def logits(self, blocks, use: torch.Tensor) -> torch.Tensor:
         if self.impute_input:
             blocks, use = zero_missing_inputs(blocks, use), torch.ones_like(use)
-        r = self.representations(blocks, use)  # [K, B, D]
+        return self.fuse(self.representations(blocks, use))
+
+    def fuse(self, r: torch.Tensor) -> torch.Tensor:
+        """The server's head on the concatenated representations ``r`` ``[K, B, D]`` -> logits ``[B, C]``."""
         return self.head(r.permute(1, 0, 2).reshape(r.shape[1], -1)[None])[0]
 
     # -- stages
@@ -238,15 +292,33 @@ class FedHSSL(Method):
     def _active(self, stage: str, any_rows: bool) -> torch.Tensor:
         return (self._sets[stage] if any_rows else torch.zeros_like(self._sets[stage])).to(self.device)
 
+    def draw(self, batch: Batch, stage: Stage) -> None:
+        """block_dropout: which blocks of the batch fine-tuning keeps (``[K, B]``, before the never-all rule)."""
+        if stage.name == TRAIN.name and self.block_dropout > 0:
+            self._keep = torch.rand(self.k, batch.size, generator=self.gen, device=self.device) >= self.block_dropout
+
     def loss(self, batch: Batch, stage: Stage):
         if stage.name == CROSS.name:
             return self._cross_loss(batch)
         if stage.name == LOCAL.name:
             return self._local_loss(batch)
-        full = batch.obs.all(1)
-        use = full[None, :].expand(self.k, -1)
-        loss = masked_mean_ce(self.logits(batch.blocks, use)[None], batch.y, full[None])[0]
-        return loss, self._active("train", bool(full.any()))
+        if self.finetune_all:  # every labeled sample, each party where it observes the block
+            rows = batch.obs.any(1)
+            use = batch.obs.T.clone()
+        else:
+            rows = batch.obs.all(1)
+            use = rows[None, :].expand(self.k, -1).clone()
+        if self.block_dropout > 0:  # drop observed blocks (never all of a sample's)
+            dropped = use & self._keep
+            use = torch.where(dropped.any(0)[None, :], dropped, use)
+        r = self.representations(batch.blocks, use)
+        if self.absent == "mean":  # this epoch's mean representation per party, for the next epoch and prediction
+            with torch.no_grad():
+                self._rep_sum += (r * use[:, :, None].float()).sum(1)
+                self._rep_n += use.sum(1, keepdim=True).float()
+        lg = self.fuse(r)
+        loss = masked_mean_ce(lg[None], batch.y, rows[None])[0]
+        return loss, self._active("train", bool(rows.any()))
 
     def _cross_loss(self, batch: Batch):
         full = batch.obs.all(1)  # the stage's pool is fully observed samples; kept general
@@ -285,6 +357,10 @@ class FedHSSL(Method):
     def end_epoch(self, epoch: Epoch) -> None:
         """Partial model aggregation after each local epoch (equal weights: every party's local
         stage sees the same number of batches, as in the official code's FedAvg call)."""
+        if epoch.stage.name == "train" and self.absent == "mean":
+            self.mean_rep = torch.where(self._rep_n > 0, self._rep_sum / self._rep_n.clamp_min(1.0), self.mean_rep)
+            self._rep_sum.zero_()
+            self._rep_n.zero_()
         if epoch.stage.name != LOCAL.name or self.pma == "none":
             return
         if not self.image:
