@@ -272,3 +272,17 @@ def test_inspect_reports_each_party_file_and_the_intersection_before_training(pa
     assert r.exit_code == 2 and "target=COLUMN" in r.output
     r = runner.invoke(app, ["inspect", "credit", "--party-data", spec])
     assert r.exit_code == 2 and "not both" in r.output
+
+
+def test_psi_alignment_and_a_lost_party_across_processes_equal_one_process(party_files, tmp_path):
+    spec, _ = party_files
+    flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--method", "laser"]
+    flags += ["--epochs", "3", "--seed", "0", "--train-missing", "mcar:0.2", "--quiet", "--fail-party", "2@2"]
+    a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
+    assert a.exit_code == 0, a.output
+    b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
+    assert b.exit_code == 0, b.output
+    (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
+    assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
+    assert mb["alignment"]["method"] == "psi" and set(rb["parties_lost"]) == {"2@2"}
+    assert ma["party_losses"] == mb["party_losses"]

@@ -246,6 +246,8 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
         "0",
         "--timeout",
         "30",
+        "--on-party-loss",
+        "stop",  # LASER-VFL would go on without the party (tests/test_faults.py); asked to stop, it stops
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = subprocess.Popen(
@@ -292,19 +294,20 @@ def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, 
         "name: dies\nruntime: processes\nseeds: [0]\nparties: [4]\ntrain_missing: [none]\ntest_missing: [none]\n"
         "hp: {epochs: 2}\ntrain_samples: 1500\nmethods: [svfl, laser]\ndatasets:\n  credit: {data_options: {}}\n"
     )
-    # party 1 of the LASER-VFL run dies when its second epoch starts
-    monkeypatch.setenv("VFLBENCH_KILL_PARTY", "laser:1:1")
+    # party 1 of the Standard VFL run dies when its second epoch starts: Standard VFL (an incomplete sample gets a
+    # random class) cannot go on without it; LASER-VFL could (tests/test_faults.py)
+    monkeypatch.setenv("VFLBENCH_KILL_PARTY", "svfl:1:1")
     r = runner.invoke(app, ["sweep", str(exp), "--workers", "1", "--out", str(tmp_path / "out")])
     summary = json.loads((tmp_path / "out" / "sweep.json").read_text())
     failed = summary["runs_failed"]
     assert (
         len(failed) == 1
-        and "laser" in failed[0]["run_id"]
+        and "svfl" in failed[0]["run_id"]
         and "Lost party 1" in failed[0]["error"]
         and "epoch 2" in failed[0]["error"]
     ), r.output
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
-    assert set(rows["method"]) == {"svfl"}  # the other run finished; nothing of the failed one was written
+    assert set(rows["method"]) == {"laser"}  # the other run finished; nothing of the failed one was written
 
 
 @pytest.mark.integration  # `make test-slow`: two fresh interpreters (the script, then its fork server)

@@ -625,9 +625,10 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     t = Table(
-        title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes)"
+        title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes; "
+        "lost party: whether a run goes on when a party is lost, docs/RUNTIME.md)"
     )
-    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "processes"):
+    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "processes", "lost party"):
         t.add_column(col, no_wrap=col in ("name", "display", "processes"))
     for r in rows:
         opts = (
@@ -657,6 +658,7 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
                 else f"no: {r['boundary_refusal']}"
             ),
             "yes" if r["processes"] else "no",
+            escape(r["party_loss"]),
         )  # why not: --format json (runtime_refusal), or the refusal of --runtime processes
     console.print(t)
     m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")

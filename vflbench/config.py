@@ -302,6 +302,9 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     model.update({k: v for k, v in cfg.model.items() if v is not None})
     check_model(model, info.kind)
     check_model_memory(model, info, int(settings["parties"]), hp.batch_size)
+    from .faults import check_run
+
+    check_run(mcls, options, settings, int(settings["parties"]), sum(h.epochs for h in stage_hp.values()))
     return ResolvedRun(
         dataset=cfg.dataset,
         data_options=data_options,

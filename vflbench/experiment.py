@@ -57,7 +57,7 @@ DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {
     "seeds",
     "train_missing",
 }  # grid axes read once, at the top level
-QUICK_KEYS = {"epochs", "seeds", "data_options"}
+QUICK_KEYS = {"epochs", "seeds", "data_options", "fail_party"}  # a smoke run's epochs, seeds, data and failures
 
 
 @dataclass
@@ -439,9 +439,19 @@ def build_experiment(
                 SETTINGS[name].parse(value)
             except VFLBenchError as e:
                 _fail(path, f"{name}: {e}")
+        # the other grid axes of declared settings (e.g. fail_party): one run per value, in the file's order
+        axes = [
+            (name, quick_spec[st.axis] if quick and st.axis in quick_spec else over.get(st.axis, spec.get(st.axis)))
+            for name, st in SETTINGS.items()
+            if st.axis not in (None, "seeds", "parties", "train_missing") and over.get(st.axis, spec.get(st.axis))
+        ]
+        for name, values in axes:
+            if not isinstance(values, list):
+                _fail(path, f"{SETTINGS[name].axis} lists values, one run each (e.g. [none, 2@5]); got {values!r}.")
+        axis_values = list(itertools.product(*[v for _, v in axes]))
         for k in ds_parties:
             for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
-                for (part, part_opts), tr in itertools.product(part_variants, train):
+                for (part, part_opts), tr, picked in itertools.product(part_variants, train, axis_values):
                     for seed in run_seeds:
                         hp = {**hp_all, **_dict(over, "hp", path)}
                         if quick:
@@ -449,6 +459,7 @@ def build_experiment(
                         entry = dict(grid_opts)
                         run_settings = {
                             **ds_settings,
+                            **{n: v for (n, _), v in zip(axes, picked, strict=True)},
                             **(entry.pop("settings", None) or {}),
                         }  # a grid entry's run settings (e.g. a mechanism)
                         mopts = {

@@ -169,6 +169,22 @@ def mask_report(
     return stats, m, prep
 
 
+def party_loss(c) -> str:
+    """What a lost party does to a run of method ``c`` (vflbench.faults): "survives", "survives with OPT=VALUE"
+    (an option choice that lets it), or "stops: why"."""
+    from .faults import loss_refusal
+
+    defaults = {o.name: o.default for o in c.option_specs}
+    why = loss_refusal(c, defaults, {})
+    if why is None:
+        return "survives"
+    for o in c.option_specs:
+        for choice in o.choices or ():
+            if choice != o.default and loss_refusal(c, {**defaults, o.name: choice}, {}) is None:
+                return f"survives with {o.name}={choice}"
+    return f"stops: {why}"
+
+
 def method_rows() -> list[dict[str, Any]]:
     """Every registered method: names, paper, stages, options, and whether a --mechanism can wrap it."""
     from .federation import refusal
@@ -191,6 +207,7 @@ def method_rows() -> list[dict[str, Any]]:
                 "sums_at_server": c.sums_at_server,
                 "processes": refusal(c) is None,
                 "runtime_refusal": refusal(c),
+                "party_loss": party_loss(c),
             }
         )
     return rows

@@ -55,6 +55,8 @@ def why_not_packable(run) -> str | None:
         return f"{cls.display} acts at the end of every epoch (end_epoch), which a pack does not call"
     if run.settings.get("runtime", "inprocess") != "inprocess":
         return "a run whose parties are processes is trained alone"
+    if run.settings.get("fail_party", "none") != "none":
+        return "a run with scheduled party failures (--fail-party) is trained alone"
     mech = run.settings.get("mechanism")
     if mech is not None and mech.name not in ("none", "npq"):
         return "a mechanism at the party-to-server boundary is applied one run at a time"

@@ -84,9 +84,35 @@ def policy(run: ResolvedRun) -> TrainPolicy:
     )
 
 
+def party_faults(run: ResolvedRun, wire=None):
+    """The run's :class:`~vflbench.faults.PartyFaults`: when it schedules failures (``--fail-party``), or when
+    its parties are processes and it goes on without a lost one (``--on-party-loss``); else None."""
+    import warnings
+
+    from .errors import VFLBenchWarning
+    from .faults import PartyFaults, continues, parse_failures
+
+    schedule = parse_failures(run.settings.get("fail_party"))
+    mcls = METHODS.get(run.method)
+    if not schedule and not (wire is not None and continues(mcls, run.method_options, run.settings)):
+        return None
+    speaks = wire is None or wire.rank == SERVER  # a party process's stderr is its log
+
+    def announce(line: str) -> None:
+        if speaks:
+            warnings.warn(line, VFLBenchWarning, stacklevel=2)
+
+    faults = PartyFaults(schedule, run.parties, announce)
+    if wire is not None:
+        wire.watch(faults)
+    return faults
+
+
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
     t = time.perf_counter()
-    hist = fit(method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks)
+    hist = fit(
+        method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks, faults=method.faults
+    )
     inputs.timings["train_s"] = time.perf_counter() - t
     return hist
 
@@ -111,6 +137,8 @@ def record(
         extras["parties_absent"] = absent_parties(inputs.prep.data.preprocessing["alignment"])
     for cb in callbacks:
         extras.update(cb.extras())
+    if method.faults is not None:  # every row of a run that can lose a party says whether it did
+        extras["parties_lost"] = method.faults.column()
     metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
     total = sum(h.epochs for h in run.stage_hp.values())
     budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
@@ -173,6 +201,8 @@ def record(
     }
     if "alignment" in prep.data.preprocessing:
         manifest["alignment"] = prep.data.preprocessing["alignment"]  # intersection sizes (vflbench.alignment)
+    if method.faults is not None:
+        manifest["party_losses"] = method.faults.manifest()
     privacy = method.boundary.manifest() if method.boundary is not None else None
     if privacy is not None:
         manifest["privacy"] = {
@@ -238,6 +268,7 @@ def execute(
     method = build(run, inputs)
     if wire is not None:
         method.channel = wire_channel(method, wire, run)
+    method.faults = party_faults(run, wire)
     callbacks = list(callbacks)
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))

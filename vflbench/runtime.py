@@ -331,7 +331,8 @@ def join(
 
 def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: float = 60.0):
     """``vflbench run --runtime processes``: start the parties on this machine, serve them, and
-    return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3)."""
+    return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3), unless the
+    run goes on without it (vflbench.faults: its manifest then records the loss)."""
     check(run)
     if run.dataset.startswith("aligned:"):  # every party runs on this machine: its file must be here
         from .alignment import check_local_id_forms, parse_party_data
@@ -348,12 +349,13 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
             out = serve(run, url, execute, timeout_s, device, callbacks)
         except (PartyFailed, VFLBenchError) as e:
             raise _with_party_error(e, procs) from None
+        lost = {rec["party"] for rec in out[1].get("party_losses", [])}  # the run went on without these
         for k, p in enumerate(procs):
             try:
                 code = p.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 raise PartyFailed(f"party {k} did not stop within {timeout_s:.0f}s after the run.") from None
-            if code != 0:
+            if code != 0 and k not in lost:
                 raise PartyFailed(f"party {k} exited with status {code}: {p.last_line()}")
         return out
     finally:

@@ -56,6 +56,7 @@ class Setting:
     default_for: Callable[[dict[str, Any], Any], Any] | None = (
         None  # the default when nobody sets it, from the other settings and the method class
     )
+    many: bool = False  # the CLI flag may be repeated (its values come as a list)
 
     @property
     def flag(self) -> str:
@@ -190,7 +191,7 @@ def cli_parameters():
         inspect.Parameter(
             n,
             inspect.Parameter.KEYWORD_ONLY,
-            annotation=str | None,
+            annotation=list[str] | None if s.many else str | None,
             default=typer.Option(None, s.flag, metavar=s.metavar, help=f"{s.help} [default: {s.text(s.default)}]"),
         )
         for n, s in SETTINGS.items()
@@ -375,7 +376,7 @@ def request(given: dict[str, Any]) -> dict[str, Any]:
     parsed value of every field flag and setting flag). ``--hp`` and the hyper-parameter flags merge,
     refusing a disagreement, and each value's source is kept (precedence flag > --hp > experiment >
     preset, recorded in the manifest)."""
-    out: dict[str, Any] = {"settings": {n: v for n, v in given.items() if n in SETTINGS and v is not None}}
+    out: dict[str, Any] = {"settings": {n: v for n, v in given.items() if n in SETTINGS and v is not None and v != []}}
     flags: dict[str, dict[str, Any]] = {"hp": {}, "model": {}, "data_options": {}}
     for name, f in FIELDS.items():
         if f.flag is None or given.get(name) is None:

@@ -597,6 +597,54 @@ declare(
 )
 
 
+def _fail_party(value: Any) -> str:
+    from .faults import parse_failures
+
+    return str(parse_failures(value))
+
+
+def _on_party_loss(value: Any) -> str | None:
+    if value is None or str(value).strip() == "":
+        return None
+    v = str(value).strip().lower()
+    if v not in ("continue", "stop"):
+        raise VFLBenchError(
+            f"--on-party-loss takes continue | stop, got {value!r}.{did_you_mean(v, ('continue', 'stop'))}"
+        )
+    return v
+
+
+declare(
+    Setting(
+        "fail_party",
+        "none",
+        "party failures: P@E fails party P at the start of epoch E (1-based, over all stages), P@E:R rejoins it at "
+        "the start of epoch R; repeat the flag (or separate with ;) for more. A lost party's block is missing from "
+        "then on (docs/RUNTIME.md, 'Lost parties')",
+        _fail_party,
+        metavar="P@E[:R]",
+        many=True,
+        example="1@2",
+        bad="1@0",
+        axis="fail_party",
+    )
+)
+declare(
+    Setting(
+        "on_party_loss",
+        None,
+        "what a lost party does to the run: continue (its block is missing from then on; methods that handle a "
+        "missing block) | stop (exit 3) [default: continue where the method can, else stop]",
+        _on_party_loss,
+        metavar="ACTION",
+        keyed=False,
+        column=False,
+        example="stop",
+        bad="retry",
+    )
+)
+
+
 # ============================================================================= run fields
 def _pairs(items, flag):
     return parse_kv(items, flag)

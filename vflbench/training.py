@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .errors import TrainingDiverged, VFLBenchError
+from .faults import PartyFaults, PartyLost
 from .hparams import HParams
 from .methods import Batch, Epoch, Method, Stage
 from .optim import MaskedOptimizer, cosine_lr
@@ -238,6 +239,7 @@ class DirectStep:
                 "DirectStep trains one run; a bank of several is vectorised (vflbench.packing.VectorisedStep)"
             )
         self.method, self.data = methods[0], sets[0]
+        self.faults: PartyFaults | None = None
 
     def optimizer(self, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
         return make_optimizer(self.method, stage, hp, policy)
@@ -245,6 +247,8 @@ class DirectStep:
     def batches(self, idx: list[torch.Tensor], j: int, y: list, aug: list, per_batch: bool) -> list[Batch]:
         d, i = self.data, idx[0]
         ob = d.obs[i]
+        if self.faults is not None:  # a lost party's block is missing (vflbench.faults)
+            ob = self.faults.mask(ob)
         if per_batch:  # the batch carries the pattern of its first sample (authors' collate_fn)
             ob = ob[:1].expand(len(i), -1)
         return [Batch(d.blocks.batch(i, aug[0]), ob, None if y[0] is None else y[0][i], i, j)]
@@ -305,6 +309,29 @@ class _StageRun:
         self.y_all = [stage_labels(d, stage) for d in sets]
         self.weights = [balanced_weights(d, stage, p, policy) for d, p in zip(sets, self.pools, strict=True)]
         self.several_stages = len(methods[0].stages) > 1
+        self.faults: PartyFaults | None = None
+        self._lost_seen: list[bool] | None = None  # the lost parties the pools were drawn for
+
+    def _sets(self) -> Sequence[TrainSet]:
+        """The training sets as this epoch sees them: with a lost party's block missing for every sample
+        (the pools and sampler weights follow; nothing changes while no party is lost)."""
+        f = self.faults
+        if f is None or not f.any_lost:
+            if self._lost_seen is not None and any(self._lost_seen):  # every party back: the stage's own pools
+                self.pools = [d.pool(self.stage) for d in self.sets]
+                self.weights = [
+                    balanced_weights(d, self.stage, p, self.policy) for d, p in zip(self.sets, self.pools, strict=True)
+                ]
+            self._lost_seen = None if f is None else list(f.lost)
+            return self.sets
+        sets = [TrainSet(d.blocks, d.y, f.mask(d.obs), d.labeled) for d in self.sets]
+        if self._lost_seen != f.lost:
+            self.pools = [d.pool(self.stage) for d in sets]
+            self.weights = [
+                balanced_weights(d, self.stage, p, self.policy) for d, p in zip(sets, self.pools, strict=True)
+            ]
+            self._lost_seen = list(f.lost)
+        return sets
 
     def run_epoch(self, epoch: int, callbacks: Sequence[Sequence[Callback]]) -> None:
         hp, policy, opt, stage, step, n = self.hp, self.policy, self.opt, self.stage, self.step, len(self.methods)
@@ -316,29 +343,53 @@ class _StageRun:
         t0 = time.perf_counter()
         if hp.schedule == "cosine":
             opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
+        faults = self.faults
+        if faults is not None:
+            faults.begin_epoch()  # the schedule's failures and rejoins at this epoch (vflbench.faults)
+        sets = self._sets()
         orders = [
             m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
-            for m, p, d, w, g in zip(self.methods, self.pools, self.sets, self.weights, self.batching, strict=True)
+            for m, p, d, w, g in zip(self.methods, self.pools, sets, self.weights, self.batching, strict=True)
         ]
         if len({len(o) for o in orders}) != 1:
             raise ValueError("the members of a bank train on different numbers of samples")
         epochs = [
             Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks)
-            for d, o in zip(self.sets, orders, strict=True)
+            for d, o in zip(sets, orders, strict=True)
         ]
         for m, ep in zip(self.methods, epochs, strict=True):
             m.begin_epoch(ep)
         total, count, skipped = [0.0] * n, [0] * n, [0] * n
-        for j, start in enumerate(range(0, len(orders[0]), hp.batch_size)):
+        start, j, j0 = 0, 0, 0  # j: the batch's number in the epoch; j0: where the method's epoch draws began
+        while start < len(orders[0]):
             batches = step.batches(
-                [o[start : start + hp.batch_size] for o in orders], j, self.y_all, self.aug, policy.per_batch_masks
+                [o[start : start + hp.batch_size] for o in orders],
+                j - j0,
+                self.y_all,
+                self.aug,
+                policy.per_batch_masks,
             )
             for m, b in zip(self.methods, batches, strict=True):
                 m.channel.batch_idx = (
                     b.idx
                 )  # whose values cross the boundary in this step (a mechanism's accountant charges them)
                 m.draw(b, stage)
-            losses, active, values = step.forward(stage, batches)
+            try:
+                losses, active, values = step.forward(stage, batches)
+            except PartyLost as e:  # across processes: a party stopped during this step; it is redone without it
+                if faults is None:
+                    raise
+                for m in self.methods:
+                    m.channel.discard()
+                for p in e.parties:
+                    faults.lose(p, j, e.cause)
+                sets = self._sets()
+                rest = [o[start:] for o in orders]
+                for m, d, o in zip(self.methods, sets, rest, strict=True):  # the method redraws what is left
+                    m.begin_epoch(Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks))
+                j0 = j
+                continue
+            start, j = start + hp.batch_size, j + 1
             took = [v is not None for v in values]
             if not any(took):
                 step.commit(took)
@@ -384,6 +435,7 @@ def fit(
     seeds: Callable[[str], int] | Sequence[Callable[[str], int]],
     callbacks=(),
     step=None,
+    faults: PartyFaults | None = None,
 ) -> History | list[History]:
     """Train a bank of N >= 1 runs through their stages; ``stage_hp[stage.name]`` holds each stage's
     settings, and stages that share a ``group`` alternate epoch by epoch (equal epochs required).
@@ -394,7 +446,9 @@ def fit(
     (the default: one run) or :class:`vflbench.packing.VectorisedStep`, which computes the members'
     steps together and which the caller passes in (packing sits above the trainer; a bank of one
     vectorised is how a sweep trains a lone packable run, so its numbers never depend on grouping).
-    Every member keeps its own streams, draws, optimiser state and traffic."""
+    Every member keeps its own streams, draws, optimiser state and traffic. ``faults``
+    (:class:`vflbench.faults.PartyFaults`, one run only): the party losses the run meets; a lost party's block is
+    missing from the batch it is lost at."""
     single = isinstance(methods, Method)
     if single:
         methods, data, seeds, callbacks = [methods], [data], [seeds], [list(callbacks)]
@@ -402,6 +456,8 @@ def fit(
         methods, data, seeds = list(methods), list(data), list(seeds)
         callbacks = [list(c) for c in callbacks] or [[] for _ in methods]
     step_of = step or DirectStep
+    if faults is not None and (len(methods) > 1 or step_of is not DirectStep):
+        raise ValueError("fit: party faults apply to a run trained alone (not a pack)")
     if len(methods) > 1 and step_of is DirectStep:
         raise ValueError("fit: a bank of several runs needs a vectorised step (vflbench.packing.VectorisedStep)")
     hists = [History() for _ in methods]
@@ -416,6 +472,8 @@ def fit(
             )
             for i in group
         ]
+        for r in runs:
+            r.faults = r.step.faults = faults
         epochs = {r.hp.epochs for r in runs}
         if len(epochs) != 1:
             raise VFLBenchError(
@@ -450,6 +508,9 @@ def predict(
     """Concatenate the method's batch predictions over a split; returns numpy arrays. ``phase``
     "monitor" marks a measuring pass over the training set (its traffic is booked apart)."""
     was_training, was_mode = method.store.training, method.channel.mode
+    faults = getattr(method, "faults", None)
+    if faults is not None:  # a party lost when training ended (or now, at an evaluation on the way) is missing
+        obs = faults.mask(obs)
     method.train(False)
     method.channel.mode = phase
     method.store.begin()

@@ -9,6 +9,7 @@ launcher, are :mod:`vflbench.runtime`."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 
 from .channel import Channel
 from .errors import VFLBenchError
+from .faults import PartyLost
 from .federation import SERVER
 from .mechanisms import PBMChannel
 from .methods.base import Method
@@ -46,6 +48,53 @@ class Wire:
         self.pending: list[tuple[torch.Tensor, int, tuple[str, int] | None]] = []
         self.die_at_epoch: int | None = None
         self.key_fingerprint: str | None = None  # SecAgg: the fingerprint of the public keys this party received
+        # party losses (vflbench.faults): the parties lost (agreed by every process), those the server found lost in
+        # this step (dead, or silent past the timeout; announced to the others at the step's agreement), whether the
+        # server goes on when it finds one, and the phase of the current crossings (a loss at evaluation stops)
+        self.lost: set[int] = set()
+        self.found: dict[int, str] = {}
+        self.tolerant = False
+        self.phase = "train"
+        self.rejoins: dict[int, list[int]] = {}  # party -> the epochs it rejoins at (a scheduled outage)
+
+    def watch(self, faults) -> None:
+        """Follow a run's :class:`~vflbench.faults.PartyFaults`: skip lost parties' links and, on the server,
+        go on when a party is found lost. A party process whose scheduled failure has no rejoin exits."""
+        self.tolerant, self.faults = True, faults
+        for f in faults.schedule:
+            if f.rejoin is not None:
+                self.rejoins.setdefault(f.party, []).append(f.rejoin)
+        faults.listeners.append(self._lost_changed)
+
+    def _lost_changed(self, lost: list[bool]) -> None:
+        self.lost = {p for p, gone in enumerate(lost) if gone}
+        me = self.rank - 1
+        if self.rank != SERVER and me in self.lost and not any(r > self.epoch for r in self.rejoins.get(me, [])):
+            self.flush()  # a scheduled failure with no rejoin: this party's process exits, as a failed one would
+            sys.stderr.flush()
+            os._exit(0)
+
+    @property
+    def silent(self) -> bool:
+        """A party process during its own scheduled outage: it keeps its state and sends and receives nothing."""
+        return self.rank != SERVER and (self.rank - 1) in self.lost
+
+    def resting(self, party: int) -> bool:
+        """A party in a scheduled outage it will come back from: it still gets each epoch's sample order, so
+        that its own random streams stay in step with the run's (a class-balanced order reads labels)."""
+        faults = getattr(self, "faults", None)
+        return party in self.lost and faults is not None and any(r > faults.epoch for r in self.rejoins.get(party, []))
+
+    def away(self, rank: int) -> bool:
+        """Whether the server skips the link to ``rank``: its party is lost, or was found lost in this step."""
+        return self.rank == SERVER and rank != SERVER and (rank - 1 in self.lost or rank - 1 in self.found)
+
+    def _tolerate(self, peer: int, e: Exception) -> bool:
+        """On the server, in training, of a run that goes on: note the party found lost, and go on."""
+        if not (self.tolerant and self.rank == SERVER and peer != SERVER and self.phase == "train"):
+            return False
+        self.found[peer - 1] = _cause(e)
+        return True
 
     def party_of_rank(self, rank: int) -> int:
         return rank - 1
@@ -59,9 +108,12 @@ class Wire:
         self.post(t, dst, book)
         self.flush()
 
-    def post(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None) -> None:
+    def post(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None, force: bool = False) -> None:
         """Queue a message: :meth:`flush` sends the queue together, as over parallel links (one delay: the
-        latency plus the serialisation time of the busiest link)."""
+        latency plus the serialisation time of the busiest link). Nothing goes to a lost party, nor from one
+        (``force``: the epoch's order to a resting party)."""
+        if not force and (self.away(dst) or self.silent):
+            return
         self.pending.append((t.detach().contiguous().cpu(), dst, book))
 
     def flush(self) -> None:
@@ -78,9 +130,13 @@ class Wire:
             max(per_link.values())
         )  # the links run in parallel; a link carries its messages one after the other
         for t, dst, book in pending:
+            if self.rank == SERVER and dst - 1 in self.found:  # found lost earlier in this flush
+                continue
             try:
                 dist.send(t, dst=dst)
             except RuntimeError as e:
+                if self._tolerate(dst, e):
+                    continue
                 raise self._failed(dst, e) from None
             nbytes = t.numel() * t.element_size()
             self.messages += 1
@@ -94,11 +150,20 @@ class Wire:
         import torch.distributed as dist
 
         self.flush()  # what this process queued goes first (nobody waits on a message never sent)
+        if self.away(src):
+            if self.phase != "train" and src - 1 in self.found:
+                raise PartyFailed(
+                    f"Lost party {src - 1} (rank {src}) at evaluation ({self.found[src - 1]}); a loss the server meets "
+                    "outside training stops the run; nothing was written as a finished result."
+                )
+            return torch.zeros(shape, dtype=dtype)  # a lost party's message: nothing (its terms are zeros)
         t0 = time.perf_counter()
         buf = torch.empty(shape, dtype=dtype)
         try:
             dist.recv(buf, src=src)
         except RuntimeError as e:
+            if self._tolerate(src, e):
+                return torch.zeros(shape, dtype=dtype)
             raise self._failed(src, e) from None
         self.comm_s += time.perf_counter() - t0
         self.messages += 1
@@ -111,17 +176,8 @@ class Wire:
 
     def _failed(self, peer: int, e: Exception) -> PartyFailed:
         who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
-        text = str(e)
-        why = next(
-            (
-                w
-                for w in ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
-                if w in text
-            ),
-            text.splitlines()[0][:80],
-        )
         return PartyFailed(
-            f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({why.lower()}); nothing was written as a finished "
+            f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({_cause(e)}); nothing was written as a finished "
             "result."
         )
 
@@ -142,6 +198,26 @@ class Wire:
         return out
 
 
+def _cause(e: Exception) -> str:
+    """What a failed link says, in a few words (connection reset by peer, timed out ...)."""
+    text = str(e)
+    why = next(
+        (w for w in ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out") if w in text),
+        (text.splitlines() or ["no message"])[0][:80],
+    )
+    return why.lower()
+
+
+def lost_code(parties) -> float:
+    """The agreement's flag when the server abandons a step: -1 - (the found parties as a bit set)."""
+    return -1.0 - float(sum(1 << p for p in parties))
+
+
+def lost_parties(code: float) -> list[int]:
+    bits = int(-1.0 - code)
+    return [p for p in range(bits.bit_length()) if bits >> p & 1]
+
+
 class WireChannel(Channel):
     """The run's channel with the boundary on the wire: counts as :class:`Channel` does (the accounted
     traffic), and moves the sent rows between the processes (the measured traffic)."""
@@ -156,6 +232,14 @@ class WireChannel(Channel):
     @property
     def is_server(self) -> bool:
         return self.wire.rank == SERVER
+
+    @property
+    def mode(self) -> str:
+        return self.wire.phase
+
+    @mode.setter
+    def mode(self, value: str) -> None:  # the wire knows the phase: a party lost outside training stops the run
+        self.wire.phase = value
 
     def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
         if reps.ndim != 3:
@@ -210,11 +294,11 @@ class WireChannel(Channel):
         if type(method).party_losses is Method.party_losses:
             return method.loss(batch, stage)
         terms, active = method.party_losses(batch, stage)
-        if self.is_server:
+        if self.is_server:  # (a lost party's term: zero, as its term with its block missing for every sample)
             got = [self.wire.recv((1,), terms.dtype, r, None) for r in range(1, self.wire.world)]
             return torch.cat(got).to(terms.device).sum(), active
         me = self.wire.rank - 1
-        self.wire.send(terms[me].detach().reshape(1), SERVER, None)
+        self.wire.send(terms[me].detach().reshape(1), SERVER, None)  # (nothing in a scheduled outage)
         self.local_term = terms[me]
         return terms.detach().sum(), active  # replaced by the server's value (agree)
 
@@ -228,7 +312,7 @@ class WireChannel(Channel):
             preds, valid = prediction.preds.clone(), prediction.valid.clone()
             scores = None if prediction.scores is None else prediction.scores.clone()
             b = preds.shape[1]
-            for k in range(self.k):
+            for k in range(self.k):  # a lost party's row: zeros, not valid (as its row with its block missing)
                 preds[k] = self.wire.recv((b,), torch.int64, k + 1, None).to(preds.device)
                 valid[k] = self.wire.recv((b,), torch.uint8, k + 1, None).bool().to(valid.device)
                 if scores is not None:
@@ -244,17 +328,26 @@ class WireChannel(Channel):
 
     def agree(self, value: float | None, n_active: int) -> float | None:
         """The server's loss for this step, known to every process (a control message per party)."""
+        wire = self.wire
         if self.is_server:
-            msg = torch.tensor(
-                [float("nan") if value is None else value, 0.0 if value is None else 1.0, float(n_active)],
-                dtype=torch.float64,
-            )
-            for r in range(1, self.wire.world):
-                self.wire.post(
+            found = dict(wire.found)
+            flag = lost_code(found) if found else 0.0 if value is None else 1.0
+            msg = torch.tensor([float("nan") if value is None else value, flag, float(n_active)], dtype=torch.float64)
+            for r in range(1, wire.world):
+                wire.post(
                     msg, r, None
                 )  # goes down with the gradients (or before the next message the server waits for)
+            if found:  # a party stopped during this step: every process drops the step and redoes it without it
+                wire.flush()
+                wire.found = {}
+                raise PartyLost(sorted(found), "; ".join(sorted(set(found.values()))))
             return value
-        msg = self.wire.recv((3,), torch.float64, SERVER, None)
+        if wire.silent:  # this party's scheduled outage: the step goes on without it
+            return value
+        msg = wire.recv((3,), torch.float64, SERVER, None)
+        if float(msg[1]) < 0:
+            self.crossings, self.local_term = [], None
+            raise PartyLost(lost_parties(float(msg[1])), "found lost by the server")
         if int(msg[2]) != n_active:
             raise VFLBenchError(
                 f"party {self.wire.rank - 1} and the server disagree on the members this step trains ({n_active} vs "
@@ -270,7 +363,7 @@ class WireChannel(Channel):
         message): a class-balanced sampler reads labels the parties do not hold."""
         if self.is_server:
             for r in range(1, self.wire.world):
-                self.wire.post(order.to(torch.int64), r, None)
+                self.wire.post(order.to(torch.int64), r, None, force=self.wire.resting(r - 1))
             self.wire.flush()
             return order
         return self.wire.recv(tuple(order.shape), torch.int64, SERVER, None).to(order.device, order.dtype)

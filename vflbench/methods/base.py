@@ -213,9 +213,16 @@ class Method:
         False
     )
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
+    faults = None  # the run's vflbench.faults.PartyFaults when parties can be lost (predictions mask them)
     # the conformance suite's short runs (8 epochs at lr 3e-3 on 1,500 synthetic samples): a method's overrides
     smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
     smoke_options: ClassVar[dict[str, Any]] = {}  # method options of those runs (where the case sets none itself)
+
+    @classmethod
+    def loss_refusal(cls, options: dict[str, Any]) -> str | None:
+        """Why a run of this method cannot go on when a party is lost, i.e. when its block is missing for
+        every sample from then on (None: it can; vflbench.faults). The default: it cannot."""
+        return "its model reads every party's block"
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx
@@ -334,7 +341,12 @@ class Method:
     # -- the party-to-server boundary
     def send(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """Call where representations ``[M, B, D]`` leave their parties; ``sent`` ``[M, B]`` says which
-        cross, ``party_of`` ``[M]`` which party each sender is (a tensor kept on the method)."""
+        cross, ``party_of`` ``[M]`` which party each sender is (a tensor kept on the method). A lost party
+        (vflbench.faults) sends nothing, whatever the method asked of it: the server receives zeros."""
+        if self.faults is not None and self.faults.any_lost:
+            here = self.faults.available(reps.device)
+            here = here if party_of is None else here[party_of.to(reps.device)]
+            sent, reps = sent & here[:, None], reps * here[:, None, None].to(reps.dtype)
         return self.channel.up(reps, sent, party_of)
 
     # -- construction helpers

@@ -16,6 +16,10 @@ def pattern_ids(obs: torch.Tensor) -> torch.Tensor:
 
 @METHODS.register("combinatorial")
 class Combinatorial(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: a model per subset of parties: the subsets without the lost party predict
+
     name, display, hp_key, f1_rule = "combinatorial", "Combinatorial", "decoupled", "per_predictor_nonzero"
     boundary_refusal = (
         "a party sends one representation per subset model it belongs to; charging several releases "

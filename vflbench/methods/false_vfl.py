@@ -101,6 +101,10 @@ class TileIndicator(nn.Module):
 
 
 class FalseVFL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: a missing block is imputed
+
     name, display, hp_key, f1_rule = "false1", "FALSE-VFL-I", "false", "single"
     paper = "FALSE-VFL (Hong, Park & Hwang, 2025)"
     boundary_refusal = (

@@ -139,6 +139,10 @@ def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
 
 @METHODS.register("laser")
 class LaserVFL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: fusion over the observed subsets
+
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
     packable = True
     pack_state = ("_epoch",)

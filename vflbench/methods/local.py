@@ -11,6 +11,10 @@ from .base import METHODS, Batch, BatchPrediction, Method, Stage, masked_mean_ce
 
 @METHODS.register("local")
 class Local(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: each party predicts alone; a lost party's predictor abstains
+
     name, display, hp_key, f1_rule = "local", "Local", "decoupled", "per_predictor_nonzero"
     boundary_refusal = "nothing crosses the boundary (every party predicts alone)"
     packable = True

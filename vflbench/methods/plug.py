@@ -19,6 +19,10 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 @METHODS.register("plug")
 class PlugVFL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: party dropout trains the head for missing passive blocks
+
     name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
     packable = True
     pack_state = ("_drop",)

@@ -41,6 +41,10 @@ EVAL_OPTION = Option(
 
 @METHODS.register("sum")
 class SumVFL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        return None  # survives a lost party: the server sums the representations that are present
+
     name, display, hp_key, f1_rule = "sum", "Summing VFL", "pbm", "single"
     paper = "PBM-VFL's model without its mechanism (Tran et al., 2025)"
     stages = (Stage("train"),)

@@ -25,6 +25,12 @@ from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 @METHODS.register("svfl")
 class StandardVFL(Method):
+    @classmethod
+    def loss_refusal(cls, options):
+        if options.get("incomplete", "random") == "zero":
+            return None  # a lost party's embedding is zero at the fusion layer (training stops: no complete sample)
+        return "an incomplete sample gets a random class (give --method-opt incomplete=zero to go on)"
+
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
