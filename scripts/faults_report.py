@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-METRIC = {"credit": "f1", "isolet": "accuracy"}  # Credit as LASER-VFL's Table 1 (F1), Isolet as FALSE-VFL's
+# accuracy first: it averages the predictors a sample has, so a lost party's predictor drops out; F1 under LASER-VFL's
+# per-predictor-mean rule counts a predictor with no valid sample as 0 (the README says what that does to a loss)
+METRICS = {"credit": ["accuracy", "f1"], "isolet": ["accuracy"]}
 CONDITIONS = [  # (fail_party, column title)
     ("none", "no failure"),
     ("1@1", "absent from the start"),
@@ -38,26 +40,26 @@ def load(folder: Path) -> pd.DataFrame:
     if "settings" not in d:
         d["settings"] = float("nan")
     d["fail_party"] = d["settings"].fillna("").str.extract(r"fail_party=([^;]+)")[0].fillna("none")
-    d = d[d["metric"] == d["dataset"].map(METRIC)]
-    return d
+    keep = [(ds, m) for ds, ms in METRICS.items() for m in ms]
+    return d[[(a, b) in keep for a, b in zip(d["dataset"], d["metric"], strict=True)]]
 
 
 def summary(d: pd.DataFrame) -> pd.DataFrame:
     final = d[d["epoch"] == d["epochs"]]
-    g = final.groupby(["dataset", "method_display", "test_missing", "fail_party"])["value"]
+    g = final.groupby(["dataset", "metric", "method_display", "test_missing", "fail_party"])["value"]
     return g.agg(mean="mean", std=lambda v: v.std(ddof=0), seeds="count").reset_index()
 
 
 def tables(s: pd.DataFrame) -> str:
     out = []
-    for ds in ["credit", "isolet"]:
+    for ds, metric in [(ds, m) for ds, ms in METRICS.items() for m in ms]:
         for test in ["none", "mcar:0.5"]:
-            part = s[(s["dataset"] == ds) & (s["test_missing"] == test)]
+            part = s[(s["dataset"] == ds) & (s["metric"] == metric) & (s["test_missing"] == test)]
             if part.empty:
                 continue
             n = int(part["seeds"].min())
             out += [
-                f"### {ds}: {METRIC[ds]} at the end of training (epoch 48), test {test}, mean ± std over {n} seeds",
+                f"### {ds}: {metric} at the end of training (epoch 48), test {test}, mean ± std over {n} seeds",
                 "",
                 "| method | " + " | ".join(t for _, t in CONDITIONS) + " |",
                 "|---|" + "---|" * len(CONDITIONS),
@@ -86,12 +88,12 @@ def costs(s: pd.DataFrame) -> str:
     out = [
         "### What a failure costs, and what a rejoin recovers (test none and mcar:0.5 pooled)",
         "",
-        "| dataset | method | lost (mean of 25/50/75%) | absent from the start | rejoin recovers |",
-        "|---|---|---|---|---|",
+        "| dataset | metric | method | lost (mean of 25/50/75%) | absent from the start | rejoin recovers |",
+        "|---|---|---|---|---|---|",
     ]
-    for ds in ["credit", "isolet"]:
+    for ds, metric in [(ds, m) for ds, ms in METRICS.items() for m in ms]:
         for m in METHODS:
-            part = s[(s["dataset"] == ds) & (s["method_display"] == m)]
+            part = s[(s["dataset"] == ds) & (s["metric"] == metric) & (s["method_display"] == m)]
             if part.empty:
                 continue
             lost, back, absent = [], [], []
@@ -111,7 +113,7 @@ def costs(s: pd.DataFrame) -> str:
             rec = f"{100 * share.mean():.0f}% of it ({len(share)} cases)" if len(share) else "no loss to recover"
             lost_s = f"{pd.Series(lost).mean():+.1f} points" if lost else ""
             absent_s = f"{pd.Series(absent).mean():+.1f}" if absent else ""
-            out.append(f"| {ds} | {m} | {lost_s} | {absent_s} | {rec} |")
+            out.append(f"| {ds} | {metric} | {m} | {lost_s} | {absent_s} | {rec} |")
     return "\n".join(out) + "\n\n(lost and absent: points below no failure; a negative number is a gain)\n"
 
 
@@ -124,7 +126,7 @@ def curves(d: pd.DataFrame, out: Path) -> None:
     fig, axes = plt.subplots(2, len(METHODS), figsize=(4 * len(METHODS), 7), sharex=True)
     styles = {"none": ("k", "-"), "1@25": ("tab:red", "-"), "1@25:35": ("tab:blue", "--"), "1@1": ("0.6", ":")}
     names = {"none": "no failure", "1@25": "lost at epoch 25", "1@25:35": "lost 25, back 35", "1@1": "absent"}
-    test = d[d["test_missing"] == "none"]
+    test = d[(d["test_missing"] == "none") & (d["metric"] == "accuracy")]
     for i, ds in enumerate(["credit", "isolet"]):
         for j, m in enumerate(METHODS):
             ax = axes[i, j]
@@ -136,7 +138,7 @@ def curves(d: pd.DataFrame, out: Path) -> None:
             ax.axvspan(25, 35, color="tab:red", alpha=0.06)
             ax.set_title(f"{m}, {ds}", fontsize=9)
             if j == 0:
-                ax.set_ylabel(f"{METRIC[ds]} (test none)")
+                ax.set_ylabel(f"{ds}: accuracy (test none)")
             if i == 1:
                 ax.set_xlabel("epoch")
     axes[0, 0].legend(fontsize=7)

@@ -675,6 +675,61 @@ def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
 
 @app.command()
 @friendly
+def tune(
+    experiment: str = typer.Argument(..., help="experiment YAML (its datasets, methods, settings and hp)"),
+    trials: int = typer.Option(..., "--trials", help="finished trials per method in all (a larger N adds the rest)"),
+    out: str = typer.Option(..., "--out", help="folder for the study database, tuned.yaml and the summary"),
+    storage: str | None = typer.Option(
+        None, help="Optuna storage URL shared by several tuners [default: sqlite:///OUT/tuning.db]"
+    ),
+    seeds: str | None = typer.Option(
+        None, help="tuning seeds, comma-separated (never a reporting seed) [default: 1000]"
+    ),
+    metric: str = typer.Option("accuracy", help="validation metric to maximise: accuracy | f1 | auprc"),
+    val_split: float = typer.Option(0.2, help="share of the training samples held out for validation"),
+    device: str = typer.Option("cpu", help="cpu | cuda | auto"),
+):
+    """Tune every method of an experiment with the same number of trials on a validation split (Optuna; test data
+    never scored); writes OUT/tuned.yaml (a preset for --preset) and OUT/summary.md (docs/STATISTICS.md)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .textlists import split_items
+    from .tuning import tune as run_tune
+
+    if metric not in ("accuracy", "f1", "auprc"):
+        raise VFLBenchError(f"--metric takes accuracy, f1 or auprc, got {metric!r}.")
+    try:
+        seed_list = [int(x) for x in split_items(seeds, "--seeds", "1000,1001")] if seeds else None
+    except ValueError:
+        raise VFLBenchError(f"--seeds takes integers, e.g. 1000,1001; got {seeds!r}.") from None
+
+    class Bar:
+        def start(self, total):
+            self.p = Progress(
+                TextColumn("tune"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self.p.start()
+            self.t = self.p.add_task("", total=total)
+
+        def advance(self, text):
+            self.p.update(self.t, advance=1, description=text)
+
+        def stop(self):
+            self.p.stop()
+
+    summary = run_tune(experiment, out_path(out), trials, storage, seed_list, metric, val_split, device, Bar())
+    for st in summary["studies"]:
+        console.print(f"{st['study']}: {st['trials']} trials, best {metric} {st['best_value']:.2f}", highlight=False)
+    console.print(f"-> {out_path(out) / 'tuned.yaml'}, {out_path(out) / 'summary.md'}")
+
+
+@app.command()
+@friendly
 def sweep(
     file: Path = typer.Argument(..., help="experiment YAML (see experiments/)"),
     datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
@@ -707,6 +762,11 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="list what would run and exit"),
     force: bool = typer.Option(
         False, "--force", metavar="", help="share an output folder that holds another experiment's sweep"
+    ),
+    preset: str | None = typer.Option(
+        None,
+        help="hyper-parameter preset for every run in place of the file's (a name, or a YAML such as the "
+        "tuned.yaml `vflbench tune` writes)",
     ),
 ):
     """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
@@ -746,6 +806,13 @@ def sweep(
     )
     ms = split_items(methods, "--methods", "laser,svfl") if methods else None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
+    if preset:  # recorded in the sweep's spec, so a resumed sweep must name the same preset
+        from .presets import load_preset
+
+        load_preset(preset)  # an unknown name or a bad file: refused now
+        exp.spec = {**exp.spec, "preset": preset}
+        for r in exp.runs:
+            r.settings["preset"] = preset
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
     from .outputs import check_output_dir
 
@@ -901,6 +968,13 @@ def table(
         "--by-budget",
         help="instead: the best method of every condition at every budget recorded with --eval-epochs",
     ),
+    stats: bool = typer.Option(
+        False,
+        "--stats",
+        help="each method against its condition's best: a paired test over seeds (t below 6 seeds, Wilcoxon from "
+        "6), Holm-corrected over the table, with 95%% intervals; md marks ties and significant losses, csv gives "
+        "p-values (docs/STATISTICS.md)",
+    ),
 ):
     """Mean +- std tables in the paper's layout, optionally beside the published numbers. Given one
     sweep folder, its experiment's layout, reference and title are the defaults (the bare command
@@ -922,13 +996,19 @@ def table(
 
         check_output_file(out)
     if by_budget:
+        if stats:
+            raise VFLBenchError("--by-budget and --stats are two views; give one.")
         if epoch is not None or reference:
             raise VFLBenchError("--by-budget lists every recorded budget; drop --epoch and --reference.")
         if fmt not in ("md", "csv"):
             raise VFLBenchError("--by-budget writes md or csv (--format).")
         text = budget_ranking(load_many(results), layout, fmt)
     else:
-        text, _ = make_table(load_many(results), layout, reference, fmt, epoch=epoch, title=title)
+        if stats and reference and len(results) > 1:
+            raise VFLBenchError("--stats compares the methods of the results; drop --reference (or table it apart).")
+        text, _ = make_table(
+            load_many(results), layout, None if stats else reference, fmt, epoch=epoch, title=title, stats=stats
+        )
     if out:
         atomic_write_text(out, text)
         console.print(f"-> {out}")
@@ -940,9 +1020,11 @@ def table(
 @friendly
 def plot(
     kind: str = typer.Argument(
-        ..., help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon)"
+        ...,
+        help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | cd "
+        "(critical-difference diagram over every dataset and condition of the results)",
     ),
-    results: Path = typer.Argument(..., help="sweep directory (with runs/)"),
+    results: list[Path] = typer.Argument(..., help="sweep directory (with runs/); cd takes several"),
     out: str = typer.Option("results/figure", help="output path without extension (.png and .pdf are written)"),
     metric: str | None = typer.Option(
         None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"
@@ -959,14 +1041,17 @@ def plot(
         raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
     from .plot import plot_curves, plot_scalability
 
-    if kind not in ("scalability", "curves", "bars", "budget", "frontier"):
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier.")
+    if kind not in ("scalability", "curves", "bars", "budget", "frontier", "cd"):
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier, cd.")
+    if kind != "cd" and len(results) != 1:
+        raise VFLBenchError(f"The {kind} plot takes one results folder; the cd plot takes several.")
     takes = {
         "scalability": {"metric", "test_missing"},
         "budget": {"metric", "test_missing", "panel"},
         "frontier": {"metric"},
         "curves": set(),
         "bars": set(),
+        "cd": set(),
     }[kind]
     takers = {"scalability": "metric test_missing", "budget": "metric test_missing panel", "frontier": "metric"}
     for flag, value in (("metric", metric), ("test_missing", test_missing), ("panel", panel)):
@@ -978,6 +1063,28 @@ def plot(
     from .outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))
+    if kind == "cd":
+        import pandas as pd
+
+        from .report import load_many, make_table
+        from .stats import critical_difference
+        from .verdicts import display
+
+        parts = []
+        for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
+            _, agg = make_table(load_many([folder]), "generic")
+            headline = agg.groupby("dataset", sort=False)["metric"].first()  # the generic layout lists it first
+            parts.append(agg[agg["metric"] == agg["dataset"].map(headline)].assign(source=str(folder)))
+        table = pd.concat(parts).pivot_table(
+            index=["source", "dataset", "train_missing", "test_missing"], columns="method", values="mean"
+        )
+        table.columns = [display(m) for m in table.columns]
+        paths, text = critical_difference(table, out)
+        console.print(text, highlight=False)
+        for p in paths:
+            console.print(f"-> {p}")
+        return
+    results = results[0]
     if kind == "scalability":
         paths = plot_scalability(results, out, metric or "accuracy", test_missing)
     elif kind == "curves":

@@ -177,11 +177,16 @@ def _dataset_slug(name: str) -> str:
 
 
 def resolve_method_options(
-    mcls, user: dict[str, Any], protocol: ResolvedProtocol
+    mcls, user: dict[str, Any], protocol: ResolvedProtocol, preset: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each declared option's value and its source: the user's value always wins; otherwise the
-    protocol field the option names; otherwise the option's default. Unknown names are errors."""
+    """Each declared option's value and its source: the user's value always wins; otherwise the preset's
+    (a tuned preset's ``method_options``); otherwise the protocol field the option names; otherwise the
+    option's default. Unknown names are errors."""
     declared = {o.name: o for o in mcls.option_specs}
+    preset = dict(preset or {})
+    for name in preset:
+        if name not in declared:
+            raise VFLBenchError(f"The preset sets option {name!r}, which method '{mcls.name}' does not have.")
     unknown = set(user) - set(declared)
     if unknown:
         listing = ", ".join(declared) or "none"
@@ -193,6 +198,8 @@ def resolve_method_options(
     for name, opt in declared.items():
         if name in user and user[name] is not None:
             values[name], sources[name] = opt.parse(user[name], mcls.name), "user"
+        elif name in preset:
+            values[name], sources[name] = opt.parse(preset[name], mcls.name), "preset"
         elif opt.protocol is not None:
             values[name], sources[name] = (
                 opt.parse(getattr(protocol, opt.protocol), mcls.name),
@@ -263,9 +270,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
     settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
     preset = settings["preset"]
-    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing))
+    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), cfg.method)
     overrides = {k: v for k, v in cfg.hp.items() if v is not None}
-    options, sources = resolve_method_options(mcls, cfg.method_options, proto)
+    from .presets import preset_method_options
+
+    options, sources = resolve_method_options(
+        mcls, cfg.method_options, proto, preset_method_options(preset, cfg.dataset, cfg.method)
+    )
     stages = mcls.stages_for(options)
     unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
     if unknown_stages:

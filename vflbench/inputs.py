@@ -146,16 +146,13 @@ def report_alignment(inputs: RunInputs) -> None:
 
 
 def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(training rows kept, validation rows): ``val_split`` of the labeled samples outside the aligned
-    reserve, drawn uniformly from the ``validation`` stream, leave the training set entirely (neither
+    """(training rows kept, validation rows): ``val_split`` of the labeled samples (of every training
+    sample, in a supervised run) outside the aligned reserve, drawn uniformly from the ``validation``
+    stream, leave the training set entirely (neither
     labeled nor unlabeled data for any stage)."""
-    if masks.labeled is None:
-        raise VFLBenchError(
-            "Protocol option val_split holds out labeled samples of a semi-supervised run; give --labeled (and "
-            "--aligned)."
-        )
     n = len(masks.observed)
-    rest = np.setdiff1d(np.asarray(masks.labeled), masks.reserve if masks.reserve is not None else [])
+    labeled = np.arange(n) if masks.labeled is None else np.asarray(masks.labeled)  # supervised: every sample
+    rest = np.setdiff1d(labeled, masks.reserve if masks.reserve is not None else [])
     n_val = int(round(run.protocol.val_split * len(rest)))
     if n_val < 1:
         raise VFLBenchError(

@@ -261,6 +261,11 @@ def render(
     if agg.empty:
         raise VFLBenchError("No results match this layout (check --layout and that the sweep has finished runs).")
     with_ref = "paper_mean" in agg.columns
+    with_stats = "verdict" in agg.columns
+    if with_stats:
+        from .stats import stats_cell, verdict_lines
+
+        verdict = verdict_lines
     lines: list[str] = []
     if title and fmt == "md":
         lines += [f"# {title}", ""]
@@ -271,7 +276,8 @@ def render(
         metric = g["metric"].iloc[0]
         mlabel = {"f1": "F1 x 100", "auprc": "AUPRC x 100", "accuracy": "accuracy (%)"}.get(metric, metric)
         seeds = sorted(set(g["n_seeds"]))
-        head = f"{ds}: {mlabel}, mean ± population std over {'/'.join(map(str, seeds))} seeds" + (
+        spread = "mean [95% t interval]" if with_stats else "mean ± population std"
+        head = f"{ds}: {mlabel}, {spread} over {'/'.join(map(str, seeds))} seeds" + (
             f" ({protocol} protocol)" if protocol else ""
         )
         cols = ["p_miss train", "p_miss test"] + [display(m) for m in methods]
@@ -286,7 +292,12 @@ def render(
                 vals = []
                 for m in methods:
                     r = cell[cell["method"] == m]
-                    txt = "–" if r.empty else _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], best)), with_ref, fmt)
+                    if r.empty:
+                        txt = "–"
+                    elif with_stats:  # --stats: the interval and the paired test's verdict (vflbench.stats)
+                        txt = stats_cell(r.iloc[0], fmt)
+                    else:
+                        txt = _cell(r.iloc[0], bool(np.isclose(r.iloc[0]["mean"], best)), with_ref, fmt)
                     if (
                         not r.empty and r.iloc[0]["n_seeds"] < most
                     ):  # a mean over fewer seeds than its neighbours says so
@@ -457,9 +468,11 @@ def make_table(
     fmt: str = "md",
     title: str | None = None,
     epoch: int | str | None = None,
+    stats: bool = False,
 ) -> tuple[str, pd.DataFrame]:
     """The table of the artefact ``layout_name`` from a results folder, CSV or frame (``reference``:
-    a built-in reference name or a CSV path)."""
+    a built-in reference name or a CSV path). ``stats``: each method against its condition's best by a
+    paired test over seeds, Holm-corrected, with 95% intervals (:mod:`vflbench.stats`)."""
     if layout_name not in artefacts.names():
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(artefacts.names())}.")
     art = artefacts.get(layout_name)
@@ -484,13 +497,18 @@ def make_table(
         df = df[~bad]
     if fmt not in art.formats:
         raise VFLBenchError(f"Unknown format '{fmt}' for the {layout_name} layout. Choices: {', '.join(art.formats)}.")
-    own = art.table(df, load_reference(reference) if reference else None, fmt, title)
+    own = None if stats else art.table(df, load_reference(reference) if reference else None, fmt, title)
     if own is not None:  # an artefact with a layout of its own
         text, agg = own
         return text + _excluded_note(excluded, fmt), agg
-    agg = aggregate(with_variants(df), layout)
-    if reference:
+    raw = with_variants(df)
+    agg = aggregate(raw, layout)
+    if reference and not stats:
         agg = attach_reference(agg, load_reference(reference))
+    if stats:
+        from .stats import compare
+
+        agg = compare(raw, agg)
     protocol = ",".join(sorted(set(df["protocol"]))) if "protocol" in df.columns else None
     if "quick" in df.columns and df["quick"].any():
         title = (title or "") + " [QUICK SMOKE RUN: reduced epochs/seeds, not a reproduction]"

@@ -214,6 +214,10 @@ class Method:
     )
     boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
     faults = None  # the run's vflbench.faults.PartyFaults when parties can be lost (predictions mask them)
+    # `vflbench tune`: the method's own options worth searching, name -> ("float"|"int"|"log", low, high) or
+    # ("choice", values); the common hyper-parameters (lr, weight decay, batch size, epochs) are searched for every
+    # method (vflbench.tuning)
+    search_space: ClassVar[dict[str, tuple]] = {}
     # the conformance suite's short runs (8 epochs at lr 3e-3 on 1,500 synthetic samples): a method's overrides
     smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
     smoke_options: ClassVar[dict[str, Any]] = {}  # method options of those runs (where the case sets none itself)

@@ -144,6 +144,7 @@ class LaserVFL(Method):
         return None  # survives a lost party: fusion over the observed subsets
 
     name, display, hp_key, f1_rule = "laser", "LASER-VFL", "laser", "per_predictor_mean"
+    search_space = {"fusion": ("choice", ("mean", "sum"))}  # vflbench tune
     packable = True
     pack_state = ("_epoch",)
     paper = "LASER-VFL (Valdeira, Wang & Chi, ICLR 2025)"

@@ -24,6 +24,7 @@ class PlugVFL(Method):
         return None  # survives a lost party: party dropout trains the head for missing passive blocks
 
     name, display, hp_key, f1_rule = "plug", "PlugVFL", "plug", "single"
+    search_space = {"p_drop": ("float", 0.0, 0.9)}  # vflbench tune
     packable = True
     pack_state = ("_drop",)
     paper = "PlugVFL (Sun et al., 2024); as run in LASER-VFL"

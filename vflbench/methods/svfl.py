@@ -32,6 +32,7 @@ class StandardVFL(Method):
         return "an incomplete sample gets a random class (give --method-opt incomplete=zero to go on)"
 
     name, display, hp_key, f1_rule = "svfl", "Standard VFL", "decoupled", "single"
+    search_space = {"fusion": ("choice", ("mean", "sum", "concat"))}  # vflbench tune
     packable = True
     paper = "LASER-VFL (Valdeira et al., ICLR 2025), baseline; Vanilla VFL in FALSE-VFL"
     assumptions = (

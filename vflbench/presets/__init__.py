@@ -62,11 +62,15 @@ def _hp_blocks(preset: str, dataset: str) -> tuple[dict[str, Any], dict[str, Any
     return hp.get(dataset) or default, default
 
 
-def hyperparameters(preset: str, dataset: str, hp_key: str, p_train: float | str | None) -> dict[str, Any]:
+def hyperparameters(
+    preset: str, dataset: str, hp_key: str, p_train: float | str | None, method: str | None = None
+) -> dict[str, Any]:
     ds, default = _hp_blocks(preset, dataset)
-    # the dataset's block for this method, else the method's own default block (a method with its own
-    # recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
-    block = ds.get(hp_key) or default.get(hp_key) or ds.get("all") or default.get("all")
+    # a block for this very method (``method:NAME``, what `vflbench tune` writes: methods that share a recipe key
+    # get their own values), else the dataset's block for the recipe, else the method's own default block (a method
+    # with its own recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
+    own = ds.get(f"method:{method}") if method else None
+    block = own or ds.get(hp_key) or default.get(hp_key) or ds.get("all") or default.get("all")
     if not block:
         raise VFLBenchError(
             f"Preset '{preset}' has no hyper-parameters for {dataset} and '{hp_key}': add a block "
@@ -93,3 +97,12 @@ def stage_hyperparameters(
     ds, default = _hp_blocks(preset, dataset)
     block = ds.get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
     return dict(_p_key(block, p_train)) if block else {}
+
+
+def preset_method_options(preset: str, dataset: str, method: str) -> dict[str, Any]:
+    """Method options a preset sets for a dataset and method (section ``method_options``, what `vflbench tune`
+    writes): below the user's, above the protocol's."""
+    section = load_preset(preset).get("method_options") or {}
+    if not isinstance(section, dict):
+        raise VFLBenchError(f"Preset '{preset}': method_options must map dataset -> method -> options.")
+    return dict((section.get(dataset) or {}).get(method) or {})

@@ -1,0 +1,125 @@
+"""Statistics in tables (vflbench.stats, `vflbench table --stats`, `vflbench plot cd`): the paired tests, Holm's
+correction and the intervals against their definitions on hand-built cases; the verdicts on a hand-built table;
+the seeds pair the methods (the same seed gives every method the same masks)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.errors import VFLBenchError
+from vflbench.report import make_table
+from vflbench.stats import critical_difference, holm, paired_p, t_interval
+
+runner = CliRunner()
+
+
+def test_the_paired_t_test_is_its_formula_below_six_seeds_and_wilcoxon_from_six():
+    a = np.array([80.0, 81.5, 79.0, 82.0, 80.5])
+    b = np.array([78.0, 80.0, 78.5, 79.0, 80.0])
+    d = a - b
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    p_by_hand = 2 * sps.t.sf(abs(t), len(d) - 1)
+    p, test = paired_p(a, b)
+    assert test == "paired t" and p == pytest.approx(p_by_hand, rel=1e-12)
+    a6, b6 = np.append(a, 83.0), np.append(b, 80.0)
+    p6, test6 = paired_p(a6, b6)
+    # six positive differences: the exact two-sided signed-rank p is 2 / 2**6
+    assert test6 == "wilcoxon" and p6 == pytest.approx(2 / 2**6)
+    assert paired_p(a, a) == (1.0, "identical") and math.isnan(paired_p(a[:1], b[:1])[0])
+
+
+def test_holm_is_the_step_down_rule():
+    p = [0.01, 0.04, 0.03, 0.005, float("nan")]
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1, running max, capped at 1
+    by_hand = {3: 0.02, 0: 0.03, 2: 0.06, 1: 0.06}
+    got = holm(p)
+    assert all(got[i] == pytest.approx(v) for i, v in by_hand.items()) and math.isnan(got[4])
+
+
+def test_the_t_interval_is_mean_plus_minus_t_times_the_standard_error():
+    v = np.array([1.0, 2.0, 4.0, 7.0])
+    half = sps.t.ppf(0.975, 3) * v.std(ddof=1) / 2
+    assert t_interval(v) == pytest.approx((v.mean() - half, v.mean() + half))
+
+
+def _frame() -> pd.DataFrame:
+    rows = []
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        noise = rng.normal(0, 0.05)
+        for method, value in (("laser", 80.0 + seed * 0.3), ("plug", 80.0 + seed * 0.3 - 0.01 * (-1) ** seed)):
+            rows.append((method, value))
+        rows.append(("local", 70.0 + seed * 0.3 + noise))
+    out = []
+    for i, (m, v) in enumerate(rows):
+        out.append(
+            {
+                "run_id": f"r{i}",
+                "dataset": "credit",
+                "method": m,
+                "parties": 4,
+                "train_missing": "none",
+                "test_missing": "none",
+                "seed": i // 3,
+                "metric": "accuracy",
+                "value": v,
+                "protocol": "clean",
+                "status": "ok",
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def test_a_table_with_stats_marks_the_best_the_ties_and_the_significant_losses():
+    text, agg = make_table(_frame(), "generic", stats=True)
+    v = agg.set_index("method")["verdict"]
+    assert v["laser"] == "best" and v["plug"] == "tied" and v["local"] == "worse"
+    assert "**80.6 [" in text and " =" in text and " ↓" in text
+    assert "LASER-VFL 0/1 (1 more best or tied, not significantly)" in text and "Local 0/1 (0 more" in text
+    csv, _ = make_table(_frame(), "generic", fmt="csv", stats=True)
+    head = csv.splitlines()[0]
+    assert all(c in head for c in ("ci_low", "ci_high", "p", "p_holm", "verdict", "n_pairs"))
+    plain, _ = make_table(_frame(), "generic")
+    assert "Best or within one std of the best" in plain  # the heuristic stays, named for what it is
+
+
+def test_the_same_seed_gives_every_method_the_same_masks():
+    from vflbench.config import RunConfig, resolve
+    from vflbench.pipeline import prepare
+
+    a, b = (
+        prepare(resolve(RunConfig(dataset="synthetic", method=m, train_missing="mcar:0.3", seed=3)), "cpu")
+        for m in ("laser", "svfl")
+    )
+    assert bool((a.train.obs == b.train.obs).all())
+    for s in a.test_masks:
+        assert (a.test_masks[s].observed == b.test_masks[s].observed).all()
+
+
+def test_the_critical_difference_diagram_is_autoranks_and_refuses_too_little(tmp_path):
+    table = pd.DataFrame(
+        {"A": [80.0, 82, 79, 85, 81, 83], "B": [78.0, 80, 77, 84, 80, 82], "C": [70.0, 71, 69, 72, 70, 73]}
+    )
+    paths, report = critical_difference(table, tmp_path / "cd")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
+    assert "Friedman" in report and "Nemenyi" in report
+    with pytest.raises(VFLBenchError, match="two methods"):
+        critical_difference(table[["A"]], tmp_path / "x")
+    with pytest.raises(VFLBenchError, match="two conditions"):
+        critical_difference(table.iloc[:1], tmp_path / "x")
+
+
+def test_table_stats_and_plot_cd_from_the_cli(tmp_path):
+    df = _frame()
+    df.to_csv(tmp_path / "results.csv", index=False)
+    r = runner.invoke(app, ["table", str(tmp_path / "results.csv"), "--layout", "generic", "--stats"])
+    assert r.exit_code == 0 and "95% t interval" in r.output, r.output
+    r = runner.invoke(app, ["table", str(tmp_path / "results.csv"), "--stats", "--by-budget"])
+    assert r.exit_code == 2 and "two views" in r.output

@@ -1,0 +1,105 @@
+"""`vflbench tune` (vflbench.tuning): every method gets the same number of trials, in an Optuna SQLite study that a
+second call extends; the result is a preset that runs take; tuning scores a validation split carved from the
+training data (never the test data) on seeds apart from the reporting ones; what cannot be tuned is refused."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.config import RunConfig, resolve
+
+from .conftest import needs_mirror
+
+runner = CliRunner()
+EXP = """name: tune-test
+seeds: [0, 1]
+parties: [4]
+methods: [svfl, laser]
+train_missing: [mcar:0.1]
+test_missing: [none]
+hp: {epochs: 1}
+train_samples: 1500
+datasets:
+  credit: {}
+"""
+
+
+def _trials(db) -> dict[int, int]:
+    with sqlite3.connect(db) as c:
+        return dict(c.execute("select study_id, count(*) from trials where state = 'COMPLETE' group by study_id"))
+
+
+@needs_mirror
+def test_tune_runs_the_same_trials_per_method_resumes_and_writes_a_preset_runs_take(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXP)
+    out = tmp_path / "tuned"
+    r = runner.invoke(app, ["tune", str(exp), "--trials", "4", "--out", str(out), "--metric", "f1"])
+    assert r.exit_code == 0, r.output
+    assert sorted(_trials(out / "tuning.db").values()) == [4, 4]  # Optuna's own `trials` table
+    r = runner.invoke(app, ["tune", str(exp), "--trials", "6", "--out", str(out), "--metric", "f1"])
+    assert r.exit_code == 0, r.output
+    assert sorted(_trials(out / "tuning.db").values()) == [6, 6]  # --trials is the total: 2 more each
+    summary = json.loads((out / "summary.json").read_text())
+    assert {s["study"]: s["trials"] for s in summary["studies"]} == {"credit/svfl": 6, "credit/laser": 6}
+    assert summary["tuning_seeds"] == [1000] and summary["reporting_seeds"] == [0, 1]
+    laser = next(s for s in summary["studies"] if s["method"] == "laser")
+    assert set(laser["best_params"]) == {"lr", "weight_decay", "batch_size", "option:fusion"}  # epochs fixed in hp
+    assert "importance" in laser and (out / "summary.md").read_text().count("| credit/") == 2
+    r = runner.invoke(
+        app,
+        ["run", "--dataset", "credit", "--method", "laser", "--preset", str(out / "tuned.yaml"), "--epochs", "1"]
+        + ["--train-samples", "1500", "--test-missing", "none", "--quiet", "--out", str(tmp_path / "run")],
+    )
+    assert r.exit_code == 0, r.output
+    (d,) = (tmp_path / "run").iterdir()
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["config"]["hp"]["lr"] == pytest.approx(laser["best_params"]["lr"])
+    assert m["method"]["options"]["fusion"] == laser["best_params"]["option:fusion"]
+    assert m["method"]["option_sources"]["fusion"] == "preset"
+
+
+@needs_mirror
+def test_validation_is_carved_from_the_training_data_and_never_overlaps_the_test_data():
+    from vflbench.pipeline import prepare
+
+    cfg = RunConfig(dataset="credit", method="laser", protocol_options={"val_split": 0.2}, seed=1000)
+    inputs = prepare(resolve(cfg), "cpu")
+    plain = prepare(resolve(RunConfig(dataset="credit", method="laser", seed=1000)), "cpu")
+    n_train, n_val = inputs.train.blocks.n, inputs.val.n
+    assert n_train + n_val == plain.train.blocks.n and n_val == round(0.2 * plain.train.blocks.n)
+    # every validation row is a training row of the plain run, and none is a test row
+    train_rows = {r.tobytes() for r in plain.train.blocks.x.permute(1, 0, 2).reshape(plain.train.blocks.n, -1).numpy()}
+    test_rows = {r.tobytes() for r in plain.test.x.permute(1, 0, 2).reshape(plain.test.n, -1).numpy()}
+    val_rows = [r.tobytes() for r in inputs.val.x.permute(1, 0, 2).reshape(n_val, -1).numpy()]
+    assert all(r in train_rows for r in val_rows)
+    assert not (set(val_rows) - train_rows) and not any(r in test_rows and r not in train_rows for r in val_rows)
+    assert np.array_equal(inputs.test.x.numpy(), plain.test.x.numpy())  # the test data is the same, untouched
+
+
+@pytest.mark.parametrize(
+    "change,args,says",
+    [
+        ("methods: [svfl, laser]", ["--seeds", "1"], "reporting seeds"),
+        ("methods: [svfl, laser]", ["--trials", "0"], "--trials must be >= 1"),
+        ("methods: [pbm]", [], "cannot be tuned"),
+        ("methods: [local]", [], "empty search space"),
+        ("methods: [svfl, laser]", ["--metric", "loss"], "accuracy, f1 or auprc"),
+    ],
+)
+def test_what_cannot_be_tuned_is_refused_in_one_line(tmp_path, change, args, says):
+    exp = tmp_path / "exp.yaml"
+    text = EXP.replace("methods: [svfl, laser]", change)
+    if "local" in change:
+        text = text.replace("hp: {epochs: 1}", "hp: {epochs: 1, lr: 0.001, weight_decay: 0.0001, batch_size: 128}")
+    text = text.replace("credit: {}", "synthetic: {}").replace("train_samples: 1500\n", "")
+    exp.write_text(text)
+    trials = [] if "--trials" in args else ["--trials", "2"]
+    r = runner.invoke(app, ["tune", str(exp), *trials, *args, "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and says in r.output, r.output

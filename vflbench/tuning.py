@@ -1,0 +1,315 @@
+"""`vflbench tune`: every method of an experiment tuned with the same budget, on validation data.
+
+One Optuna study per dataset and method (named ``DATASET/METHOD``) lives in a real database: Optuna's RDB
+storage, ``sqlite:///OUT/tuning.db`` by default or any URL Optuna takes, so tuning is resumable, several
+tuners can share a study, and a killed tuner loses at most the trial in flight (a heartbeat marks it failed).
+``--trials N`` is the total of finished trials per method: the same call with a larger N adds the difference.
+
+A trial trains the method with the trial's hyper-parameters on a tuning seed (never a reporting seed of the
+experiment) under each of the experiment's training settings, on the training data less a validation split
+(``val_split`` of the training samples, held out by the validation stream), and scores it on that split
+under each test setting's mechanism. Test data is never scored. The objective is the mean validation
+metric. The search space: the learning rate (log, a decade either side of the preset's), weight decay
+(log, 1e-6 to 1e-2), batch size (64, 128, 256) and epochs (a quarter to twice the preset's), less any the
+experiment fixes in ``hp``, plus the method's own ``search_space`` (e.g. PlugVFL's ``p_drop``).
+
+The result is a preset (``OUT/tuned.yaml``: the experiment's preset with a ``method:NAME`` block per tuned
+method and dataset, and ``method_options``) that ``vflbench run/sweep --preset`` takes, and a summary
+(``OUT/summary.md``, ``OUT/summary.json``): the best trial per method, the number of trials, the time they
+took and each parameter's importance (Optuna's fANOVA).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, resolve
+from .errors import VFLBenchError
+
+COMMON = ("lr", "weight_decay", "batch_size", "epochs")
+DEFAULT_SEEDS = (1000,)  # tuning seeds: apart from any reporting seed an experiment lists
+
+
+def study_name(dataset: str, method: str) -> str:
+    return f"{dataset}/{method}"
+
+
+def space_for(cfg: RunConfig, base_hp: dict[str, Any], mcls) -> dict[str, tuple]:
+    """The search space of one method on one dataset: the common hyper-parameters the experiment leaves
+    open, and the method's own options the experiment leaves open."""
+    fixed = {k for k, v in cfg.hp.items() if v is not None}
+    space: dict[str, tuple] = {}
+    lr = float(base_hp.get("lr", 1e-3))
+    epochs = int(base_hp.get("epochs", 30))
+    for name, dim in (
+        ("lr", ("log", lr / 10, lr * 10)),
+        ("weight_decay", ("log", 1e-6, 1e-2)),
+        ("batch_size", ("choice", (64, 128, 256))),
+        ("epochs", ("int", max(1, epochs // 4), max(2, epochs * 2))),
+    ):
+        if name not in fixed:
+            space[name] = dim
+    for name, dim in mcls.search_space.items():
+        if name not in cfg.method_options:
+            space[f"option:{name}"] = dim
+    return space
+
+
+def suggest(trial, space: dict[str, tuple]) -> dict[str, Any]:
+    out = {}
+    for name, dim in space.items():
+        kind = dim[0]
+        if kind == "log":
+            out[name] = trial.suggest_float(name, dim[1], dim[2], log=True)
+        elif kind == "float":
+            out[name] = trial.suggest_float(name, dim[1], dim[2])
+        elif kind == "int":
+            out[name] = trial.suggest_int(name, dim[1], dim[2])
+        elif kind == "choice":
+            out[name] = trial.suggest_categorical(name, list(dim[1]))
+        else:
+            raise VFLBenchError(f"search space {name}: unknown kind {kind!r} (log, float, int or choice)")
+    return out
+
+
+def trial_config(cfg: RunConfig, params: dict[str, Any], seed: int, val_split: float) -> RunConfig:
+    hp = {**cfg.hp, **{k: v for k, v in params.items() if k in COMMON}}
+    opts = {**cfg.method_options, **{k[7:]: v for k, v in params.items() if k.startswith("option:")}}
+    settings = {**cfg.settings, "seed": seed}
+    settings.pop("eval_epochs", None)
+    return replace(
+        cfg,
+        hp=hp,
+        hp_sources={**cfg.hp_sources, **dict.fromkeys(params, "tune")},
+        method_options=opts,
+        protocol_options={**cfg.protocol_options, "val_split": val_split},
+        settings=settings,
+    )
+
+
+def validation_score(cfg: RunConfig, metric: str, device: str) -> float:
+    """Train one run and score it on its validation split under each test setting (test data never scored)."""
+    import torch
+
+    from .evaluation import score
+    from .pipeline import build, prepare, train
+
+    run = resolve(cfg)
+    inputs = prepare(run, device)
+    method = build(run, inputs)
+    train(run, inputs, method)
+    values = []
+    for s in run.test_missing:
+        vobs = torch.as_tensor(inputs.val_masks[s].observed, device=inputs.device)
+        met = score(method, inputs, inputs.val, vobs, inputs.y_val, run.eval_batch_size, None)
+        if metric not in met:
+            raise VFLBenchError(f"--metric {metric} is not recorded for {run.dataset}; choose accuracy, f1 or auprc.")
+        values.append(float(met[metric]))
+    return sum(values) / len(values)
+
+
+def refusal(mcls) -> str | None:
+    """Why a method cannot be tuned (None: it can)."""
+    if getattr(mcls, "draws_noise", False):
+        return (
+            "it draws privacy noise: tuning on the private data would spend privacy budget that no run accounts "
+            "for (tune its non-private counterpart, --method sum)"
+        )
+    return None
+
+
+def studies(exp) -> list[tuple[str, str, list[RunConfig]]]:
+    """(dataset, method, one config per training setting) for each study of an experiment (its first
+    seed, party count and grid entry)."""
+    groups: dict[tuple[str, str], dict[str, RunConfig]] = {}
+    for cfg in exp.runs:
+        g = groups.setdefault((cfg.dataset, cfg.method), {})
+        g.setdefault(str(cfg.train_missing), cfg)
+    return [(ds, m, list(g.values())) for (ds, m), g in groups.items()]
+
+
+def tune(
+    exp_path: str,
+    out: Path,
+    trials: int,
+    storage: str | None = None,
+    seeds: list[int] | None = None,
+    metric: str = "accuracy",
+    val_split: float = 0.2,
+    device: str = "cpu",
+    progress=None,
+) -> dict[str, Any]:
+    """Run the missing trials of every study of the experiment, then write the preset and the summary."""
+    import warnings
+
+    import optuna
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the storage's heartbeat
+    from .experiment import load_experiment
+    from .methods import METHODS
+    from .presets import hyperparameters, load_preset
+    from .protocols import default_preset
+
+    if trials < 1:
+        raise VFLBenchError(f"--trials must be >= 1, got {trials}.")
+    if not 0.0 < val_split < 1.0:
+        raise VFLBenchError(f"--val-split must be in (0, 1), got {val_split}.")
+    exp = load_experiment(exp_path)
+    seeds = list(seeds or DEFAULT_SEEDS)
+    reporting = sorted({int(r.seed) for r in exp.runs})
+    clash = sorted(set(seeds) & set(reporting))
+    if clash:
+        raise VFLBenchError(
+            f"--seeds {','.join(map(str, clash))} are reporting seeds of {exp_path}; tune on other seeds "
+            f"(default {DEFAULT_SEEDS[0]})."
+        )
+    plan = []
+    for ds, m, cfgs in studies(exp):
+        mcls = METHODS.get(m)
+        why = refusal(mcls)
+        if why:
+            raise VFLBenchError(f"{mcls.display} cannot be tuned: {why}.")
+        first = resolve(cfgs[0])
+        base = hyperparameters(first.settings["preset"], ds, mcls.hp_key, None, m)
+        space = space_for(cfgs[0], base, mcls)
+        if not space:
+            raise VFLBenchError(
+                f"{mcls.display} on {ds} has an empty search space: the experiment fixes every hyper-parameter in hp "
+                f"({', '.join(COMMON)}) and the method has no option to search; drop some from hp."
+            )
+        plan.append((ds, m, cfgs, space, first))
+    out.mkdir(parents=True, exist_ok=True)
+    url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
+    try:
+        store = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
+    except Exception as e:  # noqa: BLE001  (any database error: one line)
+        raise VFLBenchError(f"--storage {url}: Optuna cannot open it ({str(e).splitlines()[0][:160]}).") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
+    todo = []
+    for ds, m, cfgs, space, _first in plan:
+        study = optuna.create_study(
+            study_name=study_name(ds, m),
+            storage=store,
+            direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=0),
+            load_if_exists=True,
+        )
+        done = len(study.get_trials(deepcopy=False, states=counted))
+        todo.append((study, ds, m, cfgs, space, max(0, trials - done)))
+    total = sum(n for *_, n in todo)
+    if progress is not None:
+        progress.start(total)
+    from .errors import TrainingDiverged
+
+    for study, ds, m, cfgs, space, n in todo:
+        if not n:
+            continue
+
+        def objective(trial, cfgs=cfgs, space=space):
+            params = suggest(trial, space)
+            t0 = time.perf_counter()
+            try:
+                value = sum(
+                    validation_score(trial_config(c, params, s, val_split), metric, device) for c in cfgs for s in seeds
+                ) / (len(cfgs) * len(seeds))
+            except TrainingDiverged as e:
+                raise optuna.TrialPruned(str(e)) from None
+            trial.set_user_attr("seconds", time.perf_counter() - t0)
+            return value
+
+        def advanced(study, trial, label=f"{ds}/{m}"):
+            if progress is not None:
+                shown = f"{trial.value:.2f}" if trial.value is not None else trial.state.name.lower()
+                progress.advance(f"{label}: {shown}")
+
+        # the total per method counts across tuners sharing the study; a killed tuner's trial is failed by the
+        # storage's heartbeat and does not count
+        study.optimize(
+            objective,
+            n_trials=n,
+            callbacks=[optuna.study.MaxTrialsCallback(trials, states=counted), advanced],
+            catch=(),
+        )
+    if progress is not None:
+        progress.stop()
+    base_name = plan[0][4].settings["preset"] if plan else default_preset("clean")
+    preset = copy.deepcopy(load_preset(base_name))
+    summary = {
+        "experiment": str(exp_path),
+        "storage": url,
+        "metric": metric,
+        "val_split": val_split,
+        "tuning_seeds": seeds,
+        "reporting_seeds": reporting,
+        "trials_per_method": trials,
+        "studies": [],
+    }
+    for study, ds, m, _cfgs, space, _ in todo:
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+        if not done:
+            raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
+        best = study.best_trial
+        mcls = METHODS.get(m)
+        base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
+        block = {**base, **{k: v for k, v in best.params.items() if k in COMMON}}
+        preset.setdefault("hyperparameters", {}).setdefault(ds, {})[f"method:{m}"] = {"default": block}
+        opts = {k[7:]: v for k, v in best.params.items() if k.startswith("option:")}
+        if opts:
+            preset.setdefault("method_options", {}).setdefault(ds, {})[m] = opts
+        try:
+            importance = {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+        except (RuntimeError, ValueError, ZeroDivisionError):
+            importance = {}  # fewer than two distinct finished trials
+        summary["studies"].append(
+            {
+                "study": study.study_name,
+                "dataset": ds,
+                "method": m,
+                "trials": len(done),
+                "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.get_trials(deepcopy=False)),
+                "seconds": float(sum(t.user_attrs.get("seconds", 0.0) for t in done)),
+                "best_value": float(best.value),
+                "best_params": best.params,
+                "importance": importance,
+                "space": {k: list(v[1]) if v[0] == "choice" else list(v) for k, v in space.items()},
+            }
+        )
+    import yaml
+
+    from .files import atomic_write_text
+
+    header = (
+        f"# Written by `vflbench tune {exp_path} --trials {trials}` from preset {base_name}: a method:NAME block per\n"
+        f"# tuned method (validation {metric}, tuning seeds {seeds}); use it with --preset {out / 'tuned.yaml'}.\n"
+    )
+    atomic_write_text(out / "tuned.yaml", header + yaml.safe_dump(preset, sort_keys=False))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out / "summary.md", summary_md(summary))
+    return summary
+
+
+def summary_md(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# Tuning of {summary['experiment']}",
+        "",
+        f"Validation {summary['metric']} (val_split {summary['val_split']} of the training samples), tuning seeds "
+        f"{summary['tuning_seeds']} (reporting seeds {summary['reporting_seeds']}), {summary['trials_per_method']} "
+        f"trials per method; study storage `{summary['storage']}`.",
+        "",
+        "| study | trials | failed | seconds | best | best parameters | importance |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in summary["studies"]:
+        params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in s["best_params"].items())
+        imp = ", ".join(f"{k} {v:.2f}" for k, v in s["importance"].items()) or "-"
+        lines.append(
+            f"| {s['study']} | {s['trials']} | {s['failed']} | {s['seconds']:.0f} | {s['best_value']:.2f} | {params} "
+            f"| {imp} |"
+        )
+    return "\n".join(lines) + "\n"
