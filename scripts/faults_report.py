@@ -3,7 +3,7 @@ what a rejoin recovers, from the runs' own rows.
 
     python scripts/faults_report.py results/faults
 
-writes results/faults/table.md (the tables the README quotes), results/faults/summary.csv (one row per dataset,
+writes results/faults/failures.md (the tables the README quotes; table.md is the sweep's own), results/faults/summary.csv (one row per dataset,
 method, test setting and condition: mean, std, seeds) and results/faults/curves.png (the metric over epochs).
 """
 
@@ -153,7 +153,7 @@ def main(folder: str = "results/faults") -> None:
     s = summary(d)
     s.to_csv(f / "summary.csv", index=False)
     text = "# results/faults: the failure tables\n\n" + tables(s) + "\n" + costs(s)
-    (f / "table.md").write_text(text)
+    (f / "failures.md").write_text(text)
     curves(d, f / "curves.png")
     print(text)
 
