@@ -50,7 +50,7 @@ def test_val_split_holds_labeled_samples_out_of_training_entirely():
         resolve(RunConfig(dataset="synthetic", method="laser", protocol_options={"val_split": 1.5}))
 
 
-def test_val_split_adds_validation_rows_and_needs_labeled(tmp_path):
+def test_val_split_adds_validation_rows_in_semi_supervised_and_supervised_runs(tmp_path):
     args = [
         "run",
         "--dataset",
@@ -81,16 +81,21 @@ def test_val_split_adds_validation_rows_and_needs_labeled(tmp_path):
     val = df[df["metric"] == "val_accuracy"]
     assert len(val) == 2 and (val["n_test"] == 25).all() and (df.loc[df["metric"] == "accuracy", "n_test"] > 25).all()
     assert (df["protocol_options"] == "val_split=0.25").all()
-    bad = runner.invoke(
+    # a supervised run (no --labeled) holds out val_split of every training sample (what `vflbench tune` scores)
+    sup = runner.invoke(
         app,
         [
             "run",
             "--dataset",
             "synthetic",
+            "--data-opt",
+            "n=600",
             "--method",
             "laser",
             "--protocol-opt",
             "val_split=0.2",
+            "--test-missing",
+            "none",
             "--epochs",
             "1",
             "--quiet",
@@ -98,7 +103,11 @@ def test_val_split_adds_validation_rows_and_needs_labeled(tmp_path):
             str(tmp_path / "b"),
         ],
     )
-    assert bad.exit_code != 0 and "--labeled" in bad.output
+    assert sup.exit_code == 0, sup.output
+    rows = pd.read_csv(next((tmp_path / "b").rglob("results.csv")))
+    n_val = int(rows.loc[rows["metric"] == "val_accuracy", "n_test"].iloc[0])
+    n_test = int(rows.loc[rows["metric"] == "accuracy", "n_test"].iloc[0])
+    assert n_val == round(0.2 * (600 - n_test))  # a fifth of the training split; the test split is untouched
 
 
 def test_laser_epochs_is_a_protocol_option_below_the_user():

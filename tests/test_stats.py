@@ -112,8 +112,8 @@ def test_the_critical_difference_diagram_is_autoranks_and_refuses_too_little(tmp
     assert "Friedman" in report and "Nemenyi" in report
     with pytest.raises(VFLBenchError, match="two methods"):
         critical_difference(table[["A"]], tmp_path / "x")
-    with pytest.raises(VFLBenchError, match="two conditions"):
-        critical_difference(table.iloc[:1], tmp_path / "x")
+    with pytest.raises(VFLBenchError, match="at least 5 conditions"):
+        critical_difference(table.iloc[:4], tmp_path / "x")
 
 
 def test_table_stats_and_plot_cd_from_the_cli(tmp_path):

@@ -156,8 +156,11 @@ def critical_difference(conditions: pd.DataFrame, out: Path, alpha: float = ALPH
     data = conditions.dropna(axis=1, how="any")
     if data.shape[1] < 2:
         raise VFLBenchError("A critical-difference diagram compares at least two methods over the same conditions.")
-    if data.shape[0] < 2:
-        raise VFLBenchError("A critical-difference diagram needs at least two conditions (datasets x settings).")
+    if data.shape[0] < 5:
+        raise VFLBenchError(
+            f"A critical-difference diagram needs at least 5 conditions (datasets x settings; autorank's minimum); "
+            f"these results have {data.shape[0]}. Give more results folders."
+        )
     with contextlib.redirect_stdout(io.StringIO()):
         res = autorank(data, alpha=alpha, verbose=False, force_mode="nonparametric", order="descending")
     buf = io.StringIO()
