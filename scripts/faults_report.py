@@ -3,8 +3,9 @@ what a rejoin recovers, from the runs' own rows.
 
     python scripts/faults_report.py results/faults
 
-writes results/faults/failures.md (the tables the README quotes; table.md is the sweep's own), results/faults/summary.csv (one row per dataset,
-method, test setting and condition: mean, std, seeds) and results/faults/curves.png (the metric over epochs).
+writes results/faults/failures.md (the tables the README quotes; table.md is the sweep's own),
+results/faults/summary.csv (one row per dataset, metric, method, test setting and condition: mean, std,
+seeds) and results/faults/curves.png (accuracy over epochs).
 """
 
 from __future__ import annotations
