@@ -82,6 +82,17 @@ def _cfg(**settings) -> RunConfig:
     )
 
 
+def test_losing_the_last_party_stops_the_run():
+    from vflbench.faults import EveryPartyLost
+
+    f = PartyFaults(parse_failures("none"), 2)
+    f.begin_epoch()
+    f.lose(0, 3, "connection reset by peer")
+    with pytest.raises(EveryPartyLost, match="Every party is lost") as e:
+        f.lose(1, 4, "timed out")
+    assert e.value.exit_code == 3
+
+
 def test_a_run_without_failures_keeps_its_key_and_a_schedule_enters_it():
     plain = resolve(_cfg()).key
     assert resolve(_cfg(fail_party="none")).key == plain  # the default is absent from the key: earlier keys stay
@@ -141,6 +152,7 @@ def test_a_lost_partys_block_is_missing_its_models_held_and_a_rejoin_trains_them
         (["--method", "laser", "--fail-party", "1@9"], "trains 3 epochs"),
         (["--method", "laser", "--fail-party", "1@2", "--on-party-loss", "stop"], "drop one"),
         (["--method", "laser", "--on-party-loss", "later"], "continue | stop"),
+        (["--method", "laser", "--fail-party", "0@2;1@2;2@3;3@3"], "every party is lost from epoch 3"),
     ],
 )
 def test_what_cannot_go_on_is_refused_in_one_line_before_any_work(tmp_path, args, says):

@@ -112,6 +112,11 @@ def check_schedule(schedule: FailureSchedule, parties: int, total_epochs: int) -
                 f"--fail-party {f.text()}: the run trains {total_epochs} epochs (over all its stages); fail and "
                 "rejoin within them."
             )
+    for e in sorted({f.epoch for f in schedule}):
+        if all(schedule.lost_at(e, parties)):
+            raise VFLBenchError(
+                f"--fail-party {schedule}: every party is lost from epoch {e}; keep at least one party in the run."
+            )
 
 
 @dataclass
@@ -135,6 +140,12 @@ class LossRecord:
 
     def text(self) -> str:
         return f"{self.party}@{self.epoch}" + (f":{self.rejoined}" if self.rejoined is not None else "")
+
+
+class EveryPartyLost(VFLBenchError):
+    """No party is left: the run stops (exit status 3)."""
+
+    exit_code = 3
 
 
 class PartyLost(VFLBenchError):
@@ -229,6 +240,11 @@ class PartyFaults:
             return
         self.lost[party] = True
         self.records.append(LossRecord(party, max(self.epoch, 1), step, cause))
+        if all(self.lost):
+            raise EveryPartyLost(
+                f"Every party is lost (the last, party {party}, in epoch {max(self.epoch, 1)}: {cause}); nothing is "
+                "left to train, and nothing was written as a finished result."
+            )
         self._changed()
         if self.announce:
             where = f"epoch {max(self.epoch, 1)}" + (f", step {step}" if step else "")

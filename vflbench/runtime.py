@@ -64,6 +64,7 @@ def connect(rank: int, world: int, rendezvous: str, timeout_s: float) -> None:
 
 
 DEVICE_CODES = ("cpu", "cuda")
+PARTY_PATIENCE = 3  # a party's timeout, in multiples of the server's (see join)
 
 
 def check_same_run(wire: Wire, key: str, device: str = "cpu") -> list[str]:
@@ -310,9 +311,11 @@ def join(
     if not 0 <= party < run.parties:
         raise VFLBenchError(f"--rank {party} is not a party of this run (0 .. {run.parties - 1}).")
     world = run.parties + 1
-    connect(party + 1, world, rendezvous, timeout_s)
+    # a party waits three times as long as the server: when another party goes silent, the server (waiting
+    # timeout_s for it) finds it lost and tells this party to drop the step before this party's own wait ends
+    connect(party + 1, world, rendezvous, PARTY_PATIENCE * timeout_s)
     try:
-        wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, timeout_s)
+        wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, PARTY_PATIENCE * timeout_s)
         # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
         fault = os.environ.get("VFLBENCH_KILL_PARTY", "")
         if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
@@ -351,6 +354,10 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
             raise _with_party_error(e, procs) from None
         lost = {rec["party"] for rec in out[1].get("party_losses", [])}  # the run went on without these
         for k, p in enumerate(procs):
+            if k in lost:  # dead, exited, or silent (a silent one is stopped now)
+                if p.poll() is None:
+                    p.kill()
+                continue
             try:
                 code = p.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

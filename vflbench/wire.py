@@ -90,8 +90,12 @@ class Wire:
         return self.rank == SERVER and rank != SERVER and (rank - 1 in self.lost or rank - 1 in self.found)
 
     def _tolerate(self, peer: int, e: Exception) -> bool:
-        """On the server, in training, of a run that goes on: note the party found lost, and go on."""
+        """On the server, in training, of a run that goes on: note the party found lost, and go on. A party
+        silent past the timeout is not survived: after a timeout gloo closes the server's other links too
+        (measured: every other party then fails with "application timeout caused pair closure")."""
         if not (self.tolerant and self.rank == SERVER and peer != SERVER and self.phase == "train"):
+            return False
+        if "timed out" in _cause(e) or "timeout" in str(e).lower():
             return False
         self.found[peer - 1] = _cause(e)
         return True
@@ -176,8 +180,15 @@ class Wire:
 
     def _failed(self, peer: int, e: Exception) -> PartyFailed:
         who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
+        why = _cause(e)
+        silent = (
+            " (a party silent past --timeout stops the run even where a dead one is survived: after a timeout gloo "
+            "closes the server's other links too)"
+            if self.tolerant and self.rank == SERVER and ("timed out" in why or "timeout" in str(e).lower())
+            else ""
+        )
         return PartyFailed(
-            f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({_cause(e)}); nothing was written as a finished "
+            f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({why}){silent}; nothing was written as a finished "
             "result."
         )
 
