@@ -185,10 +185,17 @@ def tune(
         plan.append((ds, m, cfgs, space, first))
     out.mkdir(parents=True, exist_ok=True)
     url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
-    try:
-        store = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
-    except Exception as e:  # noqa: BLE001  (any database error: one line)
-        raise VFLBenchError(f"--storage {url}: Optuna cannot open it ({str(e).splitlines()[0][:160]}).") from None
+    store = None
+    for attempt in range(5):  # tuners started together race to create the schema: the loser opens it once it exists
+        try:
+            store = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
+            break
+        except Exception as e:  # noqa: BLE001  (any database error: one line)
+            if attempt == 4:
+                raise VFLBenchError(
+                    f"--storage {url}: Optuna cannot open it ({str(e).splitlines()[0][:160]})."
+                ) from None
+            time.sleep(1.0 + attempt)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
     todo = []
