@@ -97,9 +97,10 @@ def validation_score(cfg: RunConfig, metric: str, device: str) -> float:
     import torch
 
     from .evaluation import score
-    from .pipeline import build, prepare, train
+    from .pipeline import build, intra_op_threads, prepare, train
 
     run = resolve(cfg)
+    torch.set_num_threads(intra_op_threads(run))  # as a run of `vflbench run` (one thread for a tabular model)
     inputs = prepare(run, device)
     method = build(run, inputs)
     train(run, inputs, method)
