@@ -1,4 +1,8 @@
-"""Small builders shared by the method tests."""
+"""Small builders shared by the method and runtime tests."""
+
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -30,3 +34,27 @@ def train_step(method, b, hp=None):
 
 
 STAGE = Stage()
+
+
+def start_federation(url: str, out, flags: list[str], parties: int = 2, watched: int = 1):
+    """A `vflbench server` and its `vflbench party` processes on this machine (the two-machine commands, run
+    locally): the server's stdout and stderr are piped, and party ``watched``'s stderr (its "joined run" line)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(out), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if k == watched else subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        for k in range(parties)
+    ]
+    return server, procs

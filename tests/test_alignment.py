@@ -217,6 +217,15 @@ def test_the_party_count_comes_from_the_files():
         request({"party_data": spec, "method": "laser", "parties": "4"})
 
 
+def _plain_in_one_process_and_psi_across_processes(flags: list[str], tmp_path):
+    """(rows, manifest) of the run in one process with plain alignment, then across processes (PSI, the default)."""
+    a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
+    assert a.exit_code == 0, a.output
+    b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
+    assert b.exit_code == 0, b.output
+    return _one(tmp_path / "in"), _one(tmp_path / "pr")
+
+
 def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(party_files, tmp_path):
     spec, truth = party_files
     flags = [
@@ -238,11 +247,7 @@ def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(p
         "mcar:0.2",
         "--quiet",
     ]
-    a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
-    assert a.exit_code == 0, a.output
-    b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
-    assert b.exit_code == 0, b.output
-    (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
+    (ra, ma), (rb, mb) = _plain_in_one_process_and_psi_across_processes(flags, tmp_path)
     assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
     assert ma["masks"]["train"]["observed_rate_per_block"] == mb["masks"]["train"]["observed_rate_per_block"]
     assert mb["alignment"]["method"] == "psi" and ma["alignment"]["method"] == "plain"
@@ -278,11 +283,7 @@ def test_psi_alignment_and_a_lost_party_across_processes_equal_one_process(party
     spec, _ = party_files
     flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--method", "laser"]
     flags += ["--epochs", "3", "--seed", "0", "--train-missing", "mcar:0.2", "--quiet", "--fail-party", "2@2"]
-    a = runner.invoke(app, ["run", *flags, "--align", "plain", "--out", str(tmp_path / "in")])
-    assert a.exit_code == 0, a.output
-    b = runner.invoke(app, ["run", *flags, "--runtime", "processes", "--out", str(tmp_path / "pr")])
-    assert b.exit_code == 0, b.output
-    (ra, ma), (rb, mb) = _one(tmp_path / "in"), _one(tmp_path / "pr")
+    (ra, ma), (rb, mb) = _plain_in_one_process_and_psi_across_processes(flags, tmp_path)
     assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
     assert mb["alignment"]["method"] == "psi" and set(rb["parties_lost"]) == {"2@2"}
     assert ma["party_losses"] == mb["party_losses"]

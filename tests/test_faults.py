@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from vflbench.inspection import method_rows
 from vflbench.runtime import free_port
 
 from .conftest import needs_mirror
+from .helpers import start_federation
 
 runner = CliRunner()
 SMALL = ["--dataset", "credit", "--parties", "4", "--train-missing", "mcar:0.1", "--train-samples", "1500"]
@@ -248,24 +247,7 @@ def test_a_sigkilled_party_process_is_lost_mid_epoch_and_the_server_finishes(tmp
     url = f"tcp://127.0.0.1:{free_port()}"
     flags = ["--dataset", "credit", "--method", "laser", "--parties", "2", "--epochs", "12", "--seed", "0"]
     flags += ["--timeout", "30", "--test-missing", "none,mcar:0.5"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(tmp_path / "out"), *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    parties = [
-        subprocess.Popen(
-            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE if k == 1 else subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        for k in range(2)
-    ]
+    server, parties = start_federation(url, tmp_path / "out", flags)
     try:
         line = parties[1].stderr.readline()
         assert "joined run" in line, line

@@ -7,7 +7,6 @@ refused with one line; a party killed mid-run stops the server with one line and
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from vflbench.methods import METHODS
 from vflbench.runtime import free_port, refusal
 
 from .conftest import needs_mirror
+from .helpers import start_federation
 
 runner = CliRunner()
 SUPPORTED = [
@@ -249,24 +249,7 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
         "--on-party-loss",
         "stop",  # LASER-VFL would go on without the party (tests/test_faults.py); asked to stop, it stops
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vflbench", "server", "--rendezvous", url, "--out", str(tmp_path / "out"), *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    parties = [
-        subprocess.Popen(
-            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE if k == 1 else subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        for k in range(2)
-    ]
+    server, parties = start_federation(url, tmp_path / "out", flags)
     try:
         line = parties[1].stderr.readline()  # blocks until party 1 has joined (every process checked the run key)
         assert "joined run" in line, line

@@ -218,6 +218,7 @@ class PartyFaults:
         self.records: list[LossRecord] = []
         self.epoch = 0  # epochs begun, across stages (1-based once the first began)
         self.step = 0  # the batch of the current epoch
+        self._available: dict[str, torch.Tensor] = {}  # per device, rebuilt when the lost parties change
         self.listeners: list[Callable[[list[bool]], None]] = []
         self.rejoin_hooks: list[Callable[[int, int], None]] = []  # (party, epoch): a party takes part again
 
@@ -266,12 +267,17 @@ class PartyFaults:
             self.announce(f"party {party} rejoined at epoch {self.epoch}: its block is observed again.")
 
     def _changed(self) -> None:
+        self._available = {}
         for f in self.listeners:
             f(list(self.lost))
 
     # -- what a loss means for the run
     def available(self, device) -> torch.Tensor:
-        return ~torch.tensor(self.lost, dtype=torch.bool, device=device)
+        """``[K]`` bool: the parties not lost (one tensor per device while the lost parties stay the same)."""
+        key = str(device)
+        if key not in self._available:
+            self._available[key] = ~torch.tensor(self.lost, dtype=torch.bool, device=device)
+        return self._available[key]
 
     def mask(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` ``[n, K]`` with the lost parties' blocks missing (``obs`` itself when none is lost)."""
