@@ -112,6 +112,15 @@ class Channel:
         sampler reads the labels)."""
         return order
 
+    def epoch_boundary(self, boundary) -> None:
+        """Between two epochs of a run that can lose a party (``boundary``: a
+        :class:`vflbench.training.EpochBoundary`). Across processes a party checkpoints its state here and
+        a restarted one is re-admitted (vflbench.wire); in one process nothing crosses."""
+
+    def resume(self):
+        """Where a restarted party process takes up training (None: from the start; vflbench.wire)."""
+        return None
+
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate the step's loss through both sides of the boundary."""
         loss.backward()

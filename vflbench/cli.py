@@ -555,6 +555,17 @@ def party(
         None, help="the resolved run as JSON (written by `vflbench run --runtime processes`), instead of flags"
     ),
     device: str = DEVICE_OPT,
+    checkpoint_dir: Path = typer.Option(
+        Path(".vflbench/checkpoints"),
+        help="where this party checkpoints its state at every epoch boundary of a run that goes on without a lost "
+        "party (PARTY.pt, overwritten)",
+    ),
+    rejoin: bool = typer.Option(
+        False,
+        "--rejoin",
+        help="this party's process died: reload its checkpoint and ask the server to take it back at its next epoch "
+        "boundary (docs/RUNTIME.md, 'Rejoin')",
+    ),
     **given,
 ):
     """Run one party of a federation whose parties are processes: it keeps only its own block of
@@ -566,9 +577,10 @@ def party(
     from .pipeline import execute
 
     def joined():
-        err_console.print(f"party {rank}: joined run {run.key} ({run.parties} parties); training")
+        how = "rejoined" if rejoin else "joined"
+        err_console.print(f"party {rank}: {how} run {run.key} ({run.parties} parties); training")
 
-    measured = join(run, rank, rendezvous, execute, timeout, device, joined)
+    measured = join(run, rank, rendezvous, execute, timeout, device, joined, rejoin, str(checkpoint_dir))
     err_console.print(
         f"party {rank}: sent {measured['bytes_train_up'] + measured['bytes_eval_up']} bytes up, received "
         f"{measured['bytes_train_down']} bytes of gradients in {measured['messages']} messages"

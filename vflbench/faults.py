@@ -128,15 +128,30 @@ class LossRecord:
     step: int  # the batch of that epoch from which the block is missing (0: the epoch's first)
     cause: str  # "scheduled" (--fail-party), or what the server met (connection reset, timed out ...)
     rejoined: int | None = None  # the epoch from which it took part again
+    restored: int | None = None  # a restarted process rejoined from its checkpoint after this many epochs
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "party": self.party,
             "epoch": self.epoch,
             "step": self.step,
             "cause": self.cause,
             "rejoined_epoch": self.rejoined,
         }
+        if self.restored is not None:
+            out["rejoined_from_checkpoint_after_epoch"] = self.restored
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LossRecord:
+        return cls(
+            d["party"],
+            d["epoch"],
+            d["step"],
+            d["cause"],
+            d["rejoined_epoch"],
+            d.get("rejoined_from_checkpoint_after_epoch"),
+        )
 
     def text(self) -> str:
         return f"{self.party}@{self.epoch}" + (f":{self.rejoined}" if self.rejoined is not None else "")
@@ -221,6 +236,9 @@ class PartyFaults:
         self._available: dict[str, torch.Tensor] = {}  # per device, rebuilt when the lost parties change
         self.listeners: list[Callable[[list[bool]], None]] = []
         self.rejoin_hooks: list[Callable[[int, int], None]] = []  # (party, epoch): a party takes part again
+        self.admitted: dict[
+            int, int
+        ] = {}  # restarted parties re-admitted at the next epoch -> their checkpoint's epoch
 
     @property
     def any_lost(self) -> bool:
@@ -231,6 +249,9 @@ class PartyFaults:
         self.epoch += 1
         self.step = 0
         fail, back = self.schedule.at(self.epoch)
+        admitted, self.admitted = self.admitted, {}
+        for p, after in admitted.items():  # restarted processes re-admitted at this epoch (vflbench.wire)
+            self.rejoin(p, restored=after)
         for p in back:
             self.rejoin(p)
         for p in fail:
@@ -254,17 +275,47 @@ class PartyFaults:
                 f"{self.k - sum(self.lost)} of {self.k} parties."
             )
 
-    def rejoin(self, party: int) -> None:
+    def rejoin(self, party: int, restored: int | None = None) -> None:
+        """``party`` takes part again from this epoch (``restored``: a restarted process, from the checkpoint
+        it wrote after that many epochs)."""
         if not self.lost[party]:
             return
         self.lost[party] = False
         rec = next(r for r in reversed(self.records) if r.party == party)
-        rec.rejoined = self.epoch
+        rec.rejoined, rec.restored = self.epoch, restored
         for hook in self.rejoin_hooks:
             hook(party, self.epoch)
         self._changed()
         if self.announce:
-            self.announce(f"party {party} rejoined at epoch {self.epoch}: its block is observed again.")
+            how = "" if restored is None else f" (a restarted process, from its checkpoint after epoch {restored})"
+            self.announce(f"party {party} rejoined at epoch {self.epoch}{how}: its block is observed again.")
+
+    def awaiting(self) -> list[int]:
+        """The parties lost by no schedule (a process that died) and not back: a restarted one may rejoin."""
+        return sorted(
+            {r.party for r in self.records if r.cause != "scheduled" and r.rejoined is None and self.lost[r.party]}
+        )
+
+    def due(self, restarts: bool) -> list[int]:
+        """The parties whose restarted process may come back at the coming epoch boundary: those lost by no
+        schedule, and (``restarts``: their processes exit and restart) those the schedule brings back then."""
+        out = set(self.awaiting())
+        if restarts:
+            out |= {f.party for f in self.schedule if f.rejoin == self.epoch + 1 and self.lost[f.party]}
+        return sorted(out)
+
+    def lost_record(self, party: int) -> LossRecord:
+        return next(r for r in reversed(self.records) if r.party == party)
+
+    # -- what a rejoining process takes over from the server
+    def state(self) -> dict:
+        return {"lost": list(self.lost), "epoch": self.epoch, "records": [r.as_dict() for r in self.records]}
+
+    def load_state(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+        self.records = [LossRecord.from_dict(d) for d in state["records"]]
+        self.lost = [bool(x) for x in state["lost"]]
+        self._changed()
 
     def _changed(self) -> None:
         self._available = {}

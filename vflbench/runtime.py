@@ -16,8 +16,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +36,7 @@ from .wire import (  # noqa: F401  (the runtime's face)
     Wire,
     WireChannel,
     WirePBMChannel,
+    request_rejoin,
     uint_dtype,
     wire_channel,
     wire_pbm_channel,
@@ -47,23 +50,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def connect(rank: int, world: int, rendezvous: str, timeout_s: float) -> None:
+def connect(rank: int, world: int, rendezvous: str, timeout_s: float, group: bool = True):
+    """Reach the rendezvous store at ``rendezvous`` (the server hosts it) and, with ``group``, form the first
+    process group on it; returns the store (a restarted party forms its group later, once re-admitted)."""
     import torch.distributed as dist
 
     if not rendezvous.startswith("tcp://"):
         raise VFLBenchError(f"--rendezvous takes tcp://HOST:PORT (the server's address), got {rendezvous!r}.")
+    host, _, port = rendezvous[len("tcp://") :].rpartition(":")
     try:
-        dist.init_process_group(
-            "gloo", init_method=rendezvous, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+        store = dist.TCPStore(
+            host, int(port), None, rank == SERVER, timedelta(seconds=timeout_s), wait_for_workers=False
         )
+        if group:
+            dist.init_process_group(
+                "gloo",
+                store=dist.PrefixStore("gen0/", store),
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=timeout_s),
+            )
     except (RuntimeError, ValueError) as e:
         raise VFLBenchError(
             f"Could not join the federation at {rendezvous} as rank {rank} of {world} within {timeout_s:.0f}s: "
             f"{str(e).splitlines()[0][:160]}. Start the server and every party with the same --rendezvous."
         ) from None
+    return store
 
 
 DEVICE_CODES = ("cpu", "cuda")
+MAX_RESTARTS = 3  # --restart-lost: restarts of one party's process before the launcher gives up on it
 PARTY_PATIENCE = 3  # a party's timeout, in multiples of the server's (see join)
 
 
@@ -134,6 +150,8 @@ def _party_entry(
     cwd: str,
     log: str,
     execute,
+    rejoin: bool = False,
+    checkpoints: str | None = None,
 ) -> None:
     """A party of a local launch, in a process forked from the launcher's fork server: what ``vflbench
     party --run-file`` does (resolve the recorded run, :func:`join` it), with the launcher's environment
@@ -151,7 +169,7 @@ def _party_entry(
     set_federated(True)  # this process holds its own party's share only
     try:
         run = resolve(config_from_manifest({"config": config}))
-        join(run, rank, rendezvous, execute, timeout_s, device)
+        join(run, rank, rendezvous, execute, timeout_s, device, rejoin=rejoin, checkpoint_dir=checkpoints)
     except VFLBenchError as e:
         sys.stderr.write(f"error: {e}\n")
         sys.stderr.flush()
@@ -202,21 +220,36 @@ class LocalParty:
         return lines[-1].strip() if lines else "no message"
 
 
-def launch_parties(run, rendezvous: str, timeout_s: float, execute, device: str = "cpu") -> list[LocalParty]:
+def launch_parties(
+    run,
+    rendezvous: str,
+    timeout_s: float,
+    execute,
+    device: str = "cpu",
+    only: int | None = None,
+    logs: str | None = None,
+) -> list[LocalParty]:
     """Start one party process per party on this machine, each given the resolved run (forked from the
-    launcher's fork server; a deployment starts ``vflbench party`` on each party's machine instead)."""
+    launcher's fork server; a deployment starts ``vflbench party`` on each party's machine instead). Each
+    checkpoints under its log folder. ``only``: restart that party alone, rejoining (its log folder ``logs``)."""
     import json
     import tempfile
 
     ctx = _fork_context()
     config = json.loads(json.dumps(run.to_dict(), default=str))
-    logs = tempfile.mkdtemp(prefix="vflbench-parties-")
+    logs = logs or tempfile.mkdtemp(prefix="vflbench-parties-")
     procs, flags = [], []
-    for k in range(run.parties):
-        log = os.path.join(logs, f"party{k}.log")
+    env = dict(os.environ)
+    if only is not None:
+        env.pop("VFLBENCH_KILL_PARTY", None)  # the test hook kills a process once, not its restart
+    for k in range(run.parties) if only is None else [only]:
+        log = os.path.join(logs, f"party{k}.log" if only is None else f"party{k}.rejoin{time.monotonic_ns()}.log")
         started = ctx.Event()
-        args = (started, k, rendezvous, config, timeout_s, device, dict(os.environ), os.getcwd(), log, execute)
-        p = ctx.Process(target=_party_entry, args=args, name=f"vflbench-party{k}", daemon=False)
+        args = (started, k, rendezvous, config, timeout_s, device, env, os.getcwd(), log, execute)
+        keep = logs if run.settings.get("restart_lost") else None  # checkpoints: only a restart reads them
+        p = ctx.Process(
+            target=_party_entry, args=(*args, only is not None, keep), name=f"vflbench-party{k}", daemon=False
+        )
         p.start()
         procs.append(LocalParty(k, p, log))
         flags.append(started)
@@ -270,7 +303,9 @@ def _finish(wire: Wire, method_summary: dict[str, Any], manifest: dict[str, Any]
     tm["compute_s"] = max(busy - measured["comm_s"], 0.0)
 
 
-def serve(run, rendezvous: str, execute, timeout_s: float = 60.0, device: str = "auto", callbacks=()):
+def serve(
+    run, rendezvous: str, execute, timeout_s: float = 60.0, device: str = "auto", callbacks=(), expect_restarts=False
+):
     """This process is the server (rank 0) of a run whose parties are processes: wait for the
     parties, check they run the same run, train and evaluate with ``execute`` (the pipeline's
     :func:`~vflbench.pipeline.execute`, passed in: the runtime sits below the pipeline); returns
@@ -279,10 +314,12 @@ def serve(run, rendezvous: str, execute, timeout_s: float = 60.0, device: str = 
 
     check(run)
     world = run.parties + 1
-    connect(SERVER, world, rendezvous, timeout_s)
+    store = connect(SERVER, world, rendezvous, timeout_s)
     try:
         wire = Wire(SERVER, world, run.net_latency, run.net_bandwidth, timeout_s)
         dev, _ = choose_device(device, run.model.get("arch", "mlp"))
+        wire.store, wire.run_key, wire.device = store, run.key, str(dev).split(":")[0]
+        wire.expect_restarts, wire.restarts = expect_restarts, bool(run.settings.get("restart_lost"))
         party_devices = check_same_run(wire, run.key, str(dev))
         wire.comm_s = 0.0  # communication of the run itself (alignment, training, evaluation)
         set_wire(wire)
@@ -296,32 +333,53 @@ def serve(run, rendezvous: str, execute, timeout_s: float = 60.0, device: str = 
         return rows, manifest
     finally:
         set_wire(None)
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def join(
-    run, party: int, rendezvous: str, execute, timeout_s: float = 60.0, device: str = "auto", on_joined=None
+    run,
+    party: int,
+    rendezvous: str,
+    execute,
+    timeout_s: float = 60.0,
+    device: str = "auto",
+    on_joined=None,
+    rejoin: bool = False,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """This process is party ``party`` (rank ``party + 1``): it trains its own models from the
     server's gradients with ``execute`` (passed in, as to :func:`serve`); returns its measured traffic.
-    ``on_joined()`` is called once every process has checked that they run the same run."""
+    ``on_joined()`` is called once every process has checked that they run the same run. With
+    ``checkpoint_dir`` the party checkpoints its state there at every epoch boundary of a run that goes on
+    without a lost party; ``rejoin``: this is a restarted process, which reloads that checkpoint and asks
+    the server to take it back (vflbench.wire, "rejoin")."""
     import torch.distributed as dist
 
     check(run)
     if not 0 <= party < run.parties:
         raise VFLBenchError(f"--rank {party} is not a party of this run (0 .. {run.parties - 1}).")
+    if rejoin and not checkpoint_dir:
+        raise VFLBenchError("--rejoin reloads the party's checkpoint: give the --checkpoint-dir it wrote to.")
     world = run.parties + 1
     # a party waits three times as long as the server: when another party goes silent, the server (waiting
     # timeout_s for it) finds it lost and tells this party to drop the step before this party's own wait ends
-    connect(party + 1, world, rendezvous, PARTY_PATIENCE * timeout_s)
+    store = connect(party + 1, world, rendezvous, PARTY_PATIENCE * timeout_s, group=not rejoin)
     try:
         wire = Wire(party + 1, world, run.net_latency, run.net_bandwidth, PARTY_PATIENCE * timeout_s)
-        # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
-        fault = os.environ.get("VFLBENCH_KILL_PARTY", "")
-        if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
-            wire.die_at_epoch = int(fault.split(":")[2])
         dev, _ = choose_device(device, run.model.get("arch", "mlp"))
-        check_same_run(wire, run.key, str(dev))
+        wire.store, wire.run_key, wire.device = store, run.key, str(dev).split(":")[0]
+        wire.restarts = bool(run.settings.get("restart_lost"))
+        if checkpoint_dir:
+            wire.checkpoint = os.path.join(checkpoint_dir, f"party{party}.pt")
+        if rejoin:
+            wire.resuming = request_rejoin(wire, run.key, str(dev), Path(wire.checkpoint))
+        else:
+            # test hook: METHOD:PARTY:EPOCH kills that party process at that epoch
+            fault = os.environ.get("VFLBENCH_KILL_PARTY", "")
+            if fault.count(":") == 2 and fault.split(":")[:2] == [run.method, str(party)]:
+                wire.die_at_epoch = int(fault.split(":")[2])
+            check_same_run(wire, run.key, str(dev))
         if on_joined is not None:
             on_joined()
         set_wire(wire)
@@ -329,13 +387,15 @@ def join(
         return wire.summary()
     finally:
         set_wire(None)
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: float = 60.0):
     """``vflbench run --runtime processes``: start the parties on this machine, serve them, and
     return the server's (CSV rows, manifest). A party that fails stops the run (PartyFailed, exit 3), unless the
-    run goes on without it (vflbench.faults: its manifest then records the loss)."""
+    run goes on without it (vflbench.faults: its manifest then records the loss). With ``--restart-lost`` a party
+    process that dies is started again at once, rejoining from its checkpoint (vflbench.wire, "rejoin")."""
     check(run)
     if run.dataset.startswith("aligned:"):  # every party runs on this machine: its file must be here
         from .alignment import check_local_id_forms, parse_party_data
@@ -346,15 +406,41 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
                 raise VFLBenchError(f"--party-data {name}={path}: no such file; check the path.")
         check_local_id_forms(run.dataset, run.data_options)
     url = f"tcp://127.0.0.1:{free_port()}"
-    procs = launch_parties(run, url, timeout_s, execute, device)
+    first = launch_parties(run, url, timeout_s, execute, device)
+    logs = os.path.dirname(first[0].log)
+    procs = list(first)  # each party's current process (a restarted one replaces the one that died)
+    everyone = list(first)
+    restart = bool(run.settings.get("restart_lost"))
+    stop = threading.Event()
+
+    restarts = [0] * run.parties
+
+    def restarter() -> None:  # the launcher's own restart: a party process that died comes back, rejoining
+        while not stop.wait(0.05):
+            for k, p in enumerate(procs):
+                # died (a signal, a crash): not a clean exit, nor a refusal or bad input (2), which a restart repeats
+                if p.poll() not in (None, 0, 2) and not stop.is_set() and restarts[k] < MAX_RESTARTS:
+                    restarts[k] += 1
+                    again = launch_parties(run, url, timeout_s, execute, device, only=k, logs=logs)[0]
+                    procs[k] = again
+                    everyone.append(again)
+
+    watcher = threading.Thread(target=restarter, name="vflbench-restarter", daemon=True) if restart else None
+    if watcher is not None:
+        watcher.start()
     try:
         try:
-            out = serve(run, url, execute, timeout_s, device, callbacks)
+            out = serve(run, url, execute, timeout_s, device, callbacks, expect_restarts=restart)
         except (PartyFailed, VFLBenchError) as e:
+            stop.set()
             raise _with_party_error(e, procs) from None
-        lost = {rec["party"] for rec in out[1].get("party_losses", [])}  # the run went on without these
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+        # lost when the run ended: dead, exited, silent, or restarted too late (stopped now)
+        lost = {rec["party"] for rec in out[1].get("party_losses", []) if rec.get("rejoined_epoch") is None}
         for k, p in enumerate(procs):
-            if k in lost:  # dead, exited, or silent (a silent one is stopped now)
+            if k in lost:
                 if p.poll() is None:
                     p.kill()
                 continue
@@ -362,16 +448,18 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
                 code = p.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 raise PartyFailed(f"party {k} did not stop within {timeout_s:.0f}s after the run.") from None
-            if code != 0 and k not in lost:
+            if code != 0:
                 raise PartyFailed(f"party {k} exited with status {code}: {p.last_line()}")
         return out
     finally:
-        for p in procs:
+        stop.set()
+        for p in everyone:
             if p.poll() is None:
                 p.kill()
         import shutil
 
-        shutil.rmtree(os.path.dirname(procs[0].log), ignore_errors=True)
+        if not os.environ.get("VFLBENCH_KEEP_LOGS"):
+            shutil.rmtree(logs, ignore_errors=True)
 
 
 def _with_party_error(e: VFLBenchError, procs: list[LocalParty]) -> VFLBenchError:

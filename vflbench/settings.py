@@ -508,6 +508,49 @@ declare(
         bad="threads",
     )
 )
+
+
+def _yes_no(flag: str):
+    def parse(value: Any) -> bool:
+        v = str(value).strip().lower()
+        if v in ("yes", "true", "on", "1"):
+            return True
+        if v in ("no", "false", "off", "0", "none", ""):
+            return False
+        raise VFLBenchError(f"{flag} takes yes | no, got {value!r}.")
+
+    return parse
+
+
+def _check_restart(values: dict[str, Any], mcls) -> None:
+    if not values["restart_lost"]:
+        return
+    if values["runtime"] != "processes":
+        raise VFLBenchError("--restart-lost restarts party processes; add --runtime processes.")
+    mech = values.get("mechanism")
+    if (mech is not None and mech.name != "none") or getattr(mcls, "draws_noise", False):
+        raise VFLBenchError(
+            "--restart-lost: a restarted party cannot rejoin a run whose boundary is a mechanism (its noise streams, "
+            "release count and masks are not restored); drop --restart-lost, or the mechanism."
+        )
+
+
+declare(
+    Setting(
+        "restart_lost",
+        False,
+        "with --runtime processes: yes restarts a party process that dies; it reloads the checkpoint it wrote at its "
+        "last epoch boundary and rejoins at the server's next one (docs/RUNTIME.md, 'Rejoin')",
+        _yes_no("--restart-lost"),
+        metavar="yes|no",
+        keyed=False,
+        column=False,
+        check=_check_restart,
+        example=True,
+        bad="maybe",
+        example_with=(("runtime", "processes"),),
+    )
+)
 declare(
     Setting(
         "net_latency",

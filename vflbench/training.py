@@ -427,6 +427,30 @@ class _StageRun:
                 cb.on_epoch_end(loop)
 
 
+@dataclass
+class EpochBoundary:
+    """The start of epoch ``epoch`` (0-based) of stage group ``group`` (:func:`stage_groups`) in a run that can
+    lose a party: what the channel sees there (:meth:`vflbench.channel.Channel.epoch_boundary`). A party
+    process checkpoints :meth:`state` (its models and optimiser state); a restarted one takes
+    :meth:`streams` (every random stream of the run, in step in every process) from the server."""
+
+    group: int
+    epoch: int
+    method: Method
+    runs: list[_StageRun]
+    faults: PartyFaults
+
+    def state(self) -> dict[str, Any]:
+        return {"method": self.method, "optimizers": [r.opt for r in self.runs]}
+
+    def streams(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "batching": [r.batching for r in self.runs],
+            "augment": [r.aug for r in self.runs],
+        }
+
+
 def fit(
     methods: Method | Sequence[Method],
     data: TrainSet | Sequence[TrainSet],
@@ -465,7 +489,11 @@ def fit(
         if m.boundary is not None:
             m.boundary.start(d.blocks.n)
     stages = methods[0].stages
-    for group in stage_groups(stages):
+    channel = methods[0].channel
+    resume = channel.resume() if faults is not None else None  # a restarted party process: where it takes up
+    for gi, group in enumerate(stage_groups(stages)):
+        if resume is not None and gi < resume.group:
+            continue
         runs = [
             _StageRun(
                 step_of(methods, data), methods, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hists
@@ -484,7 +512,14 @@ def fit(
             for cbs, loop in zip(callbacks, r.loops, strict=True):
                 for cb in cbs:
                     cb.on_stage_start(loop)
-        for epoch in range(epochs.pop()):
+        first = 0
+        if resume is not None:  # restore its checkpoint and the run's streams, then train on from there
+            first = resume.epoch
+            resume.apply(EpochBoundary(gi, first, methods[0], runs, faults))
+            resume = None
+        for epoch in range(first, epochs.pop()):
+            if faults is not None:  # across processes: checkpoints, and restarted parties re-admitted
+                channel.epoch_boundary(EpochBoundary(gi, epoch, methods[0], runs, faults))
             for r in runs:
                 r.run_epoch(epoch, callbacks)
         for r in runs:
