@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -49,7 +50,8 @@ def start_federation(url: str, out, flags: list[str], parties: int = 2, watched:
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags],
+            [sys.executable, "-m", "vflbench", "party", "--rank", str(k), "--rendezvous", url, *flags]
+            + ["--checkpoint-dir", str(Path(out).parent / f"checkpoints-{Path(out).name}")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE if k == watched else subprocess.DEVNULL,
             text=True,
