@@ -147,6 +147,12 @@ class Channel:
             if self._n_pending >= 512:
                 self.flush()
 
+    def abandon(self) -> None:
+        """A training step dropped after its values crossed the boundary (a party lost mid-step, across
+        processes; it is redone without the party): a private channel charges what was released, then the step
+        is discarded."""
+        self.discard()
+
     def discard(self) -> None:
         """Forget the open step (a batch that trained nothing)."""
         self._step = []

@@ -174,25 +174,12 @@ class PartyLost(VFLBenchError):
         self.parties, self.cause = list(parties), cause
 
 
-def masked_secagg(mcls, options: dict | None, settings: dict) -> bool:
-    """Whether a run sums its parties' uploads under pairwise masks (which cancel only when every party uploads)."""
-    if str(settings.get("secagg", "plain")) == "masked":
-        return True
-    return bool(options) and "mechanism" in options and options.get("secagg") == "masked"
-
-
 def loss_refusal(mcls, options: dict | None, settings: dict) -> str | None:
     """Why a run cannot go on when a party is lost (None: it can): the method's own answer
-    (:meth:`vflbench.methods.base.Method.loss_refusal`), or pairwise-masked secure aggregation."""
-    why = mcls.loss_refusal(options or {})
-    if why:
-        return why
-    if masked_secagg(mcls, options, settings):
-        return (
-            "with --secagg masked the pairwise masks of a lost party's peers no longer cancel, and dropout recovery "
-            "(secret-shared pair seeds) is not built; use --secagg plain, or --on-party-loss stop"
-        )
-    return None
+    (:meth:`vflbench.methods.base.Method.loss_refusal`). Pairwise-masked secure aggregation goes on: the masks of a
+    release cover exactly the parties that take part in each sample, which a lost party no longer does, and a
+    release under way when a party is lost is abandoned and the step redone without it (docs/RUNTIME.md)."""
+    return mcls.loss_refusal(options or {})
 
 
 def check_run(mcls, options: dict, settings: dict, parties: int, total_epochs: int) -> None:

@@ -120,7 +120,7 @@ class AccountedChannel(Channel):
     def accountant_spec(self) -> AccountantSpec:
         raise NotImplementedError
 
-    def commit(self, phase: str, backward: bool) -> None:
+    def _charge(self, phase: str) -> None:
         if phase in CHARGED_PHASES and self._releases:
             if self.accountant is None:
                 if self.n_samples is None:
@@ -133,11 +133,20 @@ class AccountedChannel(Channel):
             for idx, n in self._releases:
                 self.accountant.step(idx, n)
         self._releases = []
+
+    def commit(self, phase: str, backward: bool) -> None:
+        self._charge(phase)
         super().commit(phase, backward)
 
     def discard(self) -> None:
         self._releases = []
         super().discard()
+
+    def abandon(self) -> None:
+        """A training step dropped after its values crossed (a party lost mid-step, across processes): the
+        server saw its releases, so they are charged (an upper bound), and nothing else is booked."""
+        self._charge("train")
+        self.discard()
 
 
 class LDPChannel(AccountedChannel):

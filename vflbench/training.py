@@ -380,7 +380,7 @@ class _StageRun:
                 if faults is None:
                     raise
                 for m in self.methods:
-                    m.channel.discard()
+                    m.channel.abandon()  # (a private channel charges what the server already saw)
                 for p in e.parties:
                     faults.lose(p, j, e.cause)
                 sets = self._sets()
