@@ -123,3 +123,19 @@ def test_table_stats_and_plot_cd_from_the_cli(tmp_path):
     assert r.exit_code == 0 and "95% t interval" in r.output, r.output
     r = runner.invoke(app, ["table", str(tmp_path / "results.csv"), "--stats", "--by-budget"])
     assert r.exit_code == 2 and "two views" in r.output
+
+
+def test_plot_cd_joins_two_folders_rows_with_a_plus(tmp_path):
+    """A method run apart (e.g. FALSE-VFL's GPU rows beside baselines tuned on a CPU): ``A+B`` puts their rows
+    side by side as one set of conditions; given apart, each has only its own methods and no diagram is drawn."""
+    base = _frame()
+    frames = [base.assign(test_missing=f"mcar:0.{i}", run_id=base["run_id"] + f"-{i}") for i in range(6)]
+    df = pd.concat(frames, ignore_index=True)
+    df[df["method"] != "local"].to_csv(tmp_path / "a.csv", index=False)
+    df[df["method"] == "local"].to_csv(tmp_path / "b.csv", index=False)
+    out = tmp_path / "cd"
+    r = runner.invoke(app, ["plot", "cd", f"{tmp_path / 'a.csv'}+{tmp_path / 'b.csv'}", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "Friedman" in r.output and out.with_suffix(".png").stat().st_size > 0
+    r = runner.invoke(app, ["plot", "cd", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", str(out)])
+    assert r.exit_code == 2 and "two methods over the same conditions" in r.output, r.output

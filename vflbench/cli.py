@@ -1036,7 +1036,11 @@ def plot(
         help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | cd "
         "(critical-difference diagram over every dataset and condition of the results)",
     ),
-    results: list[Path] = typer.Argument(..., help="sweep directory (with runs/); cd takes several"),
+    results: list[Path] = typer.Argument(
+        ...,
+        help="sweep directory (with runs/); cd takes several (each its own conditions; A+B: two folders' rows "
+        "together, e.g. a method run apart)",
+    ),
     out: str = typer.Option("results/figure", help="output path without extension (.png and .pdf are written)"),
     metric: str | None = typer.Option(
         None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"
@@ -1084,7 +1088,8 @@ def plot(
 
         parts = []
         for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
-            _, agg = make_table(load_many([folder]), "generic")
+            joined = [Path(p) for p in str(folder).split("+")]  # A+B: two folders' rows as one (methods side by side)
+            _, agg = make_table(load_many(joined), "generic")
             headline = agg.groupby("dataset", sort=False)["metric"].first()  # the generic layout lists it first
             parts.append(agg[agg["metric"] == agg["dataset"].map(headline)].assign(source=str(folder)))
         table = pd.concat(parts).pivot_table(
