@@ -294,7 +294,8 @@ def test_an_experiment_sweeps_failures_as_a_grid_axis(tmp_path):
 # ----------------------------------------------------------------------------- rejoin of a restarted process
 # (method, schedule, whether the simulation in one process is the exact reference): PlugVFL's runs across processes
 # differ from one process by one float32 ulp in one training step's loss (step 6 of 12 in epoch 1 of this case,
-# with or without failures: 0.70066261 against 0.70066255; cause not isolated), which under a schedule reaches the
+# with or without failures: 0.70066261 against 0.70066255; mostly MKL kernel paths that depend on memory alignment,
+# docs/RUNTIME.md), which under a schedule reaches the
 # 8th digit of one AUPRC; its reference is the run whose party process stays up through its outage
 RESTARTED = [("laser", "2@2:3", True), ("plug", "1@2:4", False), ("local", "0@2:3", True)]
 
