@@ -297,11 +297,15 @@ def test_an_experiment_sweeps_failures_as_a_grid_axis(tmp_path):
 # with or without failures: 0.70066261 against 0.70066255; mostly MKL kernel paths that depend on memory alignment,
 # docs/RUNTIME.md), which under a schedule reaches the
 # 8th digit of one AUPRC; its reference is the run whose party process stays up through its outage
-RESTARTED = [("laser", "2@2:3", True), ("plug", "1@2:4", False), ("local", "0@2:3", True)]
+RESTARTED = [
+    ("laser", "2@2:3", True),
+    pytest.param("plug", "1@2:4", False, marks=pytest.mark.integration),  # two runs across processes: make test-slow
+    ("local", "0@2:3", True),
+]
 
 
 @needs_mirror
-@pytest.mark.parametrize("method,schedule,one_process", RESTARTED, ids=[m for m, _, _ in RESTARTED])
+@pytest.mark.parametrize("method,schedule,one_process", RESTARTED, ids=["laser", "plug", "local"])
 def test_a_party_process_that_exits_and_restarts_from_its_checkpoint_gives_the_numbers_of_one_process(
     method, schedule, one_process, tmp_path
 ):
@@ -327,6 +331,7 @@ def test_a_party_process_that_exits_and_restarts_from_its_checkpoint_gives_the_n
     assert set(rb["parties_lost"]) == {schedule}
 
 
+@pytest.mark.integration  # `make test-slow`: two runs across processes, each with a killed party
 @needs_mirror
 def test_a_killed_party_under_masked_secagg_is_lost_and_the_survivors_masks_cancel(tmp_path, monkeypatch):
     """Killed mid-training under pairwise masks: the release under way is abandoned (its sum stays masked by the
