@@ -268,7 +268,7 @@ class PartyFaults:
         if not self.lost[party]:
             return
         self.lost[party] = False
-        rec = next(r for r in reversed(self.records) if r.party == party)
+        rec = self.lost_record(party)
         rec.rejoined, rec.restored = self.epoch, restored
         for hook in self.rejoin_hooks:
             hook(party, self.epoch)
@@ -292,6 +292,7 @@ class PartyFaults:
         return sorted(out)
 
     def lost_record(self, party: int) -> LossRecord:
+        """The party's latest loss."""
         return next(r for r in reversed(self.records) if r.party == party)
 
     # -- what a rejoining process takes over from the server

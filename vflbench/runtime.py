@@ -36,6 +36,7 @@ from .wire import (  # noqa: F401  (the runtime's face)
     Wire,
     WireChannel,
     WirePBMChannel,
+    form_group,
     request_rejoin,
     uint_dtype,
     wire_channel,
@@ -63,13 +64,7 @@ def connect(rank: int, world: int, rendezvous: str, timeout_s: float, group: boo
             host, int(port), None, rank == SERVER, timedelta(seconds=timeout_s), wait_for_workers=False
         )
         if group:
-            dist.init_process_group(
-                "gloo",
-                store=dist.PrefixStore("gen0/", store),
-                rank=rank,
-                world_size=world,
-                timeout=timedelta(seconds=timeout_s),
-            )
+            form_group(store, 0, rank, world, timeout_s)
     except (RuntimeError, ValueError) as e:
         raise VFLBenchError(
             f"Could not join the federation at {rendezvous} as rank {rank} of {world} within {timeout_s:.0f}s: "
@@ -242,11 +237,11 @@ def launch_parties(
     env = dict(os.environ)
     if only is not None:
         env.pop("VFLBENCH_KILL_PARTY", None)  # the test hook kills a process once, not its restart
+    keep = logs if run.settings.get("restart_lost") else None  # checkpoints: only a restart reads them
     for k in range(run.parties) if only is None else [only]:
         log = os.path.join(logs, f"party{k}.log" if only is None else f"party{k}.rejoin{time.monotonic_ns()}.log")
         started = ctx.Event()
         args = (started, k, rendezvous, config, timeout_s, device, env, os.getcwd(), log, execute)
-        keep = logs if run.settings.get("restart_lost") else None  # checkpoints: only a restart reads them
         p = ctx.Process(
             target=_party_entry, args=(*args, only is not None, keep), name=f"vflbench-party{k}", daemon=False
         )
@@ -432,7 +427,7 @@ def run_processes(run, execute, device: str = "auto", callbacks=(), timeout_s: f
         try:
             out = serve(run, url, execute, timeout_s, device, callbacks, expect_restarts=restart)
         except (PartyFailed, VFLBenchError) as e:
-            stop.set()
+            stop.set()  # no restart while the failure is reported
             raise _with_party_error(e, procs) from None
         stop.set()
         if watcher is not None:

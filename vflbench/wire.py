@@ -488,19 +488,24 @@ class WireChannel(Channel):
 # server hands it the run's random streams (in step in every process) and the record of losses. Refused, with
 # one line: another run key, a checkpoint of another run, a stale checkpoint (older than the party's last
 # boundary before its loss), a party that is not lost, a run whose boundary carries noise (PBM-VFL).
-def form(wire: Wire, generation: int) -> None:
-    """Form (again) the process group of every live process: generation ``generation`` on the wire's store."""
+def form_group(store, generation: int, rank: int, world: int, timeout_s: float) -> None:
+    """Form (again) this process's group: generation ``generation`` of the process groups on ``store``."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group(
         "gloo",
-        store=dist.PrefixStore(f"gen{generation}/", wire.store),
-        rank=wire.rank,
-        world_size=wire.world,
-        timeout=timedelta(seconds=wire.timeout_s),
+        store=dist.PrefixStore(f"gen{generation}/", store),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
     )
+
+
+def form(wire: Wire, generation: int) -> None:
+    """Form again the process group of every live process (a restarted party rejoins it)."""
+    form_group(wire.store, generation, wire.rank, wire.world, wire.timeout_s)
     wire.generation = generation
 
 
