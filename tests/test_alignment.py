@@ -226,6 +226,7 @@ def _plain_in_one_process_and_psi_across_processes(flags: list[str], tmp_path):
     return _one(tmp_path / "in"), _one(tmp_path / "pr")
 
 
+@pytest.mark.integration  # `make test-slow`: PSI between party processes
 def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(party_files, tmp_path):
     spec, truth = party_files
     flags = [
@@ -279,6 +280,7 @@ def test_inspect_reports_each_party_file_and_the_intersection_before_training(pa
     assert r.exit_code == 2 and "not both" in r.output
 
 
+@pytest.mark.integration  # `make test-slow`: PSI between party processes
 def test_psi_alignment_and_a_lost_party_across_processes_equal_one_process(party_files, tmp_path):
     spec, _ = party_files
     flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--method", "laser"]

@@ -264,9 +264,10 @@ def test_learns_an_easy_task_above_chance(name):
 
     base, opts = CASES[name]
     cls = cls_of(name)
-    # a self-supervised stage only has to hand over its extractors: 2 epochs of it, 8 of the supervised stage
+    # a self-supervised stage only has to hand over its extractors: 1 epoch of it, 8 of the supervised stage (with 1
+    # epoch every SimSiam variant and FedHSSL still scores 100%, as with 2, in half the stage's time; measured)
     ssl = {
-        st.name: {"epochs": 2}
+        st.name: {"epochs": 1}
         for st in cls.stages_for({k: str(v) for k, v in opts.items()})
         if not st.labels and st.hp == "simsiam"
     }

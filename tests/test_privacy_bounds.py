@@ -203,6 +203,29 @@ def test_the_worst_of_many_histories_is_bounded_without_one_call_per_history(mod
     assert worst_epsilon(spec, rows[:1], DELTA, unit) == epsilon(spec, rows[0], DELTA, unit)
 
 
+def test_the_memoised_accounting_equals_a_fresh_computation_and_keeps_its_arguments_apart():
+    """The accountant memoises pure functions per process (vflbench.accountant); a memo hit must give exactly
+    what a cold computation gives, arguments that differ must not share an entry, and the shared arrays must be
+    read-only (a caller that wrote into one would change every later epsilon)."""
+    from vflbench import accountant as acc
+
+    spec = AccountantSpec("pbm", 3, 2, 4, 0.15)
+    rows = np.array([[1, 2, 0], [0, 1, 3], [2, 0, 1]])
+    memos = (acc._worst_epsilon_memo, acc._composed_pld, acc._pbm_feature_pld, acc._pbm_sample_pld, acc.feature_pmfs)
+    for unit in ("feature_record", "sample_record"):
+        warm = [worst_epsilon(spec, rows, d, unit) for d in (DELTA, 1e-3)]
+        again = [worst_epsilon(spec, rows, d, unit) for d in (DELTA, 1e-3)]
+        for memo in memos:
+            memo.cache_clear()
+        cold = [worst_epsilon(spec, rows, d, unit) for d in (DELTA, 1e-3)]
+        assert warm == again == cold and warm[0] > warm[1]  # a smaller delta, a larger epsilon: not one entry
+        assert worst_epsilon(spec, rows[:2], DELTA, unit) <= warm[0]  # other histories, their own entry
+    hi, lo = acc.feature_pmfs(4, 0.15, 3, 0.35)
+    assert not hi.flags.writeable and not lo.flags.writeable
+    fresh_hi, fresh_lo = acc._feature_pmfs(4, 0.15, 3, 0.35)
+    assert np.array_equal(hi, fresh_hi) and np.array_equal(lo, fresh_lo)
+
+
 # ---------------------------------------------------------------- per-party releases (a mechanism at any method's
 # boundary)
 @pytest.mark.parametrize("mode", ["pld", "exact"])

@@ -42,6 +42,8 @@ FLAGS = [
     "mcar:0.3",
     "--train-samples",
     "1500",
+    "--batch-size",
+    "300",  # 5 steps an epoch: the same equivalence with a fifth of the round trips (make test's time)
     "--test-missing",
     "none,mcar:0.5",
     "--quiet",
@@ -76,8 +78,17 @@ CASES = [
 ]
 
 
+# make test runs LASER-VFL's case; make test-slow (CI) every other case of the conformance suite: each spawns a
+# process group, which on a 2-core machine costs seconds whatever the run
+IN_MAKE_TEST = {"laser"}
+
+
 @needs_mirror
-@pytest.mark.parametrize("method,extra", CASES, ids=[f"{m}{'-' + '-'.join(e[1::2]) if e else ''}" for m, e in CASES])
+@pytest.mark.parametrize(
+    "method,extra",
+    [c if c[0] in IN_MAKE_TEST and not c[1] else pytest.param(*c, marks=pytest.mark.integration) for c in CASES],
+    ids=[f"{m}{'-' + '-'.join(e[1::2]) if e else ''}" for m, e in CASES],
+)
 def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     a = runner.invoke(app, ["run", "--method", method, *FLAGS, *extra, "--out", str(tmp_path / "in")])
     assert a.exit_code == 0, a.output
@@ -108,6 +119,7 @@ def test_processes_give_the_numbers_of_one_process(method, extra, tmp_path):
     )  # every process on one device
 
 
+@pytest.mark.integration  # `make test-slow`: a process group (seconds on a 2-core machine)
 @needs_mirror
 def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp_path, monkeypatch):
     runs = {}
@@ -157,6 +169,7 @@ def test_the_server_never_receives_an_unmasked_count_and_masked_equals_plain(tmp
     )  # bit-identical to plain
 
 
+@pytest.mark.integration  # `make test-slow`: a process group (seconds on a 2-core machine)
 @needs_mirror
 def test_secret_noise_is_drawn_inside_each_party_and_the_epsilon_says_whom_it_holds_against(tmp_path):
     """The default across processes: each party reseeds its noise from the OS. The run is not the
@@ -270,6 +283,7 @@ def test_a_killed_party_stops_the_server_with_one_line_and_exit_3(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("results.csv"))
 
 
+@pytest.mark.integration  # `make test-slow`: a process group (seconds on a 2-core machine)
 @needs_mirror
 def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, monkeypatch):
     exp = tmp_path / "exp.yaml"

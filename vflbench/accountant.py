@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -97,9 +98,19 @@ def log_convolve(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=512)
 def feature_pmfs(b: int, beta: float, n: int, p_o: float) -> tuple[np.ndarray, np.ndarray]:
     """log PMFs of the revealed count sum when one of ``n`` parties moves from +C to -C and the other
-    n-1 sit at probability ``p_o`` (their Binomials add up to one Binomial((n-1)b, p_o))."""
+    n-1 sit at probability ``p_o`` (their Binomials add up to one Binomial((n-1)b, p_o)). Memoised per
+    process (a pure function; the arrays are read-only): every accounting of a run, and every run of a
+    sweep, asks for the same few."""
+    hi, lo = _feature_pmfs(b, beta, n, p_o)
+    hi.setflags(write=False)
+    lo.setflags(write=False)
+    return hi, lo
+
+
+def _feature_pmfs(b: int, beta: float, n: int, p_o: float) -> tuple[np.ndarray, np.ndarray]:
     from scipy.stats import (
         binom,  # scipy.stats costs every run's start 0.7 s; only privacy runs need it
     )
@@ -238,6 +249,7 @@ class AccountantSpec:
 P_O_GRID = (1.0, 0.5, 0.0)  # the worst has been 1/2 - beta in every case checked; tests search a 9-point grid
 
 
+@lru_cache(maxsize=256)
 def _pbm_feature_pld(spec: AccountantSpec, k: int, p_o: float):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
@@ -252,6 +264,7 @@ def _pbm_feature_pld(spec: AccountantSpec, k: int, p_o: float):
     )
 
 
+@lru_cache(maxsize=256)
 def _pbm_sample_pld(spec: AccountantSpec, k: int):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from scipy.stats import binom
@@ -329,11 +342,19 @@ def _pbm_pld_epsilon(s: AccountantSpec, counts: np.ndarray, ks: list[int], delta
     for p_o in grid:
         total = None
         for k in ks:
-            one = _pbm_feature_pld(s, k, p_o) if p_o is not None else _pbm_sample_pld(s, k)
-            comp = one.self_compose(int(counts[k - 1]) * s.dim)
+            comp = _composed_pld(s, k, p_o, int(counts[k - 1]) * s.dim)
             total = comp if total is None else total.compose(comp)
         worst = max(worst, pld_epsilon(total, delta))
     return worst
+
+
+@lru_cache(maxsize=1024)
+def _composed_pld(s: AccountantSpec, k: int, p_o: float | None, times: int):
+    """One release over ``k`` parties composed ``times`` times. The PLDs here are memoised per process (pure
+    functions of their arguments; dp-accounting's compose and self_compose return new objects and never change
+    their operands), so the many release histories of one run, and the runs of a sweep, build each once."""
+    one = _pbm_feature_pld(s, k, p_o) if p_o is not None else _pbm_sample_pld(s, k)
+    return one.self_compose(times)
 
 
 def pld_epsilon(pld, delta: float) -> float:
@@ -419,6 +440,19 @@ CANDIDATES = {
 
 
 def worst_epsilon(spec: AccountantSpec, rows, delta: float, unit: str) -> float:
+    """An upper bound on the worst epsilon over the release histories ``rows`` (:func:`_worst_epsilon`),
+    memoised per process on its arguments: the in-process and the processes run of one request, or the
+    seeds of a sweep with equal release histories, account once."""
+    rows = np.ascontiguousarray(np.asarray(rows, dtype=np.int64).reshape(-1, spec.parties))
+    return _worst_epsilon_memo(spec, rows.tobytes(), rows.shape, float(delta), unit)
+
+
+@lru_cache(maxsize=1024)
+def _worst_epsilon_memo(spec: AccountantSpec, data: bytes, shape: tuple[int, int], delta: float, unit: str) -> float:
+    return _worst_epsilon(spec, np.frombuffer(data, dtype=np.int64).reshape(shape), delta, unit)
+
+
+def _worst_epsilon(spec: AccountantSpec, rows: np.ndarray, delta: float, unit: str) -> float:
     """An upper bound on ``max(epsilon(spec, row, delta, unit) for row in rows)`` that stays cheap when
     there are thousands of distinct release histories (under missing blocks nearly every sample has
     its own). The rows are screened by an RDP bound computed for all of them at once (the exact RDP
