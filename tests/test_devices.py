@@ -64,6 +64,7 @@ def test_every_stage_optimiser_of_a_built_method_lives_where_its_parameters_do(m
         assert {d.type for d in opt.placement().values()} == {m.device.type}, (stage.name, opt.placement())
 
 
+@pytest.mark.integration  # `make test-slow`: a fresh `vflbench run` interpreter (its imports are what is timed)
 def test_a_tabular_run_records_cpu_and_why_and_timings_that_cover_its_process_wall_time(tmp_path):
     """A real ``vflbench run`` process: the wall time from the process's start, parts within 10% of it."""
     import subprocess

@@ -185,8 +185,8 @@ SCHEDULED = [
 @needs_mirror
 @pytest.mark.parametrize(
     "method,extra",
-    [c if c[0] == "laser" else pytest.param(*c, marks=pytest.mark.integration) for c in SCHEDULED],  # the rest: CI's
-    ids=[m + ("-masked" if "secagg=masked" in e else "") for m, e in SCHEDULED],  # make test-slow
+    [pytest.param(*c, marks=pytest.mark.integration) for c in SCHEDULED],  # process groups: make test-slow (CI)
+    ids=[m + ("-masked" if "secagg=masked" in e else "") for m, e in SCHEDULED],
 )
 def test_a_schedule_gives_the_same_numbers_in_one_process_and_across_processes(method, extra, tmp_path):
     flags = ["run", "--method", method, *SMALL, "--epochs", "3", *extra]
@@ -300,9 +300,9 @@ def test_an_experiment_sweeps_failures_as_a_grid_axis(tmp_path):
 # with or without failures: 0.70066261 against 0.70066255; mostly MKL kernel paths that depend on memory alignment,
 # docs/RUNTIME.md), which under a schedule reaches the
 # 8th digit of one AUPRC; its reference is the run whose party process stays up through its outage
-RESTARTED = [
-    ("laser", "2@2:3", True),
-    pytest.param("plug", "1@2:4", False, marks=pytest.mark.integration),  # two runs across processes: make test-slow
+RESTARTED = [  # process groups, each restarted: make test-slow (CI)
+    pytest.param("laser", "2@2:3", True, marks=pytest.mark.integration),
+    pytest.param("plug", "1@2:4", False, marks=pytest.mark.integration),  # two runs across processes
     pytest.param("local", "0@2:3", True, marks=pytest.mark.integration),
 ]
 
