@@ -163,6 +163,12 @@ class EveryPartyLost(VFLBenchError):
     exit_code = 3
 
 
+class PartyFailed(VFLBenchError):
+    """A party process stopped (died, or went silent past the timeout): exit status 3."""
+
+    exit_code = 3
+
+
 class PartyLost(VFLBenchError):
     """Raised inside a training step when parties are found lost (across processes): the trainer drops
     the step, marks them lost from that batch on, and redoes the batch without them."""

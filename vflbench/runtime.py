@@ -31,13 +31,12 @@ from .errors import VFLBenchError
 from .federation import RUNTIMES, SERVER, current_wire, federated, refusal, set_federated, set_wire  # noqa: F401
 from .methods import METHODS
 from .methods.base import Method
+from .rejoin import form_group, request_rejoin
 from .wire import (  # noqa: F401  (the runtime's face)
     PartyFailed,
     Wire,
     WireChannel,
     WirePBMChannel,
-    form_group,
-    request_rejoin,
     uint_dtype,
     wire_channel,
     wire_pbm_channel,
