@@ -348,7 +348,7 @@ def _pbm_pld_epsilon(s: AccountantSpec, counts: np.ndarray, ks: list[int], delta
     return worst
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=128)  # a composed PLD can hold 1e5 probabilities: a bounded memo
 def _composed_pld(s: AccountantSpec, k: int, p_o: float | None, times: int):
     """One release over ``k`` parties composed ``times`` times. The PLDs here are memoised per process (pure
     functions of their arguments; dp-accounting's compose and self_compose return new objects and never change
@@ -391,7 +391,6 @@ class NoisySumAccountant:
         self.n = int(n_samples)
         # releases[i, k]: times sample i's sum was released with k parties taking part
         self.releases = torch.zeros(self.n, spec.parties + 1, dtype=torch.int64, device=device)
-        self._cache: dict[Any, float] = {}
 
     # -- Opacus-style API
     def step(self, idx: torch.Tensor, n_parties: torch.Tensor) -> None:
@@ -407,7 +406,6 @@ class NoisySumAccountant:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.spec = AccountantSpec(**state["spec"])
         self.releases = state["releases"].to(self.releases.device)
-        self._cache = {}
 
     def epochs(self) -> float:
         """The largest number of releases of any one sample (= epochs with epoch-wise shuffling, twice
@@ -426,10 +424,7 @@ class NoisySumAccountant:
         if not hist.any():
             return 0.0
         rows = hist.sum(0, keepdims=True) if kind == "column_block" else np.unique(hist, axis=0)
-        key = (kind, delta, rows.tobytes(), rows.shape)
-        if key not in self._cache:
-            self._cache[key] = worst_epsilon(self.spec, rows, delta, kind)
-        return self._cache[key]
+        return worst_epsilon(self.spec, rows, delta, kind)  # memoised on (spec, rows, delta, kind)
 
 
 CANDIDATES = {
@@ -447,7 +442,7 @@ def worst_epsilon(spec: AccountantSpec, rows, delta: float, unit: str) -> float:
     return _worst_epsilon_memo(spec, rows.tobytes(), rows.shape, float(delta), unit)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=64)  # an entry holds a run's distinct histories (up to ~1 MB for Credit)
 def _worst_epsilon_memo(spec: AccountantSpec, data: bytes, shape: tuple[int, int], delta: float, unit: str) -> float:
     return _worst_epsilon(spec, np.frombuffer(data, dtype=np.int64).reshape(shape), delta, unit)
 
