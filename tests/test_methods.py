@@ -131,6 +131,31 @@ def test_masked_optimizer_equals_separate_torch_optimizers():
             assert torch.allclose(s["w"][i], refs[i], atol=1e-6), name
 
 
+def test_member_owned_tensors_step_like_separate_torch_optimizers():
+    """Whole tensors owned by one member (a party's nn.Module) are stepped together per member with
+    multi-tensor ops; each member must still follow its own torch.optim optimiser, stepped only when active."""
+    shapes, owners = [(4, 3), (3,), (2, 2, 3), (5,)], [0, 0, 1, 2]
+    for name, kw in (("adam", dict(weight_decay=1e-3)), ("sgd", dict(momentum=0.8, weight_decay=1e-4))):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(sh, generator=g)) for sh in shapes]
+        refs = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        cls = torch.optim.Adam if name == "adam" else torch.optim.SGD
+        ropts = [cls([r for r, o in zip(refs, owners, strict=True) if o == k], lr=0.01, **kw) for k in range(3)]
+        opt = MaskedOptimizer(None, list(zip(params, owners, strict=True)), 3, name=name, lr=0.01, **kw)
+        for step in range(12):
+            active = torch.tensor([True, step % 3 != 0, step % 2 == 0])
+            grads = [torch.randn(sh, generator=g) for sh in shapes]
+            for p, r, gr, o in zip(params, refs, grads, owners, strict=True):
+                p.grad = gr.clone() if active[o] else None
+                r.grad = gr.clone()
+            opt.step(active)
+            for k in range(3):
+                if active[k]:
+                    ropts[k].step()
+        for p, r in zip(params, refs, strict=True):
+            assert torch.allclose(p, r, atol=1e-6), name
+
+
 def test_cosine_schedule_matches_torch():
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=0.1)

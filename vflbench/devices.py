@@ -9,7 +9,12 @@ that has both, and is what set it):
 * MLP extractors on tabular data: the CPU. Their steps are a few small matrix products, dominated by
   kernel launches on a GPU: on one H100 (2026-11-24), LASER-VFL on Credit took 0.615 s/epoch on CUDA
   against 0.342 s/epoch on one CPU thread of the same host, and a pack of 16 seeds on the GPU took
-  2.70 s per seed for 20 epochs, about what 16 single-thread CPU workers give together.
+  2.70 s per seed for 20 epochs, about what 16 single-thread CPU workers give together. Measured again
+  on an H100 host (2026-11-25, ``python benchmarks/device_choice.py --rounds 3 --packs 1,16``): one run
+  0.362 s/epoch on one CPU thread against 0.654 on CUDA; a pack of 16 in one process 2.168 s/epoch on one
+  CPU thread against 1.281 on CUDA (0.080 s per run and epoch), which 16 single-thread sweep workers
+  (0.362 / 16 = 0.023 s per run and epoch, if the cores scale) still beat; not measured: the crossover
+  for a host with few cores. LASER-VFL on 5,120 CIFAR-10-shaped samples: 7.41 s/epoch on the CPU, 0.63 on CUDA.
 
 The choice and its reason are recorded in every manifest (``device``, ``device_reason``). A party or
 server process of ``--runtime processes`` takes the device the in-process run would take, so both
