@@ -217,6 +217,7 @@ def test_a_run_without_failures_has_no_lost_party_column_in_one_process(tmp_path
 
 
 @needs_mirror
+@pytest.mark.integration  # a process group (make test-slow, CI)
 def test_a_killed_laser_party_is_lost_from_the_next_batch_and_the_run_finishes(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_KILL_PARTY", "laser:2:1")  # party 2's process exits when its second epoch starts
     with pytest.warns(VFLBenchWarning, match="party 2 lost in epoch 2"):
