@@ -189,11 +189,9 @@ class MaskedOptimizer:
         else:
             m.lerp_(g, (1 - b1) * a)
             v.lerp_(g * g, (1 - b2) * a)
-        tt = t.clamp_min(1.0)
-        bc1 = 1 - torch.pow(b1, tt)
-        bc2_sqrt = (1 - torch.pow(b2, tt)).sqrt_()
+        bc2_sqrt, scale = self._bias_corrections(t)
         denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-        step = m / denom * (self.lr / bc1)
+        step = m / denom * scale
         p.sub_(step if a is None else step * a)
 
     def _step_owned(self, mem: int, idx: list[int]) -> None:
@@ -222,15 +220,20 @@ class MaskedOptimizer:
         torch._foreach_lerp_(ms, gs, 1 - b1)
         torch._foreach_mul_(vs, b2)
         torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
-        tt = self.steps[mem].clamp_min(1.0)  # the member's step count, the same for all its tensors
-        bc1 = 1 - torch.pow(b1, tt)
-        bc2_sqrt = (1 - torch.pow(b2, tt)).sqrt_()
+        bc2_sqrt, scale = self._bias_corrections(self.steps[mem])  # the member's step count: one for all its tensors
         denom = torch._foreach_sqrt(vs)
         torch._foreach_div_(denom, bc2_sqrt)
         torch._foreach_add_(denom, self.eps)
         update = torch._foreach_div(ms, denom)
-        torch._foreach_mul_(update, self.lr / bc1)
+        torch._foreach_mul_(update, scale)
         torch._foreach_sub_(ps, update)
+
+    def _bias_corrections(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adam's ``sqrt(1 - b2^t)`` and ``lr / (1 - b1^t)`` for step counts ``t`` (torch.optim.Adam's arithmetic)."""
+        b1, b2 = self.betas
+        tt = t.clamp_min(1.0)
+        bc1 = 1 - torch.pow(b1, tt)
+        return (1 - torch.pow(b2, tt)).sqrt_(), self.lr / bc1
 
 
 def cosine_lr(base_lr: float, epoch: int, t_max: int, eta_min_ratio: float) -> float:
