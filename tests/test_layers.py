@@ -6,6 +6,7 @@ nothing). The checker is also run on planted faults, so that it is known to catc
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -33,6 +34,19 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def import_statements(text: str) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """(level, module, names) of every import in a source, function-local ones included (``import a.b``:
+    level -1). Parsed once per source text: the planted-fault cases reuse every file they leave alone."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module or "", tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.Import):
+            out.append((-1, "", tuple(a.name for a in node.names)))
+    return tuple(out)
+
+
 def imports(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     """module -> the vflbench modules it imports; ``sources``: module -> (source text, is a package)."""
     mods = set(sources)
@@ -40,17 +54,16 @@ def imports(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     for m, (text, is_pkg) in sources.items():
         pkg = m if is_pkg else m.rsplit(".", 1)[0]
         out: set[str] = set()
-        for node in ast.walk(ast.parse(text)):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
+        for level, module, names in import_statements(text):
+            if level >= 0:
+                if level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (level - 1)]
+                    target = ".".join(base + ([module] if module else []))
                 else:
-                    target = node.module or ""
-                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
+                    target = module
+                targets = [f"{target}.{a}" if f"{target}.{a}" in mods else target for a in names]
+            else:
+                targets = list(names)
             for t in targets:
                 while t and t not in mods and "." in t:
                     t = t.rsplit(".", 1)[0]

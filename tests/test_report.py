@@ -118,3 +118,37 @@ def test_table_cli_and_errors(tmp_path):
     bad.write_text("a,b\n1,2\n")
     r = runner.invoke(app, ["table", str(bad)])
     assert r.exit_code == 2 and "lacks columns" in r.output
+
+
+HEAD = "run_id,method,p_miss_train,accountant,seed,value,flag\n"
+FILES = {  # cells that type inference reads differently file by file
+    "numbers": "r1,svfl,0.1,,0,61.5,True\nr1,svfl,0.1,,0,62.0,False\n",
+    "text": "r2,laser,mar1,pld,1,70.25,True\n",
+    "ints": "r3,local,0.0,rdp,2,55,\n",
+    "empty": "r4,plug,,,3,,\n",
+    "quoted": 'r5,"ens,emble",mnar:0.7,pld,4,1e2,false\n',
+}
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["text", "numbers"],
+        ["numbers", "text", "ints"],
+        ["text", "quoted"],
+        ["text", "empty", "quoted"],
+        ["ints", "numbers", "empty"],
+        ["text", "quoted", "numbers", "text"],
+    ],
+)
+def test_results_read_together_equal_results_read_one_by_one(order):
+    from io import BytesIO
+
+    from vflbench.outputs import read_results_csv, read_results_texts
+
+    texts = [(HEAD + FILES[k]).encode() for k in order]
+    texts.insert(1, b"run_id,method,seed,value\nr9,local,0,50.0\n")  # another header splits the batch
+    want = pd.concat([read_results_csv(BytesIO(t)) for t in texts], ignore_index=True)
+    got = read_results_texts(texts)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert [type(v) for v in got["p_miss_train"]] == [type(v) for v in want["p_miss_train"]]  # 0.1 stays a number

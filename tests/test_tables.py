@@ -18,7 +18,7 @@ from vflbench.cli import app
 from vflbench.config import RunConfig, resolve
 from vflbench.datasets import load_dataset
 from vflbench.methods import METHODS
-from vflbench.partitioners import make_partition
+from vflbench.partitioners import _swap_towards, make_partition
 
 runner = CliRunner()
 DATA = Path(__file__).parent / "data"
@@ -225,6 +225,46 @@ def test_correlation_partitioner_score_moves_with_beta():
     # at beta 0 each party holds one correlated group
     part = make_partition("correlation", (16,), 4, np.random.default_rng(1), data=ds, beta=0.0)
     assert sorted(sorted(set(np.asarray(b) // 4)) for b in part.blocks) == [[0], [1], [2], [3]]
+
+
+def _swap_one_pair_at_a_time(c, owner, target, rng, max_iter=20000):
+    """The correlation partitioner's swap search as first written: one random pair drawn and tested per step."""
+    a = np.abs(c).copy()
+    np.fill_diagonal(a, 0.0)
+    cross = owner[:, None] != owner[None, :]
+    n_cross, total = cross.sum() / 2, a[cross].sum() / 2
+    for _ in range(max_iter):
+        score = total / n_cross if n_cross else 0.0
+        if abs(score - target) < 1e-4:
+            break
+        i, j = rng.integers(0, len(owner), size=2)
+        p, q = owner[i], owner[j]
+        if p == q:
+            continue
+        sign = (owner == p).astype(np.float64) - (owner == q)
+        sign[[i, j]] = 0.0
+        new = total + float(((a[i] - a[j]) * sign).sum())
+        if abs(new / n_cross - target) < abs(score - target):
+            owner[i], owner[j] = q, p
+            total = new
+    return owner
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_batched_swap_search_makes_the_swaps_and_draws_of_the_one_pair_loop(seed):
+    g = np.random.default_rng(seed)
+    d, k = [(16, 4), (33, 3), (60, 5), (7, 7)][seed % 4]
+    x = g.normal(size=(80, d))
+    x[:, 1:] += g.normal() * x[:, :1]
+    c = np.corrcoef(x.T)
+    owner = np.repeat(np.arange(k), d // k)
+    g.shuffle(owner)
+    target = float(g.uniform(0.0, 0.6)) if seed % 3 else 2.0  # 2.0: unreachable, every step is drawn
+    r1, r2 = np.random.default_rng(seed + 100), np.random.default_rng(seed + 100)
+    want = _swap_one_pair_at_a_time(c, owner.copy(), target, r1, max_iter=3000)
+    got = _swap_towards(c, owner.copy(), target, r2, max_iter=3000)
+    assert np.array_equal(got, want)
+    assert r1.bit_generator.state == r2.bit_generator.state  # later draws of the partitioner stay the same
 
 
 def test_inspect_prints_what_the_loader_inferred():

@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import time
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -99,23 +100,31 @@ def csv_problem(path: Path) -> str | None:
 def run_finished(run_dir: Path) -> tuple[bool, str | None]:
     """(finished, why not) for a run folder. Not started: (False, None). A run whose files are
     damaged: (False, reason), so it is re-run, never read as data."""
+    data, why = finished_results(run_dir)
+    return data is not None, why
+
+
+def finished_results(run_dir: Path) -> tuple[bytes | None, str | None]:
+    """A finished run's ``results.csv`` as bytes, read once and checked as :func:`run_finished` says
+    (else None, and why not)."""
     run_dir = Path(run_dir)
     man = run_dir / "manifest.json"
     if not man.exists():
-        return False, None
+        return None, None
     try:
         rec = json.loads(man.read_text()).get("results_file")
     except (OSError, ValueError):
-        return False, "manifest.json is unreadable"
+        return None, "manifest.json is unreadable"
     csv_path = run_dir / "results.csv"
     if not csv_path.exists():
-        return False, "results.csv is missing"
+        return None, "results.csv is missing"
+    data = csv_path.read_bytes()
     if rec:
-        if hashlib.sha256(csv_path.read_bytes()).hexdigest() != rec["sha256"]:
-            return False, "results.csv does not match the sha256 recorded in its manifest"
-        return True, None
+        if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+            return None, "results.csv does not match the sha256 recorded in its manifest"
+        return data, None
     problem = csv_problem(csv_path)  # runs written before checksums were recorded
-    return (False, f"results.csv {problem}") if problem else (True, None)
+    return (None, f"results.csv {problem}") if problem else (data, None)
 
 
 def json_default(o):
@@ -183,3 +192,69 @@ def read_results_csv(path, **kw):
     dtype = {c: str for c in TEXT_COLUMNS}
     dtype.update(kw.pop("dtype", {}))
     return pd.read_csv(path, dtype=dtype, keep_default_na=True, **kw)
+
+
+def read_results_texts(texts: list[bytes]):
+    """Many runs' results CSVs (bytes, as :func:`finished_results` gives them) as one frame, in order.
+
+    Consecutive files with the same header are joined and parsed by one ``read_csv``: a table over
+    hundreds of runs pays the parser's fixed cost a few times instead of once per run. The frame is the
+    one that reading each file and concatenating them gives (tests/test_report.py checks it)."""
+    import pandas as pd
+
+    chunks: list[tuple[bytes, list[bytes]]] = []
+    for data in texts:
+        head, _, body = data.partition(b"\n")
+        if body and not body.endswith(b"\n"):
+            body += b"\n"
+        if body and chunks and chunks[-1][0] == head and chunks[-1][1][-1]:  # a header-only file stays alone
+            chunks[-1][1].append(body)
+        else:
+            chunks.append((head, [body]))
+    frames = []
+    for head, bodies in chunks:
+        df = read_results_csv(BytesIO(head + b"\n" + b"".join(bodies)))
+        if len(bodies) > 1 and not _inferred_as_each_file_alone(df, bodies):
+            frames += [read_results_csv(BytesIO(head + b"\n" + body)) for body in bodies]
+        else:
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_BOOL_WORDS = {"True", "TRUE", "true", "False", "FALSE", "false"}
+
+
+def _certainly_text(v) -> bool:
+    """A parsed cell that no file could have read as a number or a bool."""
+    if not isinstance(v, str) or v in _BOOL_WORDS:
+        return False
+    try:
+        float(v)
+    except ValueError:
+        return True
+    return False
+
+
+def _inferred_as_each_file_alone(df, bodies: list[bytes]) -> bool:
+    """Whether ``df``, parsed from the files ``bodies`` joined, has the columns and types that reading each
+    file alone and concatenating would give. A numeric column is safe (a file's ints become the whole's
+    floats either way). A text column is safe only if every file holds a cell that cannot be a number or a
+    bool: a file of numbers alone (p_miss_train 0.1 beside another's mar1), or of empty cells only, is read
+    as numbers, and the concatenation keeps them as numbers."""
+    import numpy as np
+    import pandas as pd
+
+    text = [c for c, t in df.dtypes.items() if c not in TEXT_COLUMNS and not pd.api.types.is_numeric_dtype(t)]
+    if not text:
+        return True
+    rows = [body.count(b"\n") for body in bodies]
+    if sum(rows) != len(df) or 0 in rows:  # a quoted line break or an empty file: no cheap proof
+        return False
+    segment = np.repeat(np.arange(len(bodies)), rows)
+    for c in text:
+        values = df[c].to_numpy(dtype=object)
+        certain = {v: _certainly_text(v) for v in pd.unique(values)}
+        hit = np.fromiter((certain.get(v, False) for v in values), dtype=bool, count=len(values))
+        if not np.bincount(segment, weights=hit, minlength=len(bodies)).all():
+            return False
+    return True

@@ -356,30 +356,51 @@ def _high_split(low: np.ndarray, k: int) -> np.ndarray:
 
 
 def _swap_towards(
-    c: np.ndarray, owner: np.ndarray, target: float, rng: np.random.Generator, max_iter: int = 20000
+    c: np.ndarray, owner: np.ndarray, target: float, rng: np.random.Generator, max_iter: int = 20000, batch: int = 512
 ) -> np.ndarray:
     """Random feature swaps between parties, kept when they bring the score closer to ``target``.
-    A swap's change of score is computed in O(D) (pairs not involving the two features keep theirs)."""
+
+    A swap's change of score is computed in O(D) (pairs not involving the two features keep theirs). The
+    candidate pairs are drawn ``batch`` at a time and scored together against the current owners; the
+    first one that improves the score is made, and the generator is rewound to just after it. So the
+    swaps, the scores and the generator's state afterwards are those of drawing and testing one pair at
+    a time (tests/test_tables.py checks them against that loop)."""
     a = np.abs(c).copy()
     np.fill_diagonal(a, 0.0)
     cross = owner[:, None] != owner[None, :]
     n_cross = cross.sum() / 2  # unordered pairs held by different parties (swaps keep it)
     total = a[cross].sum() / 2
     d = len(owner)
-    for _ in range(max_iter):
+    k = int(owner.max()) + 1 if d else 0
+    held = (owner[None, :] == np.arange(k)[:, None]).astype(np.float64)  # [party, feature] one-hot
+    done = 0
+    while done < max_iter:
         score = total / n_cross if n_cross else 0.0
         if abs(score - target) < 1e-4:
             break
-        i, j = rng.integers(0, d, size=2)
+        m = min(batch, max_iter - done)
+        before = rng.bit_generator.state
+        ij = rng.integers(0, d, size=(m, 2))
+        i, j = ij[:, 0], ij[:, 1]
         p, q = owner[i], owner[j]
-        if p == q:
+        sign = held[p] - held[q]
+        rows = np.arange(m)
+        sign[rows, i] = 0.0
+        sign[rows, j] = 0.0
+        new = total + ((a[i] - a[j]) * sign).sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            better = (p != q) & (np.abs(new / n_cross - target) < abs(score - target))
+        if not better.any():
+            done += m
             continue
-        sign = (owner == p).astype(np.float64) - (owner == q)
-        sign[[i, j]] = 0.0
-        new = total + float(((a[i] - a[j]) * sign).sum())
-        if abs(new / n_cross - target) < abs(score - target):
-            owner[i], owner[j] = q, p
-            total = new
+        r = int(better.argmax())  # the first improving pair; those before it were rejected one at a time
+        rng.bit_generator.state = before
+        rng.integers(0, d, size=(r + 1, 2))  # consume exactly the pairs up to and including it
+        si, sj, sp, sq = int(i[r]), int(j[r]), int(p[r]), int(q[r])
+        owner[si], owner[sj] = sq, sp
+        held[sp, si], held[sq, si], held[sq, sj], held[sp, sj] = 0.0, 1.0, 0.0, 1.0
+        total = float(new[r])
+        done += r + 1
     return owner
 
 

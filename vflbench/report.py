@@ -49,7 +49,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
     import json
     import warnings
 
-    from .outputs import read_results_csv, run_finished
+    from .outputs import finished_results, read_results_csv, read_results_texts
 
     p = Path(path)
     if p.is_dir():
@@ -63,11 +63,11 @@ def load_results(path: str | Path) -> pd.DataFrame:
         ids = meta.get("run_ids") or sorted(
             d.name for d in runs.iterdir() if (d / "manifest.json").exists() or (d / "results.csv").exists()
         )
-        frames, dropped = [], []
+        texts, dropped = [], []
         for rid in ids:
-            ok, why = run_finished(runs / rid)
-            if ok:
-                frames.append(read_results_csv(runs / rid / "results.csv"))
+            data, why = finished_results(runs / rid)
+            if data is not None:
+                texts.append(data)
             else:
                 dropped.append(f"{rid} ({why or 'not finished'})")
         if dropped:
@@ -78,13 +78,13 @@ def load_results(path: str | Path) -> pd.DataFrame:
                 VFLBenchWarning,
                 stacklevel=2,
             )
-        if not frames:
+        if not texts:
             if (p / "results.csv").exists() and not ids:
                 return load_results(p / "results.csv")
             raise VFLBenchError(
                 f"No results under {path}: expected runs/*/results.csv (finished runs) or a results.csv."
             )
-        df = pd.concat(frames, ignore_index=True)
+        df = read_results_texts(texts)
         if meta.get("quick"):
             df["quick"] = True
         return _numeric_values(df, p)

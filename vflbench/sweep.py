@@ -23,7 +23,14 @@ import pandas as pd
 from .config import ResolvedRun, resolve
 from .errors import TrainingDiverged, VFLBenchError
 from .experiment import Experiment
-from .outputs import atomic_write_text, read_results_csv, run_finished, versions, write_outputs
+from .outputs import (
+    atomic_write_text,
+    finished_results,
+    read_results_texts,
+    run_finished,
+    versions,
+    write_outputs,
+)
 
 
 @dataclass
@@ -384,12 +391,8 @@ def _execute_ray(
 
 def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:
     """The tidy results of the given runs: exactly one row set per finished run."""
-    frames = []
-    for rid in dict.fromkeys(run_ids):
-        d = Path(out) / "runs" / rid
-        if run_finished(d)[0]:
-            frames.append(read_results_csv(d / "results.csv"))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    texts = [finished_results(Path(out) / "runs" / rid)[0] for rid in dict.fromkeys(run_ids)]
+    return read_results_texts([t for t in texts if t is not None])
 
 
 def write_table(exp, df: pd.DataFrame, out: Path) -> Path:

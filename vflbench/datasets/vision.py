@@ -100,8 +100,7 @@ def _make_idx_family(name: str, cls_name: str, shas: dict[str, str] | None):
             raise VFLBenchError(
                 f"{name}: torchvision could not read the files under {ds_dir} ({e}); delete them and fetch again."
             ) from None
-        xtr = tr.data.numpy()[:, None].astype(np.float32) / 255.0
-        xte = te.data.numpy()[:, None].astype(np.float32) / 255.0
+        xtr, xte = _unit_float(tr.data.numpy()[:, None]), _unit_float(te.data.numpy()[:, None])
         xtr, xte = _normalise(name, xtr, xte, opts["normalize"])
         return Dataset(INFOS[name], xtr, tr.targets.numpy(), xte, te.targets.numpy())
 
@@ -147,15 +146,24 @@ def _make_cifar(name: str):
             tr, te = cls(str(ds_dir), train=True), cls(str(ds_dir), train=False)
         except RuntimeError as e:
             raise VFLBenchError(f"{name}: {e} Delete {ds_dir} and run `vflbench data fetch {name}`.") from None
-        xtr = tr.data.transpose(0, 3, 1, 2).astype(np.float32) / 255.0
-        xte = te.data.transpose(0, 3, 1, 2).astype(np.float32) / 255.0
+        xtr, xte = _unit_float(tr.data.transpose(0, 3, 1, 2)), _unit_float(te.data.transpose(0, 3, 1, 2))
         xtr, xte = _normalise(name, xtr, xte, opts["normalize"])
         return Dataset(INFOS[name], xtr, np.asarray(tr.targets), xte, np.asarray(te.targets))
 
     return available, fetch, load
 
 
+def _unit_float(pixels: np.ndarray) -> np.ndarray:
+    """8-bit pixels as float32 in [0, 1]: ``pixels.astype(float32) / 255``, divided in place (one pass and one
+    array fewer over 47M pixels; the same float32 numbers)."""
+    x = pixels.astype(np.float32)
+    x /= np.float32(255.0)
+    return x
+
+
 def _normalise(name: str, xtr: np.ndarray, xte: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x - mean) / std`` per channel, in place on the loaders' fresh float32 arrays (the same float32 numbers as
+    the out-of-place expression, without two temporaries the size of the dataset)."""
     if how == "none":
         return xtr, xte
     if how == "dataset":
@@ -165,7 +173,10 @@ def _normalise(name: str, xtr: np.ndarray, xte: np.ndarray, how: str) -> tuple[n
         std = xtr.std(axis=(0, 2, 3), keepdims=True)
     else:
         raise VFLBenchError(f"Unknown normalize '{how}'. Choices: dataset, train, none.")
-    return (xtr - mean) / std, (xte - mean) / std
+    for x in (xtr, xte):
+        x -= mean
+        x /= std
+    return xtr, xte
 
 
 INFOS = {
