@@ -1,0 +1,167 @@
+"""The command line's application object and what every command shares: one-line errors with exit status 2
+(:func:`friendly`), the run flags generated from the settings schema (:func:`with_settings`), the consoles, the
+warning line, the progress bar of a training stage, the checked ``--out`` path."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import typing
+import warnings
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..errors import VFLBenchError
+from ..settings import field_option
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks."
+)
+data_app = typer.Typer(no_args_is_help=True, help="Manage raw dataset files.")
+app.add_typer(data_app, name="data")
+
+
+@app.callback()
+def _main(
+    plugin: list[Path] | None = typer.Option(
+        None, "--plugin", help="a Python file that registers a method (repeatable; also $VFLBENCH_PLUGINS)"
+    ),
+):
+    """Reproducible VFL benchmarks with missing feature blocks."""
+    if plugin:
+        from .. import plugins
+
+        try:
+            for p in plugin:
+                plugins.add(p)
+        except VFLBenchError as e:
+            _error(str(e))
+            raise typer.Exit(2) from None
+
+
+console = Console(soft_wrap=True, emoji=False)  # no emoji codes: '1:100:5' must print as typed
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
+_show_warning = warnings.showwarning
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """vflbench's own warnings as one yellow line on stderr; others as Python prints them."""
+    from rich.markup import escape
+
+    from ..errors import VFLBenchWarning
+
+    if issubclass(category, VFLBenchWarning):
+        err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+warnings.showwarning = _warning_line
+
+
+def _error(msg: str) -> None:
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def friendly(fn):
+    """Turn VFLBenchError (and a few predictable OS errors) into one clear line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except VFLBenchError as e:
+            _error(str(e))
+            raise typer.Exit(getattr(e, "exit_code", 2)) from None
+        except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as e:
+            what = {
+                PermissionError: "permission denied",
+                IsADirectoryError: "is a directory",
+                NotADirectoryError: "a part of the path is not a directory",
+                FileNotFoundError: "no such file or directory",
+            }[type(e)]
+            _error(f"{e.filename or ''}: {what}; check the path and its permissions.")
+            raise typer.Exit(2) from None
+        except UnicodeDecodeError as e:
+            _error(f"a file is not text (UTF-8): {e.reason} at byte {e.start}; give a YAML/CSV text file.")
+            raise typer.Exit(2) from None
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                _error(f"the disk is full while writing {e.filename or 'output'}; free space or use another --out.")
+                raise typer.Exit(2) from None
+            raise
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def with_settings(fn, required: bool = True):
+    """Add one option per declared run field and run setting (:mod:`vflbench.settings`) to a command
+    that takes them as ``**given``: the schema is the only place their flags are written."""
+    import inspect as _inspect
+
+    from ..settings import cli_parameters, field_parameters
+
+    sig = _inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
+    hints = typing.get_type_hints(fn)  # real types, not the strings of `from __future__ import annotations`
+    params = [
+        p.replace(kind=_inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params
+    ]
+    fn.__signature__ = sig.replace(parameters=[*field_parameters(required), *cli_parameters(), *params])
+    return fn
+
+
+# options shared by `masks` and `run` (the same flags mean the same thing in both)
+PARTIES_OPT = typer.Option(4, help="number of parties K")
+PARTITIONER_OPT = field_option("partitioner")
+DATA_OPT = field_option("data_options")
+PART_OPT = field_option("partition_options")
+
+
+def _stage_progress(bar, label: str):
+    """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
+    answers bad input without loading torch)."""
+    from ..training import Callback
+
+    class StageProgress(Callback):
+        task = None
+
+        def on_prepared(self, inputs):
+            align = inputs.prep.data.preprocessing.get("alignment")
+            if (
+                align is not None
+            ):  # one line per party: how many samples it holds (the warnings say when one holds none)
+                from ..alignment import holding_report
+
+                for line in holding_report(align)[0]:
+                    bar.console.print(line, markup=False, highlight=False)
+
+        def on_stage_start(self, loop):
+            name = f" [{loop.stage.name}]" if len(loop.method.stages) > 1 else ""
+            self.task = bar.add_task(f"{label}{name}", total=loop.epochs, loss="-")
+
+        def on_epoch_end(self, loop):
+            bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.epoch_loss:.4f}")
+
+    return StageProgress()
+
+
+def out_path(text: str | None, flag: str = "--out") -> Path | None:
+    """An output path given on the command line; an empty one is refused (it would mean the
+    working directory without saying so)."""
+    if text is None:
+        return None
+    if not str(text).strip():
+        raise VFLBenchError(f"{flag} is empty; give a directory or file path (use '.' for the working directory).")
+    return Path(text)
+
+
+def main() -> None:  # pragma: no cover
+    app()

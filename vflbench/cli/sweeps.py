@@ -1,0 +1,288 @@
+"""Commands over grids of runs: `tune` (Optuna studies, presets) and `sweep` (an experiment file's runs, resumable,
+in parallel)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from ..errors import VFLBenchError
+from ..limits import check as check_limit
+from ..settings import parse_int_list
+from ..textlists import split_items
+from .app import (
+    app,
+    console,
+    err_console,
+    friendly,
+    out_path,
+)
+
+
+@app.command()
+@friendly
+def tune(
+    experiment: str = typer.Argument(..., help="experiment YAML (its datasets, methods, settings and hp)"),
+    trials: int = typer.Option(..., "--trials", help="finished trials per method in all (a larger N adds the rest)"),
+    out: str = typer.Option(..., "--out", help="folder for the study database, tuned.yaml and the summary"),
+    storage: str | None = typer.Option(
+        None, help="Optuna storage URL shared by several tuners [default: sqlite:///OUT/tuning.db]"
+    ),
+    seeds: str | None = typer.Option(
+        None, help="tuning seeds, comma-separated (never a reporting seed) [default: 1000]"
+    ),
+    metric: str = typer.Option("accuracy", help="validation metric to maximise: accuracy | f1 | auprc"),
+    val_split: float = typer.Option(0.2, help="share of the training samples held out for validation"),
+    device: str = typer.Option("cpu", help="cpu | cuda | auto"),
+):
+    """Tune every method of an experiment with the same number of trials on a validation split (Optuna; test data
+    never scored); writes OUT/tuned.yaml (a preset for --preset) and OUT/summary.md (docs/STATISTICS.md)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..textlists import split_items
+    from ..tuning import tune as run_tune
+
+    if metric not in ("accuracy", "f1", "auprc"):
+        raise VFLBenchError(f"--metric takes accuracy, f1 or auprc, got {metric!r}.")
+    try:
+        seed_list = [int(x) for x in split_items(seeds, "--seeds", "1000,1001")] if seeds else None
+    except ValueError:
+        raise VFLBenchError(f"--seeds takes integers, e.g. 1000,1001; got {seeds!r}.") from None
+
+    class Bar:
+        def start(self, total):
+            self.p = Progress(
+                TextColumn("tune"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self.p.start()
+            self.t = self.p.add_task("", total=total)
+
+        def advance(self, text):
+            self.p.update(self.t, advance=1, description=text)
+
+        def stop(self):
+            self.p.stop()
+
+    summary = run_tune(experiment, out_path(out), trials, storage, seed_list, metric, val_split, device, Bar())
+    for st in summary["studies"]:
+        console.print(f"{st['study']}: {st['trials']} trials, best {metric} {st['best_value']:.2f}", highlight=False)
+    console.print(f"-> {out_path(out) / 'tuned.yaml'}, {out_path(out) / 'summary.md'}")
+
+
+@app.command()
+@friendly
+def sweep(
+    file: Path = typer.Argument(..., help="experiment YAML (see experiments/)"),
+    datasets: str | None = typer.Option(None, help="comma-separated subset of the file's datasets"),
+    methods: str | None = typer.Option(None, help="comma-separated subset of the file's methods"),
+    seeds: str | None = typer.Option(None, help="comma-separated seeds overriding the file's"),
+    workers: int | None = typer.Option(
+        None, envvar="VFLBENCH_WORKERS", help="parallel worker processes [default: the number of cores]"
+    ),
+    threads: int | None = typer.Option(
+        None, help="intra-op threads per run [default: 1 for tabular models, cores/workers for images]"
+    ),
+    pack: int = typer.Option(
+        16,
+        help="train up to N runs that differ only in their seed (and training missingness) together, as one "
+        "vectorised model bank "
+        "(tabular models of packable methods; others run alone); 1 turns packing off",
+    ),
+    train_missing: str | None = typer.Option(
+        None, help="subset of the file's training settings, comma-separated (e.g. mcar:0.2,mar1)"
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", metavar="", help="smoke test: few epochs, first seed; output marked QUICK"
+    ),
+    out: str | None = typer.Option(
+        None, help="output directory (default results/sweeps/<name>, results/quick/<name> with --quick)"
+    ),
+    executor: str = typer.Option("local", help="local | ray"),
+    address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda"),
+    dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="list what would run and exit"),
+    force: bool = typer.Option(
+        False, "--force", metavar="", help="share an output folder that holds another experiment's sweep"
+    ),
+    preset: str | None = typer.Option(
+        None,
+        help="hyper-parameter preset for every run in place of the file's (a name, or a YAML such as the "
+        "tuned.yaml `vflbench tune` writes)",
+    ),
+):
+    """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
+    One sweep at a time per output folder (a second one stops at once)."""
+    from ..experiment import load_experiment
+    from ..sweep import FolderLock, check_same_experiment
+
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if workers < 1:
+        raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
+    if threads is not None and threads < 1:
+        raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
+    if pack < 1:
+        raise VFLBenchError(f"--pack must be >= 1 (1 turns packing off), got {pack}.")
+    check_limit("workers", workers)
+    check_limit("pack", pack)
+    if threads is not None:
+        check_limit("threads", threads)
+    if executor not in ("local", "ray"):
+        raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
+    out = out_path(out)
+    if device not in ("auto", "cpu", "cuda") or (device == "cuda" and executor == "local"):
+        from ..devices import choose_device
+
+        choose_device(device)  # an unknown name, or no CUDA here: refused now, not once per run inside the workers
+    if address is not None and executor != "ray":
+        raise VFLBenchError("--address is the Ray cluster's address; it needs --executor ray.")
+    ds = split_items(datasets, "--datasets", "credit,isolet") if datasets else None
+    sd = parse_int_list(seeds, "--seeds", "0,1,2") if seeds is not None else None
+    if sd is not None and len(set(sd)) != len(sd):
+        raise VFLBenchError(f"--seeds lists a seed more than once ('{seeds}'); each seed must be unique.")
+    tr = (
+        [t.strip() for t in train_missing.split(";" if ";" in train_missing else ",") if t.strip()]
+        if train_missing
+        else None
+    )
+    ms = split_items(methods, "--methods", "laser,svfl") if methods else None
+    exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
+    if preset:  # recorded in the sweep's spec, so a resumed sweep must name the same preset
+        from ..presets import load_preset
+
+        load_preset(preset)  # an unknown name or a bad file: refused now
+        exp.spec = {**exp.spec, "preset": preset}
+        for r in exp.runs:
+            r.settings["preset"] = preset
+    out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
+    from ..outputs import check_output_dir
+
+    check_output_dir(out)
+    check_same_experiment(exp, out, force)
+    if dry_run:
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=True, threads=threads, pack=pack)
+        return
+    with FolderLock(out):
+        _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False, threads=threads, pack=pack)
+
+
+def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None, pack=1):
+    import time
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from ..sweep import check_same_pack, execute_plan, finalize, plan, write_table
+
+    p = plan(exp, out)
+    p.pack = pack
+    check_same_pack(p)
+    if quick:
+        console.print("[bold yellow]QUICK smoke run[/]: reduced epochs and seeds; numbers are not a reproduction.")
+    for d, why in p.skipped.items():
+        console.print(f"[yellow]skipping {d}[/]: {why}")
+    for rid, why in p.damaged:
+        console.print(f"[yellow]re-running {rid}[/]: {why}")
+    if p.skipped and not p.run_ids:
+        raise VFLBenchError(
+            f"{exp.name}: every dataset was skipped ({', '.join(p.skipped)}), so nothing can run; fetch the data "
+            "(`vflbench data fetch NAME`) or point VFLBENCH_DATA_MIRROR at an offline copy."
+        )
+    console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
+    if pack > 1 and p.todo and executor == "local":
+        from ..sweep import packs
+
+        grouped = [g for g in packs(p.todo, pack) if len(g) > 1]
+        if grouped:
+            console.print(
+                f"  {sum(map(len, grouped))} of them in {len(grouped)} pack(s) of runs that differ only in their seed "
+                "or training missingness (--pack 1: one at a time)"
+            )
+    if dry_run:
+        for r in p.todo:
+            user = ";".join(
+                f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user"
+            )
+            epochs = (
+                "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items())
+                if len(r.stage_hp) > 1
+                else str(r.hp.epochs)
+            )
+            from rich.markup import escape
+
+            popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
+            from ..settings import columns as setting_columns
+
+            user = ";".join(
+                x for x in (user, setting_columns(r.settings).get("settings", "")) if x
+            )  # options and run settings a user set
+            console.print(
+                escape(
+                    f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} "
+                    f"{r.partitioner}{f'[{popts}]' if popts else ''} "
+                    f"train={r.train_missing} seed={r.seed} epochs={epochs}"
+                )
+            )
+        return
+    t0 = time.perf_counter()
+    failures, diverged = [], []
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task(exp.name, total=len(p.run_ids), completed=len(p.done))
+
+        def done(rec):
+            bar.advance(task)
+            if rec.get("diverged"):
+                diverged.append(rec)
+                bar.console.print(
+                    f"[yellow]run {rec['run_id']} diverged[/]: {rec['diverged']} (recorded; excluded from tables)"
+                )
+            if not rec["ok"]:
+                failures.append(rec)
+                bar.console.print(f"[red]run {rec['run_id']} failed[/]: {rec['error'].strip().splitlines()[-1]}")
+
+        records = execute_plan(
+            p,
+            workers=workers,
+            device=device,
+            executor=executor,
+            address=address,
+            on_done=done,
+            threads_per_run=threads,
+            pack=pack,
+        )
+    df = finalize(p, records, time.perf_counter() - t0)
+    console.print(
+        f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} "
+        f"({time.perf_counter() - t0:.0f}s)"
+    )
+    if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
+        console.print(f"table -> {write_table(exp, df, out)}")
+    if diverged:
+        console.print(
+            f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded "
+            "from tables; lower the learning rate to retry them in a new --out."
+        )
+    if failures:
+        raise VFLBenchError(
+            f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them."
+        )

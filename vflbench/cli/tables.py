@@ -1,0 +1,190 @@
+"""Commands that read results: `table` (a sweep's table, with a paper's numbers or statistics) and `plot`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import VFLBenchError
+from .app import (
+    app,
+    console,
+    friendly,
+    out_path,
+)
+
+
+@app.command()
+@friendly
+def table(
+    results: list[Path] = typer.Argument(
+        ..., help="a sweep directory, a results.csv, or a directory of runs (several: their rows together)"
+    ),
+    layout: str | None = typer.Option(
+        None,
+        help="laser-table1 | laser-table3 | pbm-table3 | false-tables | generic [default: a sweep folder's "
+        "own (its experiment's layout:), else laser-table1]",
+    ),
+    reference: str | None = typer.Option(
+        None,
+        help="the published numbers beside ours: laser-table1 | laser-table3 | pbm-table3 | false-tables | a "
+        "reference CSV path | none [default: a sweep folder's own]",
+    ),
+    fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
+    out: str | None = typer.Option(None, help="write to this file instead of stdout"),
+    epoch: str | None = typer.Option(
+        None,
+        help="table a budget recorded with --eval-epochs: an epoch, or a share of each run such as 50% (default: each "
+        "run's final epoch)",
+    ),
+    by_budget: bool = typer.Option(
+        False,
+        "--by-budget",
+        help="instead: the best method of every condition at every budget recorded with --eval-epochs",
+    ),
+    stats: bool = typer.Option(
+        False,
+        "--stats",
+        help="each method against its condition's best: a paired test over seeds (t below 6 seeds, Wilcoxon from "
+        "6), Holm-corrected over the table, with 95%% intervals; md marks ties and significant losses, csv gives "
+        "p-values (docs/STATISTICS.md)",
+    ),
+):
+    """Mean +- std tables in the paper's layout, optionally beside the published numbers. Given one
+    sweep folder, its experiment's layout, reference and title are the defaults (the bare command
+    rebuilds the folder's table.md); the flags override them."""
+    out = out_path(out)
+    from ..outputs import atomic_write_text
+    from ..report import budget_ranking, folder_table_args, load_many, make_table
+
+    own = folder_table_args(results[0]) if len(results) == 1 else None
+    title = own["title"] if own else None
+    if layout is None:
+        layout = own["layout"] if own else "laser-table1"
+    if reference is None:
+        reference = own["reference"] if own else None
+    elif reference.strip().lower() == "none":
+        reference = None
+    if out:
+        from ..outputs import check_output_file
+
+        check_output_file(out)
+    if by_budget:
+        if stats:
+            raise VFLBenchError("--by-budget and --stats are two views; give one.")
+        if epoch is not None or reference:
+            raise VFLBenchError("--by-budget lists every recorded budget; drop --epoch and --reference.")
+        if fmt not in ("md", "csv"):
+            raise VFLBenchError("--by-budget writes md or csv (--format).")
+        text = budget_ranking(load_many(results), layout, fmt)
+    else:
+        if stats and reference and len(results) > 1:
+            raise VFLBenchError("--stats compares the methods of the results; drop --reference (or table it apart).")
+        text, _ = make_table(
+            load_many(results), layout, None if stats else reference, fmt, epoch=epoch, title=title, stats=stats
+        )
+    if out:
+        atomic_write_text(out, text)
+        console.print(f"-> {out}")
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")  # the table as the file holds it, byte for byte
+
+
+@app.command()
+@friendly
+def plot(
+    kind: str = typer.Argument(
+        ...,
+        help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | cd "
+        "(critical-difference diagram over every dataset and condition of the results)",
+    ),
+    results: list[Path] = typer.Argument(
+        ...,
+        help="sweep directory (with runs/); cd takes several (each its own conditions; A+B: two folders' rows "
+        "together, e.g. a method run apart)",
+    ),
+    out: str = typer.Option("results/figure", help="output path without extension (.png and .pdf are written)"),
+    metric: str | None = typer.Option(
+        None, help="metric (scalability: default accuracy; budget: auprc when recorded, else accuracy)"
+    ),
+    test_missing: str | None = typer.Option(None, help="test setting to plot (scalability, budget)"),
+    panel: str | None = typer.Option(
+        None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"
+    ),
+):
+    """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
+    trailing = str(out).endswith("/")
+    out = out_path(out)
+    if trailing or out.is_dir():
+        raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
+    from ..plot import plot_curves, plot_scalability
+
+    if kind not in ("scalability", "curves", "bars", "budget", "frontier", "cd"):
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier, cd.")
+    if kind != "cd" and len(results) != 1:
+        raise VFLBenchError(f"The {kind} plot takes one results folder; the cd plot takes several.")
+    takes = {
+        "scalability": {"metric", "test_missing"},
+        "budget": {"metric", "test_missing", "panel"},
+        "frontier": {"metric"},
+        "curves": set(),
+        "bars": set(),
+        "cd": set(),
+    }[kind]
+    takers = {"scalability": "metric test_missing", "budget": "metric test_missing panel", "frontier": "metric"}
+    for flag, value in (("metric", metric), ("test_missing", test_missing), ("panel", panel)):
+        if value is not None and flag not in takes:
+            plots = ", ".join(k for k, t in takers.items() if flag in t.split())
+            raise VFLBenchError(
+                f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the {plots} plot(s)."
+            )
+    from ..outputs import check_output_file
+
+    check_output_file(out.with_suffix(".png"))
+    if kind == "cd":
+        import pandas as pd
+
+        from ..report import load_many, make_table
+        from ..stats import critical_difference
+        from ..verdicts import display
+
+        parts = []
+        for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
+            joined = [Path(p) for p in str(folder).split("+")]  # A+B: two folders' rows as one (methods side by side)
+            _, agg = make_table(load_many(joined), "generic")
+            headline = agg.groupby("dataset", sort=False)["metric"].first()  # the generic layout lists it first
+            parts.append(agg[agg["metric"] == agg["dataset"].map(headline)].assign(source=str(folder)))
+        table = pd.concat(parts).pivot_table(
+            index=["source", "dataset", "train_missing", "test_missing"], columns="method", values="mean"
+        )
+        table.columns = [display(m) for m in table.columns]
+        paths, text = critical_difference(table, out)
+        console.print(text, highlight=False)
+        for p in paths:
+            console.print(f"-> {p}")
+        return
+    results = results[0]
+    if kind == "scalability":
+        paths = plot_scalability(results, out, metric or "accuracy", test_missing)
+    elif kind == "curves":
+        paths = plot_curves(results, out)
+    elif kind == "budget":
+        from ..plot import plot_budget
+
+        paths = plot_budget(results, out, metric, panel, test_missing)
+    elif kind == "frontier":
+        from ..plot import plot_frontier
+
+        paths = plot_frontier(results, out, metric)
+    elif kind == "bars":
+        from ..plot import plot_bars
+        from ..report import make_table
+
+        _, agg = make_table(results, "generic")
+        seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))
+        paths = plot_bars(agg, out, title=f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds")
+    else:
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
+    for p in paths:
+        console.print(f"-> {p}")
