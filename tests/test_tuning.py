@@ -103,3 +103,55 @@ def test_what_cannot_be_tuned_is_refused_in_one_line(tmp_path, change, args, say
     trials = [] if "--trials" in args else ["--trials", "2"]
     r = runner.invoke(app, ["tune", str(exp), *trials, *args, "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and says in r.output, r.output
+
+
+STAGED = """name: tune-stages
+seeds: [0]
+parties: [3]
+methods: [false1]
+train_missing: [mcar:0.1]
+test_missing: [none]
+hp: {epochs: 1}
+labeled: 200
+aligned: 60
+datasets:
+  synthetic: {data_options: {n: 400}}
+"""
+
+
+def test_a_method_with_several_stages_is_tuned_stage_by_stage_and_its_preset_gives_the_best_trial(tmp_path):
+    """FALSE-VFL trains two stages with their own recipes (batch 256 and 128 in the default preset): each stage is
+    searched around its own values, one stage's never overwrite the other's, and the preset written reproduces the
+    best trial's values in each stage (the experiment's fixed epochs applied again by the run)."""
+    from dataclasses import replace
+
+    from vflbench.tuning import trial_config, tune
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(STAGED)
+    summary = tune(str(exp), tmp_path / "t", trials=2)
+    (study,) = summary["studies"]
+    best = study["best_params"]
+    assert set(best) == {f"stage:{s}.{k}" for s in ("pretrain", "train") for k in ("lr", "weight_decay", "batch_size")}
+    base = RunConfig(
+        dataset="synthetic",
+        method="false1",
+        data_options={"n": 400},
+        parties=3,
+        train_missing="mcar:0.1",
+        hp={"epochs": 1},
+        settings={"labeled": 200, "aligned": 60},
+    )
+    plain = resolve(replace(base, hp={}))
+    for st in ("pretrain", "train"):
+        b = plain.stage_hp[st].batch_size
+        assert study["space"][f"stage:{st}.batch_size"] == [b // 2, b, 2 * b]  # around the stage's own batch
+        lo, hi = study["space"][f"stage:{st}.lr"][1:]
+        assert lo == pytest.approx(plain.stage_hp[st].lr / 10) and hi == pytest.approx(plain.stage_hp[st].lr * 10)
+    trial = resolve(trial_config(base, best, 1000, 0.2))
+    tuned = resolve(replace(base, settings={**base.settings, "preset": str(tmp_path / "t" / "tuned.yaml")}))
+    for st in ("pretrain", "train"):
+        for k in ("lr", "weight_decay", "batch_size", "epochs"):
+            assert getattr(tuned.stage_hp[st], k) == pytest.approx(getattr(trial.stage_hp[st], k)), (st, k)
+        assert tuned.stage_hp[st].lr == pytest.approx(best[f"stage:{st}.lr"])
+    assert tuned.stage_hp["pretrain"].lr != tuned.stage_hp["train"].lr  # each stage kept its own value

@@ -286,7 +286,11 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         )
     stage_hp, hp_sources = {}, {}
     for st in stages:
-        block = stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp) if st.hp else {}
+        block = (
+            stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp, cfg.method)
+            if st.hp
+            else {}
+        )
         user = {**overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
         protocol_hp = protocol_stage_hp(proto, cfg.method, st)
         merged = {**base, **block, **protocol_hp, **user}

@@ -11,12 +11,16 @@ experiment) under each of the experiment's training settings, on the training da
 under each test setting's mechanism. Test data is never scored. The objective is the mean validation
 metric. The search space: the learning rate (log, a decade either side of the preset's), weight decay
 (log, 1e-6 to 1e-2), batch size (64, 128, 256) and epochs (a quarter to twice the preset's), less any the
-experiment fixes in ``hp``, plus the method's own ``search_space`` (e.g. PlugVFL's ``p_drop``).
+experiment fixes in ``hp``, plus the method's own ``search_space`` (e.g. PlugVFL's ``p_drop``). A method with
+several training stages (FALSE-VFL's two, FedHSSL's SimSiam stages, ``pretrain=simsiam``) is searched stage by
+stage around each stage's own preset values (``stage:NAME.lr`` and so on; batch size half, equal or double the
+stage's), so that a stage trained at a batch of 512 is not searched at 64-256 and one stage's values never
+overwrite another's.
 
 The result is a preset (``OUT/tuned.yaml``: the experiment's preset with a ``method:NAME`` block per tuned
-method and dataset, and ``method_options``) that ``vflbench run/sweep --preset`` takes, and a summary
-(``OUT/summary.md``, ``OUT/summary.json``): the best trial per method, the number of trials, the time they
-took and each parameter's importance (Optuna's fANOVA).
+method and dataset, a ``method:NAME.STAGE`` block per stage of a method with several, and ``method_options``)
+that ``vflbench run/sweep --preset`` takes, and a summary (``OUT/summary.md``, ``OUT/summary.json``): the best
+trial per method, the number of trials, the time they took and each parameter's importance (Optuna's fANOVA).
 """
 
 from __future__ import annotations
@@ -39,25 +43,52 @@ def study_name(dataset: str, method: str) -> str:
     return f"{dataset}/{method}"
 
 
-def space_for(cfg: RunConfig, base_hp: dict[str, Any], mcls) -> dict[str, tuple]:
-    """The search space of one method on one dataset: the common hyper-parameters the experiment leaves
-    open, and the method's own options the experiment leaves open."""
-    fixed = {k for k, v in cfg.hp.items() if v is not None}
-    space: dict[str, tuple] = {}
+def _common_dims(base_hp: dict[str, Any], stage: bool = False) -> list[tuple[str, tuple]]:
+    """The searched hyper-parameters around one recipe's values: the learning rate a decade either side, weight
+    decay 1e-6 to 1e-2, epochs a quarter to twice; batch size 64, 128 or 256 (a stage of a method with several:
+    half, equal or double its own)."""
     lr = float(base_hp.get("lr", 1e-3))
     epochs = int(base_hp.get("epochs", 30))
-    for name, dim in (
+    b = int(base_hp.get("batch_size", 128))
+    batches = tuple(sorted({max(1, b // 2), b, 2 * b})) if stage else (64, 128, 256)
+    return [
         ("lr", ("log", lr / 10, lr * 10)),
         ("weight_decay", ("log", 1e-6, 1e-2)),
-        ("batch_size", ("choice", (64, 128, 256))),
+        ("batch_size", ("choice", batches)),
         ("epochs", ("int", max(1, epochs // 4), max(2, epochs * 2))),
-    ):
-        if name not in fixed:
-            space[name] = dim
+    ]
+
+
+def space_for(cfg: RunConfig, base_hp: dict[str, Any], mcls, stages: dict[str, dict[str, Any]] | None = None):
+    """The search space of one method on one dataset: the common hyper-parameters the experiment leaves
+    open, and the method's own options the experiment leaves open. ``stages`` (stage name -> its resolved
+    hyper-parameters), for a method with several stages: each stage's own dimensions, ``stage:NAME.KEY``."""
+    fixed = {k for k, v in cfg.hp.items() if v is not None}
+    space: dict[str, tuple] = {}
+    if stages is None:
+        for name, dim in _common_dims(base_hp):
+            if name not in fixed:
+                space[name] = dim
+    else:
+        for st, hp in stages.items():
+            own = fixed | {k for k, v in cfg.stage_hp.get(st, {}).items() if v is not None}
+            for name, dim in _common_dims(hp, stage=True):
+                if name not in own:
+                    space[f"stage:{st}.{name}"] = dim
     for name, dim in mcls.search_space.items():
         if name not in cfg.method_options:
             space[f"option:{name}"] = dim
     return space
+
+
+def stage_params(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``stage:NAME.KEY`` parameters -> {stage name: {key: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in params.items():
+        if k.startswith("stage:"):
+            st, key = k[len("stage:") :].rsplit(".", 1)
+            out.setdefault(st, {})[key] = v
+    return out
 
 
 def suggest(trial, space: dict[str, tuple]) -> dict[str, Any]:
@@ -82,10 +113,14 @@ def trial_config(cfg: RunConfig, params: dict[str, Any], seed: int, val_split: f
     opts = {**cfg.method_options, **{k[7:]: v for k, v in params.items() if k.startswith("option:")}}
     settings = {**cfg.settings, "seed": seed}
     settings.pop("eval_epochs", None)
+    per_stage = stage_params(params)
+    stage_hp = {st: {**cfg.stage_hp.get(st, {}), **per_stage.get(st, {})} for st in {*cfg.stage_hp, *per_stage}}
+    tuned = [k for k in params if k in COMMON] + [k for st in per_stage.values() for k in st]
     return replace(
         cfg,
         hp=hp,
-        hp_sources={**cfg.hp_sources, **dict.fromkeys(params, "tune")},
+        stage_hp=stage_hp,
+        hp_sources={**cfg.hp_sources, **dict.fromkeys(tuned, "tune")},
         method_options=opts,
         protocol_options={**cfg.protocol_options, "val_split": val_split},
         settings=settings,
@@ -177,7 +212,8 @@ def tune(
             raise VFLBenchError(f"{mcls.display} cannot be tuned: {why}.")
         first = resolve(cfgs[0])
         base = hyperparameters(first.settings["preset"], ds, mcls.hp_key, None, m)
-        space = space_for(cfgs[0], base, mcls)
+        several = {st: hp.as_dict() for st, hp in first.stage_hp.items()} if len(first.stage_hp) > 1 else None
+        space = space_for(cfgs[0], base, mcls, several)
         if not space:
             raise VFLBenchError(
                 f"{mcls.display} on {ds} has an empty search space: the experiment fixes every hyper-parameter in hp "
@@ -258,7 +294,7 @@ def tune(
         "trials_per_method": trials,
         "studies": [],
     }
-    for study, ds, m, _cfgs, space, _ in todo:
+    for study, ds, m, cfgs_of, space, _ in todo:
         done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
         if not done:
             raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
@@ -266,7 +302,19 @@ def tune(
         mcls = METHODS.get(m)
         base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
         block = {**base, **{k: v for k, v in best.params.items() if k in COMMON}}
-        preset.setdefault("hyperparameters", {}).setdefault(ds, {})[f"method:{m}"] = {"default": block}
+        blocks = preset.setdefault("hyperparameters", {}).setdefault(ds, {})
+        first = next(p[4] for p in plan if p[0] == ds and p[1] == m)
+        if len(first.stage_hp) == 1:
+            blocks[f"method:{m}"] = {"default": block}
+        else:
+            # each stage: its recipe in the preset (without the experiment's own hp, which a sweep of the
+            # experiment applies again) with the tuned values in it, as a block of its own
+            recipe = resolve(replace(cfgs_of[0], hp={}, stage_hp={}))
+            tuned = stage_params(best.params)
+            for st in mcls.stages_for(recipe.method_options):
+                stage_block = {**recipe.stage_hp[st.name].as_dict(), **tuned.get(st.name, {})}
+                # a stage on the method's own recipe (the supervised stage after SimSiam) tunes the method's block
+                blocks[f"method:{m}.{st.hp}" if st.hp else f"method:{m}"] = {"default": stage_block}
         opts = {k[7:]: v for k, v in best.params.items() if k.startswith("option:")}
         if opts:
             preset.setdefault("method_options", {}).setdefault(ds, {})[m] = opts

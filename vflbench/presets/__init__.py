@@ -90,12 +90,14 @@ def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
 
 
 def stage_hyperparameters(
-    preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str
+    preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str, method: str | None = None
 ) -> dict[str, Any]:
-    """A stage's own block, ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
+    """A stage's own block: ``method:<method>.<stage_key>`` under the dataset (what `vflbench tune` writes for
+    a method with several stages), else ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
     training p like the method blocks; empty when the preset has none (the run's values apply)."""
     ds, default = _hp_blocks(preset, dataset)
-    block = ds.get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
+    own = ds.get(f"method:{method}.{stage_key}") if method else None
+    block = own or ds.get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
     return dict(_p_key(block, p_train)) if block else {}
 
 
