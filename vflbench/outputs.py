@@ -241,7 +241,6 @@ def _inferred_as_each_file_alone(df, bodies: list[bytes]) -> bool:
     floats either way). A text column is safe only if every file holds a cell that cannot be a number or a
     bool: a file of numbers alone (p_miss_train 0.1 beside another's mar1), or of empty cells only, is read
     as numbers, and the concatenation keeps them as numbers."""
-    import numpy as np
     import pandas as pd
 
     text = [c for c, t in df.dtypes.items() if c not in TEXT_COLUMNS and not pd.api.types.is_numeric_dtype(t)]

@@ -236,7 +236,7 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
     todo = []
-    for ds, m, cfgs, space, _first in plan:
+    for ds, m, cfgs, space, first in plan:
         study = optuna.create_study(
             study_name=study_name(ds, m),
             storage=store,
@@ -245,13 +245,13 @@ def tune(
             load_if_exists=True,
         )
         done = len(study.get_trials(deepcopy=False, states=counted))
-        todo.append((study, ds, m, cfgs, space, max(0, trials - done)))
-    total = sum(n for *_, n in todo)
+        todo.append((study, ds, m, cfgs, space, max(0, trials - done), first))
+    total = sum(t[5] for t in todo)
     if progress is not None:
         progress.start(total)
     from .errors import TrainingDiverged
 
-    for study, ds, m, cfgs, space, n in todo:
+    for study, ds, m, cfgs, space, n, _ in todo:
         if not n:
             continue
 
@@ -294,18 +294,16 @@ def tune(
         "trials_per_method": trials,
         "studies": [],
     }
-    for study, ds, m, cfgs_of, space, _ in todo:
+    for study, ds, m, cfgs_of, space, _, first in todo:
         done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
         if not done:
             raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
         best = study.best_trial
         mcls = METHODS.get(m)
-        base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
-        block = {**base, **{k: v for k, v in best.params.items() if k in COMMON}}
         blocks = preset.setdefault("hyperparameters", {}).setdefault(ds, {})
-        first = next(p[4] for p in plan if p[0] == ds and p[1] == m)
         if len(first.stage_hp) == 1:
-            blocks[f"method:{m}"] = {"default": block}
+            base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
+            blocks[f"method:{m}"] = {"default": {**base, **{k: v for k, v in best.params.items() if k in COMMON}}}
         else:
             # each stage: its recipe in the preset (without the experiment's own hp, which a sweep of the
             # experiment applies again) with the tuned values in it, as a block of its own
