@@ -46,6 +46,12 @@ def test_tune_runs_the_same_trials_per_method_resumes_and_writes_a_preset_runs_t
     r = runner.invoke(app, ["tune", str(exp), "--trials", "6", "--out", str(out), "--metric", "f1"])
     assert r.exit_code == 0, r.output
     assert sorted(_trials(out / "tuning.db").values()) == [6, 6]  # --trials is the total: 2 more each
+    with sqlite3.connect(out / "tuning.db") as c:  # the 2 added trials draw new values, not trials 0 and 1's again
+        drawn = c.execute(
+            "select t.study_id, group_concat(p.param_name || '=' || p.param_value) from trials t "
+            "join trial_params p using (trial_id) group by t.trial_id"
+        ).fetchall()
+    assert len(drawn) == 12 and len(set(drawn)) == 12, drawn
     summary = json.loads((out / "summary.json").read_text())
     assert {s["study"]: s["trials"] for s in summary["studies"]} == {"credit/svfl": 6, "credit/laser": 6}
     assert summary["tuning_seeds"] == [1000] and summary["reporting_seeds"] == [0, 1]
@@ -155,3 +161,45 @@ def test_a_method_with_several_stages_is_tuned_stage_by_stage_and_its_preset_giv
             assert getattr(tuned.stage_hp[st], k) == pytest.approx(getattr(trial.stage_hp[st], k)), (st, k)
         assert tuned.stage_hp[st].lr == pytest.approx(best[f"stage:{st}.lr"])
     assert tuned.stage_hp["pretrain"].lr != tuned.stage_hp["train"].lr  # each stage kept its own value
+
+
+def _draws(study, n):
+    out = []
+    for _ in range(n):
+        t = study.ask()
+        out.append((t.number, t.suggest_float("lr", 1e-5, 1e-1, log=True), t.suggest_categorical("b", [64, 128, 256])))
+        study.tell(t, -abs(np.log10(out[-1][1]) + 3))
+    return out
+
+
+def test_restarted_or_shared_tuners_never_draw_a_trial_again_and_one_tuner_draws_what_tpe_draws(tmp_path):
+    """A plain seeded TPE sampler restarts its stream in every process: a resumed study repeated its first trials
+    (a committed Credit study did), and two tuners sharing a study drew the same values."""
+    optuna = pytest.importorskip("optuna")
+    from vflbench.tuning import trial_seeded_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+
+    def study(name, sampler):
+        return optuna.create_study(study_name=name, storage=url, sampler=sampler, load_if_exists=True)
+
+    plain = _draws(study("plain", optuna.samplers.TPESampler(seed=0)), 12)
+    one = _draws(study("one", trial_seeded_sampler(0)), 12)
+    assert one == plain  # an uninterrupted tuner: the very draws of TPESampler(seed=0), startup and TPE phases
+
+    resumed = _draws(study("resumed", trial_seeded_sampler(0)), 4) + _draws(
+        study("resumed", trial_seeded_sampler(0)), 4
+    )
+    assert resumed[:4] == plain[:4]
+    assert len({d[1:] for d in resumed}) == 8  # the restarted tuner draws new values, not trials 0-3 again
+    again = _draws(study("again", trial_seeded_sampler(0)), 4) + _draws(study("again", trial_seeded_sampler(0)), 4)
+    assert again == resumed  # and the same ones whoever resumes: they follow from (seed, trial number)
+
+    a, b = study("shared", trial_seeded_sampler(0)), study("shared", trial_seeded_sampler(0))
+    shared = [d for _ in range(4) for d in _draws(a, 1) + _draws(b, 1)]  # two tuners taking turns
+    assert [d[0] for d in shared] == list(range(8)) and len({d[1:] for d in shared}) == 8
+
+    stale = _draws(study("stale", optuna.samplers.TPESampler(seed=0)), 4)  # what the plain sampler did
+    stale += _draws(study("stale", optuna.samplers.TPESampler(seed=0)), 4)
+    assert [d[1:] for d in stale[4:]] == [d[1:] for d in stale[:4]]

@@ -32,6 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .config import RunConfig, resolve
 from .errors import VFLBenchError
 
@@ -169,6 +171,33 @@ def studies(exp) -> list[tuple[str, str, list[RunConfig]]]:
     return [(ds, m, list(g.values())) for (ds, m), g in groups.items()]
 
 
+def trial_seeded_sampler(seed: int):
+    """Optuna's TPE sampler, seeded, whose draws never repeat because a tuner was restarted or shared its study.
+
+    A plain ``TPESampler(seed)`` restarts its random stream in every process: a resumed study (``--trials`` raised,
+    or a tuner killed and started again) draws its first new trials with the values of its first old ones, and two
+    tuners started together on one study draw the same values. Here a tuner keeps the seeded stream while it is the
+    only one that ever drew in the study (trial number = the trials it started itself), so an uninterrupted tuner
+    draws exactly what ``TPESampler(seed)`` draws; from the first trial that breaks that (a resumed study, a second
+    tuner), each trial's draws come from ``(seed, trial number)``, which no other trial of the study shares."""
+    import optuna
+
+    class TrialSeededTPE(optuna.samplers.TPESampler):
+        def __init__(self) -> None:
+            super().__init__(seed=seed)
+            self._started = 0
+
+        def before_trial(self, study, trial) -> None:
+            if trial.number != self._started:  # not this tuner's own uninterrupted sequence
+                s0, s1 = np.random.SeedSequence([seed, trial.number]).generate_state(2)
+                self._rng.rng.seed(int(s0))
+                self._random_sampler._rng.rng.seed(int(s1))
+            self._started += 1
+            super().before_trial(study, trial)
+
+    return TrialSeededTPE()
+
+
 def tune(
     exp_path: str,
     out: Path,
@@ -241,7 +270,7 @@ def tune(
             study_name=study_name(ds, m),
             storage=store,
             direction="maximize",
-            sampler=optuna.samplers.TPESampler(seed=0),
+            sampler=trial_seeded_sampler(0),
             load_if_exists=True,
         )
         done = len(study.get_trials(deepcopy=False, states=counted))
