@@ -203,3 +203,28 @@ def test_restarted_or_shared_tuners_never_draw_a_trial_again_and_one_tuner_draws
     stale = _draws(study("stale", optuna.samplers.TPESampler(seed=0)), 4)  # what the plain sampler did
     stale += _draws(study("stale", optuna.samplers.TPESampler(seed=0)), 4)
     assert [d[1:] for d in stale[4:]] == [d[1:] for d in stale[:4]]
+
+
+@needs_mirror
+def test_workers_share_one_study_draw_no_trial_twice_and_only_the_first_n_trials_decide(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXP.replace("methods: [svfl, laser]", "methods: [svfl]"))
+    out = tmp_path / "tuned"
+    args = ["tune", str(exp), "--trials", "3", "--out", str(out), "--metric", "f1"]
+    r = runner.invoke(app, [*args, "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    study = optuna.load_study(study_name="credit/svfl", storage=f"sqlite:///{out / 'tuning.db'}")
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert 3 <= len(done) <= 4  # two workers finishing together may each run one trial past the budget
+    assert len({tuple(sorted(t.params.items())) for t in done}) == len(done)  # two processes, no repeated draw
+    # a trial finished past the budget (here: added by hand, the best value by far) never decides the preset
+    best = max(done, key=lambda t: t.value)
+    study.add_trial(optuna.trial.create_trial(params=best.params, distributions=best.distributions, value=1e9))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    (st,) = json.loads((out / "summary.json").read_text())["studies"]
+    first = sorted(done, key=lambda t: t.number)[:3]
+    assert st["trials"] == 3 and st["beyond_budget"] == len(done) + 1 - 3
+    assert st["best_value"] == pytest.approx(max(t.value for t in first))
+    assert "not used for the preset" in (out / "summary.md").read_text()

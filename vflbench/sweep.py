@@ -180,7 +180,7 @@ def prefetch(p: SweepPlan) -> None:
         DATASETS.get(name).fetch(download=True)
 
 
-def _worker_init(threads: int, explicit: int | None = None) -> None:
+def worker_init(threads: int, explicit: int | None = None) -> None:
     try:  # die with the parent (SIGKILL of the sweep must not leave orphans computing)
         import ctypes
         import signal
@@ -339,7 +339,7 @@ def execute_plan(
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=mp.get_context("spawn"),
-        initializer=_worker_init,
+        initializer=worker_init,
         initargs=(threads, threads_per_run),
     ) as pool:
         pending = {pool.submit(run_pack, task, str(p.out), device, pack > 1) for task in tasks}

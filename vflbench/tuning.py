@@ -198,6 +198,114 @@ def trial_seeded_sampler(seed: int):
     return TrialSeededTPE()
 
 
+def open_storage(url: str):
+    """Optuna's RDB storage at ``url``, with a heartbeat (a killed tuner's trial is marked failed)."""
+    import optuna
+
+    for attempt in range(5):  # tuners started together race to create the schema: the loser opens it once it exists
+        try:
+            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
+        except Exception as e:  # noqa: BLE001  (any database error: one line)
+            if attempt == 4:
+                raise VFLBenchError(
+                    f"--storage {url}: Optuna cannot open it ({str(e).splitlines()[0][:160]})."
+                ) from None
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
+
+
+def _enough(trials: int, in_flight: bool):
+    """A callback that stops a tuner once the study holds ``trials`` finished trials, or (``in_flight``: the
+    ``--workers`` of one tuner) finished and running ones together, so that workers finish with the total rather
+    than one extra trial each."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    states += (optuna.trial.TrialState.RUNNING,) if in_flight else ()
+
+    def stop(study, trial) -> None:
+        if len(study.get_trials(deepcopy=False, states=states)) >= trials:
+            study.stop()
+
+    return stop
+
+
+def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callback=None, in_flight=False) -> None:
+    """Run trials of one study until it holds ``trials`` finished ones (counting every tuner's)."""
+    import optuna
+
+    from .errors import TrainingDiverged
+
+    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    n = trials - len(study.get_trials(deepcopy=False, states=counted))
+    if n <= 0:
+        return
+
+    def objective(trial):
+        params = suggest(trial, space)
+        t0 = time.perf_counter()
+        try:
+            value = sum(
+                validation_score(trial_config(c, params, s, val_split), metric, device) for c in cfgs for s in seeds
+            ) / (len(cfgs) * len(seeds))
+        except TrainingDiverged as e:
+            raise optuna.TrialPruned(str(e)) from None
+        trial.set_user_attr("seconds", time.perf_counter() - t0)
+        return value
+
+    # a killed tuner's trial is failed by the storage's heartbeat and does not count
+    callbacks = [_enough(trials, in_flight)] + ([callback] if callback else [])
+    study.optimize(objective, n_trials=n, callbacks=callbacks, catch=())
+
+
+def _tune_worker(url: str, jobs, run) -> None:
+    """One of ``--workers`` tuner processes: every study in turn, sharing the storage with the others."""
+    import warnings
+
+    import optuna
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = open_storage(url)
+    for name, cfgs, space in jobs:
+        study = optuna.load_study(study_name=name, storage=store, sampler=trial_seeded_sampler(0))
+        optimize(study, cfgs, space, *run, in_flight=True)
+
+
+def _in_parallel(url: str, pending, run, workers: int, progress) -> None:
+    """``workers`` tuner processes on one storage; the bar follows the studies' finished trials."""
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    import optuna
+
+    from .sweep import worker_init
+
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    jobs = [(name, cfgs, space) for _, name, cfgs, space in pending]
+
+    def count():
+        return [len(st.get_trials(deepcopy=False, states=finished)) for st, *_ in pending]
+
+    shown = count()
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=mp.get_context("spawn"), initializer=worker_init, initargs=(threads,)
+    ) as pool:
+        futures = {pool.submit(_tune_worker, url, jobs, run) for _ in range(workers)}
+        while futures:
+            done, futures = wait(futures, timeout=2.0, return_when=FIRST_COMPLETED)
+            for f in done:
+                f.result()  # a worker's error stops the tuner, as it does in one process
+            now = count()
+            if progress is not None:
+                for (name, _, _), a, b in zip(jobs, shown, now, strict=True):
+                    for i in range(a, b):
+                        progress.advance(f"{name}: trial {i + 1} finished")
+            shown = now
+
+
 def tune(
     exp_path: str,
     out: Path,
@@ -208,6 +316,7 @@ def tune(
     val_split: float = 0.2,
     device: str = "cpu",
     progress=None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run the missing trials of every study of the experiment, then write the preset and the summary."""
     import warnings
@@ -251,17 +360,7 @@ def tune(
         plan.append((ds, m, cfgs, space, first))
     out.mkdir(parents=True, exist_ok=True)
     url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
-    store = None
-    for attempt in range(5):  # tuners started together race to create the schema: the loser opens it once it exists
-        try:
-            store = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=120)
-            break
-        except Exception as e:  # noqa: BLE001  (any database error: one line)
-            if attempt == 4:
-                raise VFLBenchError(
-                    f"--storage {url}: Optuna cannot open it ({str(e).splitlines()[0][:160]})."
-                ) from None
-            time.sleep(1.0 + attempt)
+    store = open_storage(url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
     todo = []
@@ -278,37 +377,18 @@ def tune(
     total = sum(t[5] for t in todo)
     if progress is not None:
         progress.start(total)
-    from .errors import TrainingDiverged
+    pending = [(study, study_name(ds, m), cfgs, space) for study, ds, m, cfgs, space, n, _ in todo if n]
+    run = (trials, seeds, val_split, metric, device)
+    if workers > 1 and pending:
+        _in_parallel(url, pending, run, workers, progress)
+    for study, name, cfgs, space in pending:  # one tuner; after workers, the rest of any study they left short
 
-    for study, ds, m, cfgs, space, n, _ in todo:
-        if not n:
-            continue
-
-        def objective(trial, cfgs=cfgs, space=space):
-            params = suggest(trial, space)
-            t0 = time.perf_counter()
-            try:
-                value = sum(
-                    validation_score(trial_config(c, params, s, val_split), metric, device) for c in cfgs for s in seeds
-                ) / (len(cfgs) * len(seeds))
-            except TrainingDiverged as e:
-                raise optuna.TrialPruned(str(e)) from None
-            trial.set_user_attr("seconds", time.perf_counter() - t0)
-            return value
-
-        def advanced(study, trial, label=f"{ds}/{m}"):
+        def advanced(study, trial, label=name):
             if progress is not None:
                 shown = f"{trial.value:.2f}" if trial.value is not None else trial.state.name.lower()
                 progress.advance(f"{label}: {shown}")
 
-        # the total per method counts across tuners sharing the study; a killed tuner's trial is failed by the
-        # storage's heartbeat and does not count
-        study.optimize(
-            objective,
-            n_trials=n,
-            callbacks=[optuna.study.MaxTrialsCallback(trials, states=counted), advanced],
-            catch=(),
-        )
+        optimize(study, cfgs, space, *run, callback=advanced)
     if progress is not None:
         progress.stop()
     base_name = plan[0][4].settings["preset"] if plan else default_preset("clean")
@@ -324,10 +404,18 @@ def tune(
         "studies": [],
     }
     for study, ds, m, cfgs_of, space, _, first in todo:
-        done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+        # the budget is the first N finished trials by number: tuners sharing a study can finish a trial or two
+        # beyond N, and those never decide the preset, so that every method is judged on N trials
+        finished = study.get_trials(deepcopy=False, states=counted)
+        budget = sorted(finished, key=lambda t: t.number)[:trials]
+        done = [t for t in budget if t.state == optuna.trial.TrialState.COMPLETE]
         if not done:
             raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
-        best = study.best_trial
+        best = max(done, key=lambda t: (t.value, -t.number))  # Optuna's best_trial: the first of the best values
+        judged = study
+        if len(budget) < len(finished):
+            judged = optuna.create_study(direction="maximize")
+            judged.add_trials(done)
         mcls = METHODS.get(m)
         blocks = preset.setdefault("hyperparameters", {}).setdefault(ds, {})
         if len(first.stage_hp) == 1:
@@ -346,7 +434,7 @@ def tune(
         if opts:
             preset.setdefault("method_options", {}).setdefault(ds, {})[m] = opts
         try:
-            importance = {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+            importance = {k: float(v) for k, v in optuna.importance.get_param_importances(judged).items()}
         except (RuntimeError, ValueError, ZeroDivisionError):
             importance = {}  # fewer than two distinct finished trials
         summary["studies"].append(
@@ -356,6 +444,7 @@ def tune(
                 "method": m,
                 "trials": len(done),
                 "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.get_trials(deepcopy=False)),
+                "beyond_budget": len(finished) - len(budget),
                 "seconds": float(sum(t.user_attrs.get("seconds", 0.0) for t in done)),
                 "best_value": float(best.value),
                 "best_params": best.params,
@@ -395,4 +484,11 @@ def summary_md(summary: dict[str, Any]) -> str:
             f"| {s['study']} | {s['trials']} | {s['failed']} | {s['seconds']:.0f} | {s['best_value']:.2f} | {params} "
             f"| {imp} |"
         )
+    extra = [f"{s['study']} {s['beyond_budget']}" for s in summary["studies"] if s.get("beyond_budget")]
+    if extra:
+        lines += [
+            "",
+            f"Finished beyond the {summary['trials_per_method']} trials of the budget (tuners sharing a study; "
+            f"not used for the preset or the table): {', '.join(extra)}.",
+        ]
     return "\n".join(lines) + "\n"

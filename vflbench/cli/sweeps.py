@@ -36,6 +36,9 @@ def tune(
     metric: str = typer.Option("accuracy", help="validation metric to maximise: accuracy | f1 | auprc"),
     val_split: float = typer.Option(0.2, help="share of the training samples held out for validation"),
     device: str = typer.Option("cpu", help="cpu | cuda | auto"),
+    workers: int = typer.Option(
+        1, help="tuner processes sharing the study (each runs whole trials; threads: cores / workers)"
+    ),
 ):
     """Tune every method of an experiment with the same number of trials on a validation split (Optuna; test data
     never scored); writes OUT/tuned.yaml (a preset for --preset) and OUT/summary.md (docs/STATISTICS.md)."""
@@ -70,7 +73,12 @@ def tune(
         def stop(self):
             self.p.stop()
 
-    summary = run_tune(experiment, out_path(out), trials, storage, seed_list, metric, val_split, device, Bar())
+    if workers < 1:
+        raise VFLBenchError(f"--workers must be >= 1, got {workers}.")
+    check_limit("workers", workers)
+    summary = run_tune(
+        experiment, out_path(out), trials, storage, seed_list, metric, val_split, device, Bar(), workers=workers
+    )
     for st in summary["studies"]:
         console.print(f"{st['study']}: {st['trials']} trials, best {metric} {st['best_value']:.2f}", highlight=False)
     console.print(f"-> {out_path(out) / 'tuned.yaml'}, {out_path(out) / 'summary.md'}")
