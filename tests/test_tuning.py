@@ -216,7 +216,7 @@ def test_workers_share_one_study_draw_no_trial_twice_and_only_the_first_n_trials
     assert r.exit_code == 0, r.output
     study = optuna.load_study(study_name="credit/svfl", storage=f"sqlite:///{out / 'tuning.db'}")
     done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    assert 3 <= len(done) <= 4  # two workers finishing together may each run one trial past the budget
+    assert len(done) == 3  # a worker starts no trial that the others' finished and running ones make up
     assert len({tuple(sorted(t.params.items())) for t in done}) == len(done)  # two processes, no repeated draw
     # a trial finished past the budget (here: added by hand, the best value by far) never decides the preset
     best = max(done, key=lambda t: t.value)
@@ -225,6 +225,6 @@ def test_workers_share_one_study_draw_no_trial_twice_and_only_the_first_n_trials
     assert r.exit_code == 0, r.output
     (st,) = json.loads((out / "summary.json").read_text())["studies"]
     first = sorted(done, key=lambda t: t.number)[:3]
-    assert st["trials"] == 3 and st["beyond_budget"] == len(done) + 1 - 3
+    assert st["trials"] == 3 and st["beyond_budget"] == 1 and st["failed"] == 0
     assert st["best_value"] == pytest.approx(max(t.value for t in first))
     assert "not used for the preset" in (out / "summary.md").read_text()

@@ -214,34 +214,31 @@ def open_storage(url: str):
     raise AssertionError("unreachable")
 
 
-def _enough(trials: int, in_flight: bool):
-    """A callback that stops a tuner once the study holds ``trials`` finished trials, or (``in_flight``: the
-    ``--workers`` of one tuner) finished and running ones together, so that workers finish with the total rather
-    than one extra trial each."""
-    import optuna
-
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    states += (optuna.trial.TrialState.RUNNING,) if in_flight else ()
-
-    def stop(study, trial) -> None:
-        if len(study.get_trials(deepcopy=False, states=states)) >= trials:
-            study.stop()
-
-    return stop
+class _Surplus(Exception):
+    """A worker's trial that the study's earlier trials already make up: closed as failed (tagged ``surplus``),
+    untrained, and not counted anywhere."""
 
 
 def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callback=None, in_flight=False) -> None:
-    """Run trials of one study until it holds ``trials`` finished ones (counting every tuner's)."""
+    """Run trials of one study, one at a time, while it holds fewer than ``trials`` finished ones (every tuner's),
+    or, with ``in_flight`` (the ``--workers`` of one tuner), finished and running ones together: a worker then
+    starts no trial that the others' running ones already make up, so W workers on N trials run N, not N + W - 1
+    (two workers that start at the same instant can still both start one)."""
     import optuna
 
     from .errors import TrainingDiverged
 
-    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    n = trials - len(study.get_trials(deepcopy=False, states=counted))
-    if n <= 0:
-        return
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
+    states += (optuna.trial.TrialState.RUNNING,) if in_flight else ()
 
     def objective(trial):
+        if (
+            in_flight
+            and sum(t.number < trial.number for t in study.get_trials(deepcopy=False, states=states)) >= trials
+        ):
+            trial.set_user_attr("surplus", True)  # workers that started together: the earlier trials make N
+            study.stop()
+            raise _Surplus
         params = suggest(trial, space)
         t0 = time.perf_counter()
         try:
@@ -253,9 +250,10 @@ def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callb
         trial.set_user_attr("seconds", time.perf_counter() - t0)
         return value
 
-    # a killed tuner's trial is failed by the storage's heartbeat and does not count
-    callbacks = [_enough(trials, in_flight)] + ([callback] if callback else [])
-    study.optimize(objective, n_trials=n, callbacks=callbacks, catch=())
+    # a killed tuner's trial is failed by the storage's heartbeat (here, or at each trial) and does not count
+    optuna.storages.fail_stale_trials(study)
+    while len(study.get_trials(deepcopy=False, states=states)) < trials:
+        study.optimize(objective, n_trials=1, callbacks=[callback] if callback else None, catch=(_Surplus,))
 
 
 def _tune_worker(url: str, jobs, run) -> None:
@@ -265,7 +263,7 @@ def _tune_worker(url: str, jobs, run) -> None:
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a surplus trial is closed as failed with a warning
     store = open_storage(url)
     for name, cfgs, space in jobs:
         study = optuna.load_study(study_name=name, storage=store, sampler=trial_seeded_sampler(0))
@@ -286,7 +284,10 @@ def _in_parallel(url: str, pending, run, workers: int, progress) -> None:
     jobs = [(name, cfgs, space) for _, name, cfgs, space in pending]
 
     def count():
-        return [len(st.get_trials(deepcopy=False, states=finished)) for st, *_ in pending]
+        return [
+            sum(not t.user_attrs.get("surplus") for t in st.get_trials(deepcopy=False, states=finished))
+            for st, *_ in pending
+        ]
 
     shown = count()
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -443,7 +444,10 @@ def tune(
                 "dataset": ds,
                 "method": m,
                 "trials": len(done),
-                "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.get_trials(deepcopy=False)),
+                "failed": sum(
+                    not t.user_attrs.get("surplus")
+                    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+                ),
                 "beyond_budget": len(finished) - len(budget),
                 "seconds": float(sum(t.user_attrs.get("seconds", 0.0) for t in done)),
                 "best_value": float(best.value),
