@@ -56,7 +56,7 @@ LIMITS: dict[str, Limit] = {
         "synthetic blocks x block_width", 1, 1_000_000, "features of the synthetic generator", "block_width=1000000000"
     ),
     "n_classes": Limit("synthetic n_classes", 2, 1_000, "classes of the synthetic generator", "n_classes=1000000000"),
-    "workers": Limit("--workers", 1, 256, "worker processes of a sweep", "1000000"),
+    "workers": Limit("--workers", 1, 256, "worker processes of a sweep or a tuner", "1000000"),
     "pack": Limit("--pack", 1, 256, "runs trained together in one vmapped bank", "1000000"),
     "threads": Limit("--threads", 1, 1_024, "torch intra-op threads per run", "1000000"),
     "timeout": Limit(
