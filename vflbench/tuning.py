@@ -2,8 +2,10 @@
 
 One Optuna study per dataset and method (named ``DATASET/METHOD``) lives in a real database: Optuna's RDB
 storage, ``sqlite:///OUT/tuning.db`` by default or any URL Optuna takes, so tuning is resumable, several
-tuners can share a study, and a killed tuner loses at most the trial in flight (a heartbeat marks it failed).
-``--trials N`` is the total of finished trials per method: the same call with a larger N adds the difference.
+tuners can share a study (``--workers W`` starts W on one database), and a killed tuner loses at most the trial in
+flight (a heartbeat marks it failed). ``--trials N`` is the total of finished trials per method: the same call with a
+larger N adds the difference. No trial is drawn twice by a restarted or a second tuner
+(:func:`trial_seeded_sampler`), and only a study's first N finished trials decide its preset.
 
 A trial trains the method with the trial's hyper-parameters on a tuning seed (never a reporting seed of the
 experiment) under each of the experiment's training settings, on the training data less a validation split
