@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from .config import RunConfig, resolve
-from .errors import VFLBenchError
+from .errors import TrainingDiverged, VFLBenchError
+from .sweep import worker_init
 
 COMMON = ("lr", "weight_decay", "batch_size", "epochs")
 DEFAULT_SEEDS = (1000,)  # tuning seeds: apart from any reporting seed an experiment lists
@@ -224,11 +225,9 @@ class _Surplus(Exception):
 def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callback=None, in_flight=False) -> None:
     """Run trials of one study, one at a time, while it holds fewer than ``trials`` finished ones (every tuner's),
     or, with ``in_flight`` (the ``--workers`` of one tuner), finished and running ones together: a worker then
-    starts no trial that the others' running ones already make up, so W workers on N trials run N, not N + W - 1
-    (two workers that start at the same instant can still both start one)."""
+    starts no trial that the others' running ones already make up, and a trial whose earlier trials already make N
+    (workers starting at the same instant) is closed untrained as a surplus, so W workers on N trials run N."""
     import optuna
-
-    from .errors import TrainingDiverged
 
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
     states += (optuna.trial.TrialState.RUNNING,) if in_flight else ()
@@ -279,8 +278,6 @@ def _in_parallel(url: str, pending, run, workers: int, progress) -> None:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     import optuna
-
-    from .sweep import worker_init
 
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
     jobs = [(name, cfgs, space) for _, name, cfgs, space in pending]
