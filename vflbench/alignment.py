@@ -229,12 +229,8 @@ def party_block(
     """A party's encoded columns for every sample (``[n_train, w]``, ``[n_test, w]``, names): its own
     rows where it holds the sample's ID, imputed like missing cells elsewhere; fitted on the training samples."""
     import pandas as pd
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
 
-    from .datasets.table import _as_object, column_kinds
+    from .datasets.table import column_encoder, column_kinds
 
     feats = [c for c in df.columns if c != id_col and c not in exclude]
     if not feats:
@@ -243,33 +239,7 @@ def party_block(
     kinds = column_kinds(frame, [])  # on every sample, as the table loader does
     num = [c for c in feats if kinds[c] == "numeric"]
     cat = [c for c in feats if kinds[c] == "categorical"]
-    for c in cat:
-        frame[c] = _as_object(frame[c])
-    for c in num:
-        frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
-    scalers = {"standard": StandardScaler, "minmax": MinMaxScaler, "none": None}
-    if scaler not in scalers:
-        raise VFLBenchError(f"unknown scaler {scaler!r}. Choices: standard, minmax, none.")
-    steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
-    if scalers[scaler] is not None:
-        steps.append(("scale", scalers[scaler]()))
-    ct = ColumnTransformer(
-        [
-            ("num", Pipeline(steps), num),
-            (
-                "cat",
-                Pipeline(
-                    [
-                        ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
-                        ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
-                    ]
-                ),
-                cat,
-            ),
-        ],
-        remainder="drop",
-        sparse_threshold=0.0,
-    )
+    frame, ct = column_encoder(frame, num, cat, scaler)
     xtr = ct.fit_transform(frame.iloc[train]).astype(np.float32)
     xte = ct.transform(frame.iloc[test]).astype(np.float32)
     names = list(num)

@@ -221,15 +221,46 @@ def _as_object(s: pd.Series) -> pd.Series:
     return s.map(lambda v: np.nan if pd.isna(v) else _fmt(v)).astype(object)
 
 
+SCALERS = ("standard", "minmax", "none")
+
+
+def column_encoder(frame: pd.DataFrame, num: list[str], cat: list[str], scaler: str, where: str = ""):
+    """``(frame, encoder)``: a copy of ``frame`` with its categorical columns as text (NaN where missing) and its
+    numeric ones as floats, and an unfitted encoder for it (fit it on the training rows only): numeric columns
+    median-imputed, then scaled (``scaler``: standard, minmax or none); categorical ones imputed with the most
+    frequent value, then one-hot. The table loader and the aligned party files (vflbench.alignment) share it."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
+
+    if scaler not in SCALERS:
+        raise VFLBenchError(f"{where}unknown scaler {scaler!r}. Choices: {', '.join(SCALERS)}.")
+    frame = frame.copy()
+    for c in cat:
+        frame[c] = _as_object(frame[c])
+    for c in num:
+        frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
+    num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
+    if scaler != "none":
+        num_steps.append(("scale", {"standard": StandardScaler, "minmax": MinMaxScaler}[scaler]()))
+    onehot = Pipeline(
+        [
+            ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+            ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
+        ]
+    )
+    encoder = ColumnTransformer(
+        [("num", Pipeline(num_steps), num), ("cat", onehot, cat)], remainder="drop", sparse_threshold=0.0
+    )
+    return frame, encoder
+
+
 def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     """Split, encode and scale a table (fitted on the training split only)."""
     import warnings
 
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
     from sklearn.model_selection import train_test_split
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
 
     from ..errors import VFLBenchWarning
 
@@ -281,35 +312,8 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
             raise VFLBenchError(f"{tab.label}: the test file has no rows with a target value.")
     num = [c for c in feats if kinds[c] == "numeric"]
     cat = [c for c in feats if kinds[c] == "categorical"]
-    X_df = X_df.copy()
-    for c in cat:
-        X_df[c] = _as_object(X_df[c])
-    for c in num:
-        X_df[c] = pd.to_numeric(X_df[c], errors="coerce").astype(float)
-    scalers = {"standard": StandardScaler, "minmax": MinMaxScaler, "none": None}
     scaler = str(opts.get("scaler") or "none")
-    if scaler not in scalers:
-        raise VFLBenchError(f"{tab.label}: unknown scaler '{scaler}'. Choices: standard, minmax, none.")
-    num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
-    if scalers[scaler] is not None:
-        num_steps.append(("scale", scalers[scaler]()))
-    ct = ColumnTransformer(
-        [
-            ("num", Pipeline(num_steps), num),
-            (
-                "cat",
-                Pipeline(
-                    [
-                        ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
-                        ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
-                    ]
-                ),
-                cat,
-            ),
-        ],
-        remainder="drop",
-        sparse_threshold=0.0,
-    )
+    X_df, ct = column_encoder(X_df, num, cat, scaler, f"{tab.label}: ")
     Xtr = ct.fit_transform(X_df.iloc[tr_idx])
     Xte = ct.transform(X_df.iloc[te_idx])
     # encoded column -> source column, then back into the source columns' order
