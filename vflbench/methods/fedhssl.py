@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import VFLBenchError
-from ..models import MLPBank
+from ..models import IMAGE_EXTRACTORS, MLPBank
 from .base import (
     METHODS,
     Batch,
@@ -59,8 +59,6 @@ TRAIN_LABELED = Stage("train", samples="labeled")  # finetune=labeled: every lab
 
 def split_image_encoder(arch: str, in_ch: int, out: int) -> tuple[nn.Module, nn.Module]:
     """An image extractor cut in two: (lower layers, upper layers)."""
-    from ..models import IMAGE_EXTRACTORS
-
     full = IMAGE_EXTRACTORS[arch](in_ch, out)
     if isinstance(full, nn.Sequential):  # cnn-small: the first conv block, then the rest
         return full[:4], full[4:]

@@ -10,10 +10,11 @@ C(|O|, s)/(2^|O| - 1), so the loss is an unbiased estimate of the mean loss over
 subsets of O. Prediction fuses the observed blocks. With a 2-layer fusion head (the model's
 ``head_hidden``) the subsets are fused in representation space; with Linear heads in class space.
 
-
-
-``A[b, i, s, k]``. As heads are linear and fusion is a mean, every head is applied once to every
-representation (one matrix product) and the tasks are fused in class space by a broadcast sum.
+Vectorised: every task of an epoch is drawn at once (one uniform per sample, head and size, looked up in a
+table of subsets) and kept as fusion weights ``A[b, i, s, k]`` (1/|S| on the members of the drawn subset S,
+1 with sum fusion). With Linear heads, every head is applied once to every representation (one matrix product)
+and each task's logits are the batched product of ``A`` with those projections, plus the bias once: the logits of
+fusing first (up to rounding), because a Linear map commutes with a weighted sum.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import math
 
 import torch
 
+from ..errors import VFLBenchError
 from .base import (
     METHODS,
     Batch,
@@ -218,8 +220,6 @@ class LaserVFL(Method):
         self.n_heads = 1 if self.one or self.active_head else self.k
         self.head, _ = self.heads("head", self.n_heads, self.ctx.model.cut)
         if self.k > 12:
-            from ..errors import VFLBenchError
-
             raise VFLBenchError(f"LASER-VFL with K={self.k}: the subset tables grow as 3^K; use K <= 12.")
         tables = subset_table_any(self.k) if self.one else subset_table(self.k)
         if self.active_head:  # head 0 only: the subsets that contain block 0
