@@ -11,8 +11,15 @@ re-run to its committed numbers.
 
     python scripts/regression_gate.py results --out /tmp/gate.json            # keys and one re-run per folder
     python scripts/regression_gate.py results/pbm --keys-only
+    python scripts/regression_gate.py --run results/X/runs/RUN --against b84f4aa   # HEAD against a revision, here
 
 Prints one line per folder and exits 1 if any key moved or any value differs.
+
+Bit-identical repeats hold on one kind of CPU: on another, MKL's and torch's kernels for its instruction set may
+round differently, and a training run then drifts (README, "Reproducibility"). A difference prints the CPU that
+recorded the run (manifests name it since 2026-11-26) beside this host's. ``--against REV`` tells a host difference
+from a regression: it re-runs the same run with the code of revision REV (a temporary git worktree) on this host
+and compares HEAD's numbers with those, not with the committed ones.
 """
 
 from __future__ import annotations
@@ -37,21 +44,44 @@ def same(a, b) -> bool:
     return a == b or str(a) == str(b)
 
 
-def rerun(manifest: dict, run_dir: Path) -> list[str]:
+def execute_rows(manifest: dict):
+    """The run of ``manifest`` executed again the way it was trained, as a DataFrame of its CSV rows."""
     from dataclasses import replace
 
     import pandas as pd
 
     from vflbench.config import config_from_manifest, resolve
-    from vflbench.outputs import read_results_csv
     from vflbench.pipeline import execute, execute_pack
 
     run = resolve(config_from_manifest(manifest))
     # the request spells out every option; the row's `options` column lists those a user set, as recorded
     run = replace(run, option_sources=dict(manifest["method"]["option_sources"]))
     rows = execute_pack([run], device="cpu")[0][0] if "pack" in manifest else execute(run, device="cpu")[0]
-    new = pd.DataFrame(rows)
-    old = read_results_csv(run_dir / "results.csv")
+    return pd.DataFrame(rows)
+
+
+def rows_at(rev: str, manifest_dir: Path, tree: Path) -> Path:
+    """The rows that the code of ``rev`` (checked out at ``tree``) produces for the run in ``manifest_dir``, here."""
+    import os
+    import subprocess
+
+    out = tree / "_gate_rows" / f"{manifest_dir.name}.csv"
+    out.parent.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # ahead of the editable install: that revision's vflbench
+    cmd = [sys.executable, __file__, "--run", str(manifest_dir.resolve()), "--emit", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0 or not out.exists():
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"revision {rev} cannot re-run {manifest_dir.name}: {tail}")
+    return out
+
+
+def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None) -> list[str]:
+    """Differences between the run executed again and ``baseline`` (default: its committed CSV)."""
+    from vflbench.outputs import read_results_csv
+
+    new = execute_rows(manifest)
+    old = read_results_csv(baseline or run_dir / "results.csv")
     ident = [c for c in ("test_missing", "metric", "epoch") if c in old.columns]
     key = lambda df: df[ident].astype(str).agg("|".join, axis=1)  # noqa: E731
     new.index, old.index = key(new), key(old)
@@ -72,7 +102,38 @@ def rerun(manifest: dict, run_dir: Path) -> list[str]:
                 break
     if extra:  # rows a later version adds (a new metric or variant): reported, not a difference
         print(f"   ({len(extra)} rows not in the committed CSV, e.g. {extra[0]})", flush=True)
+    if diffs and baseline is None:
+        from vflbench.outputs import versions
+
+        rec, here = manifest.get("versions", {}), versions()
+        cpu = lambda v: f"{v.get('cpu', 'a CPU not named')} ({v.get('cpu_capability', '?')}, {v.get('platform')})"  # noqa: E731
+        if (rec.get("cpu"), rec.get("cpu_capability")) != (here["cpu"], here["cpu_capability"]):
+            diffs.append(f"recorded on {cpu(rec)}, re-run on {cpu(here)}: try --against REV to tell the two apart")
     return diffs
+
+
+def rerun_folders(dirs: list[Path], against: str | None) -> int:
+    import subprocess
+    import tempfile
+
+    bad, tree = False, None
+    try:
+        if against:
+            tree = Path(tempfile.mkdtemp(prefix="gate-")) / "tree"
+            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), against], check=True)
+        for d in dirs:
+            m = json.loads((d / "manifest.json").read_text())
+            try:
+                diffs = rerun(m, d, rows_at(against, d, tree) if tree else None)
+            except RuntimeError as e:  # that revision cannot run this manifest (an option it did not have yet)
+                diffs = [str(e)]
+            bad |= bool(diffs)
+            what = f"against {against} here" if against else "against the committed CSV"
+            print(f"{d} ({what}): " + ("identical" if not diffs else "; ".join(diffs[:6])), flush=True)
+    finally:
+        if tree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=False)
+    return 1 if bad else 0
 
 
 def main() -> int:
@@ -84,16 +145,22 @@ def main() -> int:
     ap.add_argument(
         "--run", action="append", default=[], help="re-run just this run folder (repeatable) and compare it"
     )
+    ap.add_argument(
+        "--against",
+        metavar="REV",
+        help="with --run: compare with what the code of git revision REV gives here, not with the committed CSV",
+    )
+    ap.add_argument("--emit", help=argparse.SUPPRESS)  # with one --run: write its re-run rows here (--against)
     a = ap.parse_args()
+    if a.emit:
+        execute_rows(json.loads((Path(a.run[0]) / "manifest.json").read_text())).to_csv(a.emit, index=False)
+        return 0
+    if a.against and not a.run:
+        ap.error("--against needs --run RUN_DIR")
     from vflbench.config import config_from_manifest, resolve
 
     if a.run:
-        bad = False
-        for d in map(Path, a.run):
-            diffs = rerun(json.loads((d / "manifest.json").read_text()), d)
-            bad |= bool(diffs)
-            print(f"{d}: " + ("identical" if not diffs else "; ".join(diffs[:6])), flush=True)
-        return 1 if bad else 0
+        return rerun_folders(list(map(Path, a.run)), a.against)
 
     report, bad = {}, False
     for folder in folders(Path(a.root)):

@@ -2,6 +2,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from vflbench.cli import app
@@ -51,6 +52,8 @@ def test_run_credit_end_to_end_is_repeatable(tmp_path):
     assert {"train_masks", "init", "method", "batching"} <= set(man["seeds"]["streams"])
     assert man["parameters"]["total"] == 4 * 280 + 4 * 22  # Credit MLPs 5-10-10-10 and Linear(10, 2) heads
     assert man["versions"]["torch"] and man["timings"]["train_s"] > 0
+    # bit-identical repeats hold on one kind of CPU, so the manifest names it and the ISA of torch's kernels
+    assert man["versions"]["cpu"] and man["versions"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert "Traceback" not in r2.output
 
 

@@ -155,11 +155,22 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:  # pragma: no cover
             pass
     out["vflbench"] = __version__
-    return {
-        k: out[k]
-        for k in ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision")
-        if k in out
-    }
+    out["cpu"] = cpu_model()
+    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the ISA of torch's CPU kernels (AVX2, AVX512)
+    keys = ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision", "cpu")
+    return {k: out[k] for k in (*keys, "cpu_capability") if k in out}
+
+
+def cpu_model() -> str:
+    """The processor's model name. Bit-identical repeats hold on one kind of CPU: another one's floating-point
+    kernels (MKL's and torch's per instruction set) may round differently (README, "Reproducibility")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine()
 
 
 # identity columns that hold text: read them as text, or pandas turns a protocol named "false" into
