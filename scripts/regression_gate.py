@@ -120,7 +120,11 @@ def rerun_folders(dirs: list[Path], against: str | None) -> int:
     try:
         if against:
             tree = Path(tempfile.mkdtemp(prefix="gate-")) / "tree"
-            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), against], check=True)
+            r = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), against], capture_output=True)
+            if r.returncode != 0:
+                tree = None
+                print(f"--against {against}: git cannot check it out (is it a revision of this repository?)")
+                return 2
         for d in dirs:
             m = json.loads((d / "manifest.json").read_text())
             try:

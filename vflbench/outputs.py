@@ -157,8 +157,8 @@ def versions() -> dict[str, str]:
     out["vflbench"] = __version__
     out["cpu"] = cpu_model()
     out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the ISA of torch's CPU kernels (AVX2, AVX512)
-    keys = ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision", "cpu")
-    return {k: out[k] for k in (*keys, "cpu_capability") if k in out}
+    keys = ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision")
+    return {k: out[k] for k in (*keys, "cpu", "cpu_capability") if k in out}
 
 
 def cpu_model() -> str:
