@@ -228,3 +228,66 @@ def test_workers_share_one_study_draw_no_trial_twice_and_only_the_first_n_trials
     assert st["trials"] == 3 and st["beyond_budget"] == 1 and st["failed"] == 0
     assert st["best_value"] == pytest.approx(max(t.value for t in first))
     assert "not used for the preset" in (out / "summary.md").read_text()
+
+
+@needs_mirror
+def test_tuners_started_separately_on_one_storage_run_n_trials_and_write_the_same_preset(tmp_path, monkeypatch):
+    """Two tuners on one --storage (not --workers): neither starts a trial that the other's running one makes up;
+    the one that finds the rest running waits for them, so the study ends with N trials, not N + 1, and both
+    tuners write the preset of the same N trials. (Tuners that counted finished trials only ran 5 here.)"""
+    import threading
+
+    optuna = pytest.importorskip("optuna")
+    from vflbench import tuning
+
+    monkeypatch.setattr(tuning, "WAIT_SECONDS", 0.2)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXP.replace("methods: [svfl, laser]", "methods: [svfl]"))
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    tuning.tune(str(exp), tmp_path / "first", 1, storage=url, metric="f1")  # the data fetched, the study made
+    errors = []
+
+    def tuner(out):
+        try:
+            tuning.tune(str(exp), tmp_path / out, 4, storage=url, metric="f1")
+        except Exception as e:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=tuner, args=(out,)) for out in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    study = optuna.load_study(study_name="credit/svfl", storage=url)
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    failed = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
+    assert len(done) == 4 and all(t.user_attrs.get("surplus") for t in failed), (len(done), len(failed))
+    a, b = (json.loads((tmp_path / out / "summary.json").read_text())["studies"][0] for out in ("a", "b"))
+    assert a["trials"] == b["trials"] == 4 and a["beyond_budget"] == b["beyond_budget"] == 0
+    assert a["best_params"] == b["best_params"]
+    assert (tmp_path / "a" / "tuned.yaml").read_text().split("\n", 2)[2] == (
+        tmp_path / "b" / "tuned.yaml"
+    ).read_text().split("\n", 2)[2]  # the same preset, below the header that names each tuner's --out
+
+
+@needs_mirror
+def test_a_killed_tuners_running_trial_is_failed_and_run_again_by_the_next_tuner(tmp_path):
+    """A RUNNING trial whose heartbeat stopped (its tuner killed) makes no tuner wait for ever: it is failed, and
+    a tuner runs one in its place, so the study still ends with N finished trials."""
+    optuna = pytest.importorskip("optuna")
+    from vflbench import tuning
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXP.replace("methods: [svfl, laser]", "methods: [svfl]"))
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    tuning.tune(str(exp), tmp_path / "first", 2, storage=url, metric="f1")
+    store = tuning.open_storage(url)
+    study = optuna.load_study(study_name="credit/svfl", storage=store)
+    lost = study.ask()  # the trial of a tuner killed an hour ago
+    store.record_heartbeat(lost._trial_id)
+    with sqlite3.connect(tmp_path / "shared.db") as c:
+        c.execute("update trial_heartbeats set heartbeat = datetime(heartbeat, '-1 hour')")
+    tuning.tune(str(exp), tmp_path / "next", 3, storage=url, metric="f1")
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "FAIL", 3: "COMPLETE"}, states

@@ -222,22 +222,24 @@ class _Surplus(Exception):
     untrained, and not counted anywhere."""
 
 
-def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callback=None, in_flight=False) -> None:
-    """Run trials of one study, one at a time, while it holds fewer than ``trials`` finished ones (every tuner's),
-    or, with ``in_flight`` (the ``--workers`` of one tuner), finished and running ones together: a worker then
-    starts no trial that the others' running ones already make up, and a trial whose earlier trials already make N
-    (workers starting at the same instant) is closed untrained as a surplus, so W workers on N trials run N."""
+WAIT_SECONDS = 10.0  # how often a tuner that waits on other tuners' running trials looks again
+
+
+def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callback=None) -> bool:
+    """Run trials of one study, one at a time, while it has room for one: fewer than ``trials`` finished and running
+    trials (every tuner's). True once the study holds ``trials`` finished ones; False when the rest are running in
+    other tuners (its fellow ``--workers``, or other tuners on the same storage), which :func:`run_studies` then
+    waits for. So tuners sharing a study run N trials, not N plus one per extra tuner. Tuners that start a trial at
+    the same instant both see room for it: the one whose earlier trials already make N is closed untrained as a
+    surplus (tagged, and counted nowhere)."""
     import optuna
 
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
-    states += (optuna.trial.TrialState.RUNNING,) if in_flight else ()
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
+    taken = (*finished, optuna.trial.TrialState.RUNNING)
 
     def objective(trial):
-        if (
-            in_flight
-            and sum(t.number < trial.number for t in study.get_trials(deepcopy=False, states=states)) >= trials
-        ):
-            trial.set_user_attr("surplus", True)  # workers that started together: the earlier trials make N
+        if sum(t.number < trial.number for t in study.get_trials(deepcopy=False, states=taken)) >= trials:
+            trial.set_user_attr("surplus", True)  # tuners that started together: the earlier trials make N
             study.stop()
             raise _Surplus
         params = suggest(trial, space)
@@ -251,10 +253,27 @@ def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callb
         trial.set_user_attr("seconds", time.perf_counter() - t0)
         return value
 
-    # a killed tuner's trial is failed by the storage's heartbeat (here, or at each trial) and does not count
-    optuna.storages.fail_stale_trials(study)
-    while len(study.get_trials(deepcopy=False, states=states)) < trials:
+    while True:
+        # a killed tuner's running trial is failed by the storage's heartbeat (after its grace period) and no longer
+        # counts, so a waiting tuner runs one in its place
+        optuna.storages.fail_stale_trials(study)
+        held = study.get_trials(deepcopy=False, states=taken)
+        if sum(t.state in finished for t in held) >= trials:
+            return True
+        if len(held) >= trials:  # the rest are running in other tuners
+            return False
         study.optimize(objective, n_trials=1, callbacks=[callback] if callback else None, catch=(_Surplus,))
+
+
+def run_studies(jobs, run, wait: float | None = None) -> None:
+    """``optimize`` every study of ``jobs`` (``(study, cfgs, space, callback)``) to its ``trials`` finished ones: a
+    study whose remaining trials run in other tuners is left for the next study and looked at again every ``wait``
+    seconds, until they finish (or fail, and this tuner runs one in place of each)."""
+    pending = list(jobs)
+    while pending:
+        pending = [j for j in pending if not optimize(j[0], j[1], j[2], *run, callback=j[3])]
+        if pending:
+            time.sleep(WAIT_SECONDS if wait is None else wait)
 
 
 def _tune_worker(url: str, jobs, run) -> None:
@@ -266,9 +285,11 @@ def _tune_worker(url: str, jobs, run) -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a surplus trial is closed as failed with a warning
     store = open_storage(url)
-    for name, cfgs, space in jobs:
-        study = optuna.load_study(study_name=name, storage=store, sampler=trial_seeded_sampler(0))
-        optimize(study, cfgs, space, *run, in_flight=True)
+    studies = [
+        (optuna.load_study(study_name=name, storage=store, sampler=trial_seeded_sampler(0)), cfgs, space, None)
+        for name, cfgs, space in jobs
+    ]
+    run_studies(studies, run)
 
 
 def _in_parallel(url: str, pending, run, workers: int, progress) -> None:
@@ -381,14 +402,17 @@ def tune(
     run = (trials, seeds, val_split, metric, device)
     if workers > 1 and pending:
         _in_parallel(url, pending, run, workers, progress)
-    for study, name, cfgs, space in pending:  # one tuner; after workers, the rest of any study they left short
 
-        def advanced(study, trial, label=name):
+    def advanced(label):
+        def callback(study, trial):
             if progress is not None:
                 shown = f"{trial.value:.2f}" if trial.value is not None else trial.state.name.lower()
                 progress.advance(f"{label}: {shown}")
 
-        optimize(study, cfgs, space, *run, callback=advanced)
+        return callback
+
+    # one tuner; after workers, the rest of any study they left short (a worker that failed with its trial)
+    run_studies([(study, cfgs, space, advanced(name)) for study, name, cfgs, space in pending], run)
     if progress is not None:
         progress.stop()
     base_name = plan[0][4].settings["preset"] if plan else default_preset("clean")
@@ -404,8 +428,9 @@ def tune(
         "studies": [],
     }
     for study, ds, m, cfgs_of, space, _, first in todo:
-        # the budget is the first N finished trials by number: tuners sharing a study can finish a trial or two
-        # beyond N, and those never decide the preset, so that every method is judged on N trials
+        # the budget is the first N finished trials by number: a study can hold more (a trial added by hand, or
+        # tuners of earlier versions, which counted only finished trials), and those never decide the preset, so
+        # that every method is judged on N trials
         finished = study.get_trials(deepcopy=False, states=counted)
         budget = sorted(finished, key=lambda t: t.number)[:trials]
         done = [t for t in budget if t.state == optuna.trial.TrialState.COMPLETE]
