@@ -265,15 +265,15 @@ def optimize(study, cfgs, space, trials, seeds, val_split, metric, device, callb
         study.optimize(objective, n_trials=1, callbacks=[callback] if callback else None, catch=(_Surplus,))
 
 
-def run_studies(jobs, run, wait: float | None = None) -> None:
+def run_studies(jobs, run) -> None:
     """``optimize`` every study of ``jobs`` (``(study, cfgs, space, callback)``) to its ``trials`` finished ones: a
-    study whose remaining trials run in other tuners is left for the next study and looked at again every ``wait``
-    seconds, until they finish (or fail, and this tuner runs one in place of each)."""
+    study whose remaining trials run in other tuners is left for the next study and looked at again every
+    ``WAIT_SECONDS``, until they finish (or fail, and this tuner runs one in place of each)."""
     pending = list(jobs)
     while pending:
         pending = [j for j in pending if not optimize(j[0], j[1], j[2], *run, callback=j[3])]
         if pending:
-            time.sleep(WAIT_SECONDS if wait is None else wait)
+            time.sleep(WAIT_SECONDS)
 
 
 def _tune_worker(url: str, jobs, run) -> None:
@@ -411,7 +411,7 @@ def tune(
 
         return callback
 
-    # one tuner; after workers, the rest of any study they left short (a worker that failed with its trial)
+    # one tuner (after workers, which return only once every study holds its N trials, there is nothing left)
     run_studies([(study, cfgs, space, advanced(name)) for study, name, cfgs, space in pending], run)
     if progress is not None:
         progress.stop()
