@@ -322,7 +322,7 @@ def test_laser_active_head_trains_only_on_subsets_with_the_active_block():
     m.store.begin()
     loss, active = m.loss(batch(x, no_active, y), m.stages[0])
     assert not active[m.k :].any() and float(loss.detach()) == 0.0  # no subset holds block 0: nothing to learn from
-    agg, w = m._tasks(batch(x, torch.ones(4, 3, dtype=torch.bool), y))
+    agg, w, *_ = m._tasks(batch(x, torch.ones(4, 3, dtype=torch.bool), y))
     drawn = agg[..., 0] > 0  # every drawn subset (weight > 0) contains block 0
     assert bool(drawn[w > 0].all())
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 from _testenv import TEST_DEVICE
 
-from vflbench.methods import METHODS, MethodContext
+from vflbench.methods import METHODS, Batch, MethodContext
+from vflbench.methods.base import Epoch, cross_entropy, gap_signs
 from vflbench.methods.combinatorial import pattern_ids
 from vflbench.methods.ensemble import majority_vote
 from vflbench.methods.laser import laser_weights, sample_subsets, subset_table
@@ -98,6 +99,60 @@ def test_laser_loss_matches_full_subset_loss_in_expectation():
     with torch.no_grad():
         est = np.mean([m.loss(batch(x, obs, y), STAGE)[0].item() for _ in range(4000)])
     assert est == pytest.approx(target, rel=0.01)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+@pytest.mark.parametrize(
+    "c,options",
+    [
+        (2, {}),
+        (2, {"laser_subsets": "batch"}),
+        (3, {"heads": "one"}),
+        (2, {"heads": "active"}),
+        (2, {"pretrain": "simsiam"}),
+    ],
+)
+def test_laser_epoch_draws_hold_what_each_batch_would_compute(c, options, per_batch):
+    """begin_epoch computes, for every batch of the epoch, its active members, the loss's denominator and the
+    labels' gap signs; each must equal what the step computes from the batch itself (a lone batch), on an epoch
+    with a partial last batch and a batch with no observed block."""
+    m = METHODS.get("laser")(ctx(k=3, c=c, options=options))
+    stage = m.stages[-1]
+    g = torch.Generator().manual_seed(1)
+    n, bs = 50, 16
+    obs = torch.rand(n, 3, generator=g) < 0.5
+    order = torch.randperm(n, generator=g)
+    obs[order[16:32]] = False  # batch 1: nothing observed
+    y = torch.randint(0, c, (n,), generator=g)
+    m.begin_epoch(Epoch(stage, 0, obs, order, bs, per_batch, y))
+    for j in range(4):
+        idx = order[j * bs : (j + 1) * bs]
+        ob = obs[idx][:1].expand(len(idx), -1) if per_batch else obs[idx]
+        _, _, active, count, signs = m._tasks(Batch(torch.randn(3, len(idx), 4), ob, y[idx], idx, j))
+        want_active, want_count = m._step_stats(ob)
+        assert torch.equal(active, want_active) and torch.equal(count, want_count)
+        assert (signs is None) == (c != 2)
+        if signs is not None:
+            assert torch.equal(signs, gap_signs(y[idx], torch.float32))
+    assert int(m._tasks(Batch(torch.randn(3, bs, 4), obs[order[16:32]], y[:bs], order[16:32], 1))[3]) == 1
+
+
+def test_two_class_cross_entropy_from_gap_signs_is_the_cross_entropy_bit_for_bit():
+    """The two-class cross-entropy (softplus of the signed logit gap) matches torch's cross-entropy, and given the
+    precomputed gap signs it gives the same values and gradients as from the labels, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 3, 2, generator=g) * 4).requires_grad_()
+    y = torch.randint(0, 2, (64,), generator=g)
+    ce = cross_entropy(logits, y[:, None])
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, 2), y.repeat_interleave(3), reduction="none")
+    assert torch.allclose(ce.reshape(-1), want, atol=1e-6)
+    gap = logits[..., 1] - logits[..., 0]  # the signed gap written out: -gap for class 1
+    by_gap = torch.nn.functional.softplus(torch.where(y[:, None] == 1, -gap, gap))
+    signed = cross_entropy(logits, y[:, None], gap_signs(y, logits.dtype)[:, None])
+    assert torch.equal(ce, by_gap) and torch.equal(signed, ce)
+    w = torch.rand(64, 3, generator=g)
+    grads = [torch.autograd.grad((v * w).sum(), logits)[0] for v in (ce, by_gap, signed)]
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[2], grads[0])
 
 
 def test_laser_weights_values():

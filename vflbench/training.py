@@ -354,8 +354,8 @@ class _StageRun:
         if len({len(o) for o in orders}) != 1:
             raise ValueError("the members of a bank train on different numbers of samples")
         epochs = [
-            Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks)
-            for d, o in zip(sets, orders, strict=True)
+            Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks, y)
+            for d, o, y in zip(sets, orders, self.y_all, strict=True)
         ]
         for m, ep in zip(self.methods, epochs, strict=True):
             m.begin_epoch(ep)
@@ -385,8 +385,10 @@ class _StageRun:
                     faults.lose(p, j, e.cause)
                 sets = self._sets()
                 rest = [o[start:] for o in orders]
-                for m, d, o in zip(self.methods, sets, rest, strict=True):  # the method redraws what is left
-                    m.begin_epoch(Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks))
+                for m, d, o, y in zip(
+                    self.methods, sets, rest, self.y_all, strict=True
+                ):  # the method redraws what is left
+                    m.begin_epoch(Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks, y))
                 j0 = j
                 continue
             start, j = start + hp.batch_size, j + 1

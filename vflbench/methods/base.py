@@ -150,7 +150,8 @@ class Batch:
 @dataclass
 class Epoch:
     """What :meth:`Method.begin_epoch` sees: the stage's full training mask ``obs`` ``[n, K]`` (by
-    sample index), the epoch's sample ``order``, the batch size and whether masks are per batch."""
+    sample index), the epoch's sample ``order``, the batch size, whether masks are per batch, and the
+    labels the stage trains with ``y`` ``[n]`` (by sample index; None when the stage hides them)."""
 
     stage: Stage
     number: int
@@ -158,6 +159,7 @@ class Epoch:
     order: torch.Tensor
     batch_size: int
     per_batch: bool
+    y: torch.Tensor | None = None
 
 
 @dataclass
@@ -423,15 +425,25 @@ class Method:
         return logits.softmax(-1)[..., self.ctx.positive_class if self.ctx.positive_class is not None else 1]
 
 
-def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def gap_signs(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[..., 2]``: the weights that turn a two-class logit pair into the signed gap whose softplus is the
+    cross-entropy, (-1, +1) for class 0 and (+1, -1) for class 1 (a method that knows its epoch's labels
+    computes them once per epoch and passes them to :func:`cross_entropy`)."""
+    sign = 1.0 - 2.0 * (y == 1).to(dtype)
+    return torch.stack([-sign, sign], -1)
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
     """Per-element cross-entropy over the last axis (``y`` broadcast to ``logits.shape[:-1]``).
-    For two classes it is softplus of the signed logit gap: the same value, about half the cost."""
+    For two classes it is softplus of the signed logit gap: the same value, about half the cost;
+    ``signs``: :func:`gap_signs` of ``y`` when the caller has them already (``y`` is then not read)."""
     if logits.shape[-1] == 2:
-        gap = logits[..., 1] - logits[..., 0]
-        # softplus(-gap) for class 1, softplus(gap) for class 0: times -1 or +1 (exact, so the values and gradients of
-        # where(y == 1, -gap, gap)), with the sign computed on the unexpanded labels
-        sign = 1.0 - 2.0 * (y == 1).to(gap.dtype)
-        return F.softplus(gap * sign).expand(logits.shape[:-1])
+        # softplus(l0 - l1) for class 1, softplus(l1 - l0) for class 0, as the sum of the logits times -1 or +1: the
+        # products are exact and the two-term sum rounds once, so the values and gradients of where(y == 1, -gap, gap)
+        if signs is None:
+            signs = gap_signs(y, logits.dtype)
+        ce = F.softplus((logits * signs).sum(-1))
+        return ce if ce.shape == logits.shape[:-1] else ce.expand(logits.shape[:-1])
     y = y.expand(logits.shape[:-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(y.shape)
 

@@ -34,6 +34,7 @@ from .base import (
     Stage,
     cross_entropy,
     fusion_option,
+    gap_signs,
 )
 from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
@@ -255,19 +256,50 @@ class LaserVFL(Method):
 
     def begin_epoch(self, epoch: Epoch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
-        carries its first sample's pattern). Batches then only slice the precomputed tensors."""
+        carries its first sample's pattern). With them, what the steps would otherwise recompute from the batch:
+        each batch's active members and count of samples with an observed block, and (two classes) the
+        :func:`gap_signs` of every position's label. Batches then only slice the precomputed tensors."""
         obs, order, batch_size = epoch.obs, epoch.order, epoch.batch_size
         self._batch_size = batch_size
+        active, count = self._batch_stats(epoch)
+        signs = None
+        if epoch.y is not None and self.c == 2:
+            signs = gap_signs(torch.index_select(epoch.y, 0, order), self.store.flat.dtype)  # [n, 2]
         if epoch.per_batch or self.options["laser_subsets"] == "batch":
             pattern = (obs[order[::batch_size]].long() << self.bits).sum(1)  # [n_batches]
             if self.options["laser_subsets"] == "batch":
                 agg, w = self._draw(pattern)
-                self._epoch = ("batch", agg[:, None], w[:, None])
+                self._epoch = ("batch", agg[:, None], w[:, None], active, count, signs)
                 return
             # per-batch masks, per-sample subsets: position p of the epoch carries its batch's pattern
-            self._epoch = ("position", *self._draw(pattern.repeat_interleave(batch_size)[: len(order)]))
+            draws = self._draw(pattern.repeat_interleave(batch_size)[: len(order)])
         else:  # drawn by sample index, then laid out in the epoch's order: a batch is a slice, not a gather
-            self._epoch = ("position", *self._draw((obs.long() << self.bits).sum(1), order))
+            draws = self._draw((obs.long() << self.bits).sum(1), order)
+        self._epoch = ("position", *draws, active, count, signs)
+
+    def _batch_stats(self, epoch: Epoch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per batch of the epoch, as :meth:`_step_stats` computes them from the batch's masks: the active
+        members ``[n_batches, members]`` and the loss's denominator ``[n_batches]`` (the samples with an
+        observed block, at least 1)."""
+        obs = torch.index_select(epoch.obs, 0, epoch.order)  # [n, K] in the epoch's order
+        n, k, bs = obs.shape[0], obs.shape[1], epoch.batch_size
+        nb = -(-n // bs)
+        if epoch.per_batch:  # a batch carries its first sample's pattern (the trainer's batches)
+            seen = obs[::bs]
+            sizes = torch.full((nb,), bs, dtype=torch.long, device=obs.device)
+            if nb:
+                sizes[-1] = n - (nb - 1) * bs
+            rows = seen.any(1).long() * sizes
+        else:
+            padded = torch.zeros(nb * bs, k, dtype=torch.bool, device=obs.device)
+            padded[:n] = obs
+            padded = padded.view(nb, bs, k)
+            seen, rows = padded.any(1), padded.any(2).sum(1)
+        head = (rows > 0)[:, None] if self.one else seen[:, :1] if self.active_head else seen
+        parts = [seen, head]
+        if self.ssl is not None:
+            parts.append(torch.zeros(nb, self.ssl.n_members, dtype=torch.bool, device=obs.device))
+        return torch.cat(parts, 1), rows.clamp_min(1)
 
     def _draw(self, pattern, order=None):
         """(fusion weights, loss weights) of one subset draw per entry of ``pattern``; ``order``: returned in
@@ -280,33 +312,41 @@ class LaserVFL(Method):
         return agg, torch.index_select(self.wpat, 0, pattern)
 
     def _tasks(self, batch: Batch):
-        """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size]) for this batch:
-        sliced from the epoch's draws, or drawn now when no epoch was begun (a lone batch)."""
+        """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size], active members, the loss's
+        denominator, the labels' :func:`gap_signs` [B, 2] or None) for this batch: sliced from the epoch's draws,
+        or drawn and computed now when no epoch was begun (a lone batch)."""
         if self._epoch is not None:
-            kind, agg, w = self._epoch
+            kind, agg, w, active, count, signs = self._epoch
+            j, start = batch.number, batch.number * self._batch_size
+            stop = start + batch.size
+            if signs is not None:
+                signs = signs[start:stop]
             if kind == "batch":
-                return agg[batch.number], w[batch.number]
-            start = batch.number * self._batch_size
-            return agg[start : start + batch.size], w[start : start + batch.size]
+                return agg[j], w[j], active[j], count[j], signs
+            return agg[start:stop], w[start:stop], active[j], count[j], signs
         obs = batch.obs
         shared = self.options["laser_subsets"] == "batch"
         pattern = (obs.long() << self.bits).sum(1)
         if shared:  # per-batch masks: every row has the same pattern
             pattern = pattern[:1]
         chosen = sample_subsets(obs, self.gen, shared=shared, tables=self.tables, pattern=pattern)
-        return self.frac[chosen], self.wpat[pattern]
+        return self.frac[chosen], self.wpat[pattern], *self._step_stats(obs), None
 
-    def loss(self, batch: Batch, stage: Stage):
-        if stage.name == PRETRAIN.name:
-            return self.ssl.loss(batch)
-        obs, y = batch.obs, batch.y
+    def _step_stats(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(active members, the loss's denominator: the samples with an observed block, at least 1) of a batch."""
         seen = obs.any(0)
         rows = obs.any(1)
         head_active = rows.any()[None] if self.one else obs[:, :1].any(0) if self.active_head else seen
         active = torch.cat([seen, head_active])
         if self.ssl is not None:
             active = torch.cat([active, torch.zeros(self.ssl.n_members, dtype=torch.bool, device=active.device)])
-        agg, wts = self._tasks(batch)  # [B or 1, head, size, block]: 1/s on the drawn subset
+        return active, rows.sum().clamp_min(1)
+
+    def loss(self, batch: Batch, stage: Stage):
+        if stage.name == PRETRAIN.name:
+            return self.ssl.loss(batch)
+        obs, y = batch.obs, batch.y
+        agg, wts, active, count, signs = self._tasks(batch)  # agg [B or 1, head, size, block]: 1/s on the drawn subset
         emb = self.send(self.ext(batch.blocks, need=obs.T), obs.T)  # [K, B, D]
         k, b, d = emb.shape
         h = self.n_heads
@@ -319,17 +359,12 @@ class LaserVFL(Method):
             proj = proj.permute(
                 1, 2, 0, 3
             )  # [B, head, block, C], a strided view (its batch dims flatten without a copy)
-            # the bias added where it broadcasts as a trailing [head, C] (the same sums, without broadcasting over size)
-            logits = (torch.matmul(agg, proj).permute(0, 2, 1, 3) + self.head.bias).permute(
-                0, 2, 1, 3
-            )  # [B, head, size, C]
+            logits = torch.matmul(agg, proj) + self.head.bias[:, None, :]  # [B, head, size, C]
         else:  # an MLP head: fuse each task's representations, then apply the head
             fused = torch.matmul(agg.expand(b, -1, -1, -1), emb.permute(1, 0, 2)[:, None])  # [B, head, size, D]
             logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
-        ce = cross_entropy(logits, y[:, None, None])  # [B, head, size]
-        loss = (ce * wts).sum() / rows.sum().clamp_min(
-            1
-        )  # 0 for a batch with no observed block (nothing active; skipped)
+        ce = cross_entropy(logits, y[:, None, None], None if signs is None else signs[:, None, None])  # [B, head, size]
+        loss = (ce * wts).sum() / count  # 0 for a batch with no observed block (nothing active; skipped)
         return loss, active
 
     def exact_logits(self, blocks, obs) -> torch.Tensor:
