@@ -402,8 +402,12 @@ def test_a_sigkilled_party_rejoins_with_vflbench_party_rejoin_and_other_keys_or_
     import sys
 
     url = f"tcp://127.0.0.1:{free_port()}"
-    flags = ["--dataset", "credit", "--method", "laser", "--parties", "2", "--epochs", "150", "--seed", "0"]
+    # the emulated link's 20 ms (at least 2 delays a step, 24 steps an epoch) keeps the run going for about a
+    # minute after the kill on any host: with 150 undelayed epochs a 16-core H100 host ended the run before the
+    # rejoining process (its interpreter and imports took about 7 s there) could ask to come back
+    flags = ["--dataset", "credit", "--method", "laser", "--parties", "2", "--epochs", "60", "--seed", "0"]
     flags += ["--timeout", "30", "--test-missing", "none", "--train-samples", "3000", "--device", "cpu"]
+    flags += ["--net-latency", "20"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     vfl = [sys.executable, "-m", "vflbench"]
 
