@@ -15,14 +15,16 @@ that has both, and is what set it):
   CPU thread against 1.281 on CUDA (0.080 s per run and epoch), which 16 single-thread sweep workers
   (0.362 / 16 = 0.023 s per run and epoch, if the cores scale) still beat; not measured: the crossover
   for a host with few cores. LASER-VFL on 5,120 CIFAR-10-shaped samples: 7.41 s/epoch on the CPU, 0.63 on CUDA.
-  Measured a third time on an H100 host (2026-11-26, ``--rounds 2`` and ``3``, packs 1, 2, 4, 8, 16), seconds
+  Measured a third time on an H100 host (2026-11-26, ``python benchmarks/device_choice.py --rounds 3 --packs 1,16``
+  and ``--rounds 2 --packs 2,4,8``), seconds
   per epoch of the pack, one CPU thread against CUDA: 0.289/0.608, 0.538/0.778, 0.920/0.771, 1.308/0.899,
   2.099/0.984. On the GPU a pack costs about the same whatever its width (launch-bound), so from a width of 4 a
   pack in one process runs faster on the GPU than on one CPU thread; but a sweep of single-thread workers on
   the host's 16 cores does 16 runs at a time (0.289 / 16 = 0.018 s per run and epoch, if the cores scale),
   still ahead of CUDA's best, 0.061 for a pack of 16. So ``auto`` keeps tabular runs on the CPU. A GPU host
-  with few cores is the exception, where a packed sweep gains from ``--device cuda``: two cores do
-  0.289 / 2 = 0.145 s per run and epoch, a pack of 8 on CUDA 0.112.
+  with few cores is the exception, where a packed sweep would gain from ``--device cuda`` (estimated from these
+  figures, not measured on such a host): two cores do 0.289 / 2 = 0.145 s per run and epoch, a pack of 8 on CUDA
+  0.112.
 
 The choice and its reason are recorded in every manifest (``device``, ``device_reason``). A party or
 server process of ``--runtime processes`` takes the device the in-process run would take, so both
