@@ -40,3 +40,14 @@ def test_every_table_is_either_a_sweep_folders_own_or_listed_with_its_command():
     for t in TABLES:
         assert (ROOT / t).parent.joinpath("sweep.json").exists() or t in BUILT_ELSEWHERE, t
     assert set(BUILT_ELSEWHERE) <= set(TABLES)
+
+
+def test_another_layout_drops_the_folders_own_reference(monkeypatch):
+    """The folder's reference (FALSE-VFL's published tables) belongs to its layout; with --layout generic
+    the table is the results alone, not an error about the reference's columns."""
+    monkeypatch.chdir(ROOT)
+    r = runner.invoke(app, ["table", "results/tuned/isolet_false/tuned", "--layout", "generic"])
+    assert r.exit_code == 0, r.output
+    assert "| p_miss train | p_miss test | Local |" in r.stdout and "paper" not in r.stdout.lower()
+    own = runner.invoke(app, ["table", "results/tuned/isolet_false/tuned"])
+    assert own.exit_code == 0 and own.stdout != r.stdout

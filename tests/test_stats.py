@@ -139,3 +139,42 @@ def test_plot_cd_joins_two_folders_rows_with_a_plus(tmp_path):
     assert "Friedman" in r.output and out.with_suffix(".png").stat().st_size > 0
     r = runner.invoke(app, ["plot", "cd", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", str(out)])
     assert r.exit_code == 2 and "two methods over the same conditions" in r.output, r.output
+
+
+def _paired_gap_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "paired_gap.py"
+    spec = importlib.util.spec_from_file_location("paired_gap", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paired_gap_pairs_results_from_two_sources_by_seed(tmp_path, capsys):
+    """scripts/paired_gap.py (the per-seed tables of results/tuned/README.md): the gap is taken seed by seed
+    over the seeds both sources ran, its p-value is the paired test's, and each column's mean is over its own
+    seeds."""
+    base = dict(dataset="isolet", parties=8, train_missing="mcar:0.2", metric="accuracy")
+    a = [80.0, 81.5, 79.0, 82.0, 80.5]
+    b = [78.0, 80.0, 78.5, 79.0]  # seed 4 missing
+    rows = lambda vals, method: [  # noqa: E731
+        {**base, "method": method, "test_missing": "none", "seed": s, "value": v} for s, v in enumerate(vals)
+    ]
+    pd.DataFrame(rows(a, "laser")).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame(rows(b, "false2") + rows([1.0] * 5, "laser")).to_csv(tmp_path / "b.csv", index=False)
+    mod = _paired_gap_script()
+    assert mod.main([f"{tmp_path / 'b.csv'}:false2=F", f"{tmp_path / 'a.csv'}:laser=L"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    d = np.array(a[:4]) - np.array(b)
+    p = sps.ttest_rel(a[:4], b).pvalue
+    assert out[0].startswith("| test | F | L | L - F (per-seed range) | p |")
+    assert out[2] == (
+        f"| 0.0 | {np.mean(b):.1f} | {np.mean(a):.1f} | {d.mean():+.1f} ({d.min():+.1f} to {d.max():+.1f}; 4 seeds) "
+        f"| {p:.2g} |"
+    )
+    with pytest.raises(SystemExit, match="no accuracy rows for method 'plug'"):
+        mod.main([f"{tmp_path / 'a.csv'}:plug", f"{tmp_path / 'b.csv'}:laser"])
+    with pytest.raises(SystemExit, match="not SRC:METHOD"):
+        mod.main(["a.csv", f"{tmp_path / 'b.csv'}:laser"])

@@ -62,8 +62,8 @@ def table(
     title = own["title"] if own else None
     if layout is None:
         layout = own["layout"] if own else "laser-table1"
-    if reference is None:
-        reference = own["reference"] if own else None
+    if reference is None:  # the folder's reference belongs to its layout, not to one given with --layout
+        reference = own["reference"] if own and layout == own["layout"] else None
     elif reference.strip().lower() == "none":
         reference = None
     if out:
