@@ -291,3 +291,23 @@ def test_a_killed_tuners_running_trial_is_failed_and_run_again_by_the_next_tuner
     tuning.tune(str(exp), tmp_path / "next", 3, storage=url, metric="f1")
     states = {t.number: t.state.name for t in study.get_trials()}
     assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "FAIL", 3: "COMPLETE"}, states
+
+
+@needs_mirror
+def test_the_issues_minimal_file_tunes_and_missing_data_is_one_message_with_nothing_written(
+    tmp_path, monkeypatch, no_network
+):
+    """The experiment file of the done-when bar: methods, hp and datasets only. Its name defaults to the file's,
+    its settings to `vflbench run`'s (train on complete data, test with none, 0.1 and 0.5 of the blocks missing).
+    Data that is missing stops the tuner before any folder or study exists."""
+    exp = tmp_path / "minimal.yaml"
+    exp.write_text("methods: [svfl, laser]\nhp: {epochs: 1}\ntrain_samples: 1000\ndatasets: {credit: {}}\n")
+    r = runner.invoke(app, ["tune", str(exp), "--trials", "1", "--out", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    assert sorted(_trials(tmp_path / "t" / "tuning.db").values()) == [1, 1]
+    assert "minimal" in (tmp_path / "t" / "summary.md").read_text()
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "empty"))
+    monkeypatch.delenv("VFLBENCH_DATA_MIRROR", raising=False)
+    r = runner.invoke(app, ["tune", str(exp), "--trials", "1", "--out", str(tmp_path / "u")])
+    assert r.exit_code != 0 and "Dataset 'credit' is missing" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "u").exists()

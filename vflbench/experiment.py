@@ -4,7 +4,7 @@ evaluates all test settings).
 
 Schema (unknown keys are errors)::
 
-    name: laser-table1                 # required
+    name: laser-table1                 # default: the file's name without .yaml
     description: free text
     layout: laser-table1               # default table layout for `vflbench table`
     reference: laser-table1            # default reference table
@@ -14,8 +14,8 @@ Schema (unknown keys are errors)::
     seeds: [0, 1, 2, 3, 4]
     parties: [4]
     methods: [local, svfl, ensemble, combinatorial, plug, laser]
-    train_missing: [none, mcar:0.1, mcar:0.5]
-    test_missing: [none, mcar:0.1, mcar:0.5]
+    train_missing: [none, mcar:0.1, mcar:0.5]   # default: [none], as `vflbench run`
+    test_missing: [none, mcar:0.1, mcar:0.5]    # default: `vflbench run`'s, [none, mcar:0.1, mcar:0.5]
     partitioner: contiguous            # optional; default by data kind
     hp: {epochs: 10}                   # optional overrides for every run
     model: {arch: cnn-small}           # optional overrides for every run
@@ -314,6 +314,8 @@ def build_experiment(
     unknown = set(spec) - TOP_KEYS
     if unknown:
         _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
+    if "name" not in spec and path is not None:
+        spec = {**spec, "name": Path(path).stem}
     if not isinstance(spec.get("name"), str):
         _fail(path, "'name' (a string) is required.")
     check_name(spec["name"], path)
@@ -330,7 +332,7 @@ def build_experiment(
     for m in methods:
         if m not in METHODS:
             _fail(path, f"unknown method '{m}'. Choices: {', '.join(METHODS.names())}.")
-    train = _list(spec, "train_missing", str, path)
+    train = _list(spec, "train_missing", str, path, [str(SETTINGS["train_missing"].default)])
     if train_missing:
         from .missingness import canonical
 
@@ -339,7 +341,7 @@ def build_experiment(
         if missing:
             _fail(path, f"--train-missing {', '.join(missing)} not in this experiment (it has {', '.join(train)}).")
         train = [have[canonical(t)] for t in train_missing]
-    test = _list(spec, "test_missing", str, path)
+    test = _list(spec, "test_missing", str, path, [str(s) for s in SETTINGS["test_missing"].default])
     for key, specs in (("train_missing", train), ("test_missing", test)):
         for one in specs:
             try:
