@@ -6,7 +6,8 @@ Each SRC is what `vflbench table` reads (a sweep folder, a folder of runs, a res
 method key (`laser`, `false2`). Columns follow the arguments' order; after each column but the first
 comes its difference from the previous column: the mean over the seeds both ran, the per-seed range, and
 the two-sided p-value of vflbench's paired test over those seeds (vflbench.stats.paired_p: a paired
-t-test below 6 seeds, Wilcoxon from 6), before any correction. Every method of one seed shares that
+t-test below 6 seeds, Wilcoxon from 6), before any correction, and Holm's adjustment of that column's p-values
+over the table's conditions (vflbench.stats.holm). Every method of one seed shares that
 seed's partition and masks, so results with the same (dataset, train setting, seed) pair even when they
 come from different sweeps, such as a tuned and a default preset. The means are over each column's own
 seeds. The command behind the per-seed tables of results/tuned/README.md:
@@ -26,7 +27,7 @@ import pandas as pd
 
 from vflbench.errors import VFLBenchError
 from vflbench.report import load_results
-from vflbench.stats import paired_p
+from vflbench.stats import holm, paired_p
 from vflbench.verdicts import label
 
 ROW = ["dataset", "train_missing", "test_missing"]
@@ -78,7 +79,10 @@ def gap_table(cols: list[tuple[str, pd.Series]]) -> pd.DataFrame:
                 )
             prev = (name, cur)
         rows.append(row)
-    return pd.DataFrame(rows)
+    t = pd.DataFrame(rows)
+    for (name, _), (prev, _) in zip(cols[1:], cols[:-1], strict=True):
+        t[f"{name} - {prev} holm"] = holm(t[f"{name} - {prev} p"].tolist())
+    return t
 
 
 def markdown(t: pd.DataFrame, names: list[str]) -> str:
@@ -87,7 +91,7 @@ def markdown(t: pd.DataFrame, names: list[str]) -> str:
     for i, n in enumerate(names):
         cols.append(n)
         if i:
-            cols += [f"{n} - {names[i - 1]} (per-seed range)", "p"]
+            cols += [f"{n} - {names[i - 1]} (per-seed range)", "p", "Holm p"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in t.iterrows():
         cells = [str(r[h if h != "test" else "test"]) for h in head]
@@ -96,7 +100,7 @@ def markdown(t: pd.DataFrame, names: list[str]) -> str:
             if i:
                 k = f"{n} - {names[i - 1]}"
                 cells.append(f"{r[k]:+.1f} ({r[k + ' min']:+.1f} to {r[k + ' max']:+.1f}; {r[k + ' seeds']} seeds)")
-                cells.append("n/a" if np.isnan(r[k + " p"]) else f"{r[k + ' p']:.2g}")
+                cells += ["n/a" if np.isnan(r[k + x]) else f"{r[k + x]:.2g}" for x in (" p", " holm")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
