@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from vflbench.errors import VFLBenchError
-from vflbench.report import load_results
+from vflbench.report import at_budget, load_results
 from vflbench.stats import holm, paired_p
 from vflbench.verdicts import label
 
@@ -46,9 +46,8 @@ def column(src: str, method: str, metric: str) -> pd.Series:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a CSV given directly is read as it is; the caller chose it
         df = load_results(src)
+    df = at_budget(df)  # a sweep with --eval-epochs: each run's final epoch
     df = df[(df["method"] == method) & (df["metric"] == metric)]
-    if "epoch" in df.columns:  # a sweep with --eval-epochs: each run's final epoch
-        df = df[df["epoch"] == df.groupby("run_id")["epoch"].transform("max")]
     if df.empty:
         raise SystemExit(f"error: no {metric} rows for method {method!r} in {src}")
     s = df.set_index([*ROW, "seed"])["value"]
@@ -94,7 +93,7 @@ def markdown(t: pd.DataFrame, names: list[str]) -> str:
             cols += [f"{n} - {names[i - 1]} (per-seed range)", "p", "Holm p"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in t.iterrows():
-        cells = [str(r[h if h != "test" else "test"]) for h in head]
+        cells = [str(r[h]) for h in head]
         for i, n in enumerate(names):
             cells.append(f"{r[n]:.1f}")
             if i:

@@ -174,10 +174,9 @@ def check_same_experiment(exp: Experiment, out: Path, force: bool) -> None:
 def prefetch(p: SweepPlan) -> None:
     """Fetch (copy, download, verify) every dataset the pending runs need, once, in this process,
     before any worker starts: workers then only read files that are complete."""
-    from .datasets import DATASETS
+    from .datasets import fetch_all
 
-    for name in dict.fromkeys(r.dataset for r in p.todo):
-        DATASETS.get(name).fetch(download=True)
+    fetch_all(r.dataset for r in p.todo)
 
 
 def worker_init(threads: int, explicit: int | None = None) -> None:

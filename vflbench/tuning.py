@@ -379,10 +379,9 @@ def tune(
                 f"({', '.join(COMMON)}) and the method has no option to search; drop some from hp."
             )
         plan.append((ds, m, cfgs, space, first))
-    from .datasets import DATASETS
+    from .datasets import fetch_all
 
-    for ds in dict.fromkeys(p[0] for p in plan):  # data missing is one message, before any study or folder exists
-        DATASETS.get(ds).fetch(download=True)
+    fetch_all(p[0] for p in plan)  # data missing is one message, before any study or folder exists
     out.mkdir(parents=True, exist_ok=True)
     url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
     store = open_storage(url)

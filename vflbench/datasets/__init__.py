@@ -2,7 +2,7 @@
 
 from . import credit, embedded, isolet, mimic4, modelnet, phishing, uci_har, vision  # noqa: F401  (registration)
 from .base import Dataset, DatasetInfo
-from .registry import DATASETS, DatasetSpec, load_dataset, register_scheme, resolve_options
+from .registry import DATASETS, DatasetSpec, fetch_all, load_dataset, register_scheme, resolve_options
 
 
 def _table_spec(name: str) -> DatasetSpec:
@@ -14,4 +14,4 @@ def _table_spec(name: str) -> DatasetSpec:
 for _scheme in ("csv", "openml"):  # (aligned:... is registered by vflbench.alignment)
     register_scheme(_scheme, _table_spec)
 
-__all__ = ["DATASETS", "Dataset", "DatasetInfo", "DatasetSpec", "load_dataset", "resolve_options"]
+__all__ = ["DATASETS", "Dataset", "DatasetInfo", "DatasetSpec", "fetch_all", "load_dataset", "resolve_options"]

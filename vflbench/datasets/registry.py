@@ -145,6 +145,13 @@ def resolve_options(spec: DatasetSpec, options: dict[str, Any] | None) -> dict[s
     return out
 
 
+def fetch_all(names) -> None:
+    """Fetch (copy, download, verify) each dataset of ``names`` once, in order: a command that trains calls this
+    before it writes anything, so missing data is one message and nothing is half-written."""
+    for name in dict.fromkeys(names):
+        DATASETS.get(name).fetch(download=True)
+
+
 def load_dataset(name: str, options: dict[str, Any] | None = None, download: bool = True) -> Dataset:
     """Load a dataset by registry name, fetching its raw files first if needed."""
     import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
