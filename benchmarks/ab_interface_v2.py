@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(ROOT.parent / "shared" / "data"))
 
-from vflbench import pipeline  # noqa: E402
-from vflbench.config import RunConfig, resolve  # noqa: E402
-from vflbench.training import StageHP, TrainSet, fit  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.training import pipeline  # noqa: E402
+from vflbench.training.trainer import StageHP, TrainSet, fit  # noqa: E402
 
 METHODS = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"]
 

@@ -29,10 +29,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
-from vflbench import pipeline  # noqa: E402
-from vflbench.config import RunConfig, resolve  # noqa: E402
 from vflbench.methods import METHODS  # noqa: E402
-from vflbench.training import StageHP, TrainSet, fit, predict  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.training import pipeline  # noqa: E402
+from vflbench.training.trainer import StageHP, TrainSet, fit, predict  # noqa: E402
 
 
 def bench_dataset(

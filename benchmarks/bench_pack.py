@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from vflbench.config import RunConfig, resolve
-from vflbench.pipeline import execute, execute_pack
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute, execute_pack
 
 
 def main() -> None:

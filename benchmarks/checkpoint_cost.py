@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from vflbench import checkpoint
-from vflbench.config import RunConfig, resolve
-from vflbench.pipeline import build, prepare
+from vflbench.federation import checkpoint
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import build, prepare
 
 
 def main() -> None:

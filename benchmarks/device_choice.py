@@ -1,4 +1,4 @@
-"""The measurement behind ``--device auto`` (vflbench/devices.py): seconds per training epoch of a
+"""The measurement behind ``--device auto`` (vflbench/runs/devices.py): seconds per training epoch of a
 tabular run, a pack of tabular runs and an image run, on every device this host has, side by side.
 
     python benchmarks/device_choice.py                 # Credit LASER-VFL alone and in packs of 4/16, CIFAR-10-shaped
@@ -10,7 +10,7 @@ median. The tabular rows run one intra-op thread on the CPU (the product's defau
 models: a sweep gives each worker one); the image rows all threads. The last column says which
 device ``--device auto`` picks for the workload and whether the measurement agrees. On a host without
 CUDA only the CPU rows print, and the rule's tabular/image split rests on the GPU measurement quoted
-in vflbench/devices.py.
+in vflbench/runs/devices.py.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vflbench import pipeline  # noqa: E402
-from vflbench.config import RunConfig, resolve  # noqa: E402
-from vflbench.devices import choose_device  # noqa: E402
-from vflbench.packing import VectorisedStep  # noqa: E402
-from vflbench.training import StageHP, fit  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.runs.devices import choose_device  # noqa: E402
+from vflbench.training import pipeline  # noqa: E402
+from vflbench.training.packing import VectorisedStep  # noqa: E402
+from vflbench.training.trainer import StageHP, fit  # noqa: E402
 
 
 def epoch_timer(runs, device: str, max_batches: int | None = None):
@@ -39,7 +39,7 @@ def epoch_timer(runs, device: str, max_batches: int | None = None):
     sets = [i.train for i in inputs]
     scale = 1.0
     if max_batches:  # time the first batches, scaled to the full epoch
-        from vflbench.training import TrainSet
+        from vflbench.training.trainer import TrainSet
 
         full = -(-sets[0].blocks.n // runs[0].hp.batch_size)
         m = max_batches * runs[0].hp.batch_size

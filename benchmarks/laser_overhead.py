@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_methods import bench_dataset, paired_ratio  # noqa: E402
 
-from vflbench.devices import choose_device  # noqa: E402
+from vflbench.runs.devices import choose_device  # noqa: E402
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ Two checks, both side by side in one process:
    step alternating which goes first (ABBA). Reported: the medians and their ratio, and LASER-VFL over
    Standard VFL with each step.
 
-The base revision's ``vflbench/optim.py`` is read with ``git show`` (so this needs a git checkout) and only
+The base revision's ``vflbench/nn/optim.py`` is read with ``git show`` (so this needs a git checkout) and only
 its ``step`` is swapped in: the rest of the run is the working tree's. Not a test: the timings depend on the
 machine; issue notes quote them with the machine named.
 """
@@ -39,17 +39,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vflbench import optim, pipeline  # noqa: E402
-from vflbench.config import RunConfig, resolve  # noqa: E402
-from vflbench.training import StageHP, fit  # noqa: E402
+from vflbench.nn import optim  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.training import pipeline  # noqa: E402
+from vflbench.training.trainer import StageHP, fit  # noqa: E402
 
 
 def base_optimizer(rev: str):
-    """``MaskedOptimizer`` of ``vflbench/optim.py`` at git revision ``rev`` (its relative imports made absolute)."""
+    """``MaskedOptimizer`` of ``vflbench/nn/optim.py`` at git revision ``rev`` (its relative imports made absolute)."""
     src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:vflbench/optim.py"], check=True, capture_output=True, text=True
+        ["git", "-C", str(ROOT), "show", f"{rev}:vflbench/nn/optim.py"], check=True, capture_output=True, text=True
     ).stdout
-    src = src.replace("from .errors", "from vflbench.errors").replace("from .models", "from vflbench.models")
+    src = src.replace("from .errors", "from vflbench.core.errors").replace("from .models", "from vflbench.nn.models")
     path = Path(tempfile.mkdtemp()) / "base_optim.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("base_optim", path)

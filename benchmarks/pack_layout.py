@@ -1,6 +1,6 @@
 """The layout of a pack's batched products, measured: training epochs of one pack with the affine maps
 posed as ``x @ W`` (``torch.baddbmm`` on N x K tall-thin products) against ``(W^T x^T)^T`` (what
-packing uses, see ``vflbench.models.affine``), interleaved in one process at one intra-op thread.
+packing uses, see ``vflbench.nn.models.affine``), interleaved in one process at one intra-op thread.
 
     python benchmarks/pack_layout.py --method laser --seeds 5 --train-missing none,mcar:0.1 --rounds 4
     python benchmarks/pack_layout.py --method svfl --seeds 5 --train-missing none,mcar:0.1,mcar:0.5
@@ -17,9 +17,9 @@ import statistics
 
 import torch
 
-import vflbench.models as models
-from vflbench.config import RunConfig, resolve
-from vflbench.pipeline import execute_pack
+import vflbench.nn.models as models
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute_pack
 
 
 def gemm(rounds: int = 5, calls: int = 300) -> None:

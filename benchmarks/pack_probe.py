@@ -25,11 +25,11 @@ import time
 import torch
 from torch.func import vmap
 
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, Batch, Stage
 from vflbench.methods.base import MethodContext, cross_entropy
-from vflbench.models import ModelSpec
-from vflbench.optim import MaskedOptimizer
-from vflbench.rng import Streams
+from vflbench.nn.models import ModelSpec
+from vflbench.nn.optim import MaskedOptimizer
 
 K, WIDTHS, C = 4, [6, 6, 6, 5], 2  # Credit's 23 features in 4 blocks
 SPEC = ModelSpec("mlp", 10, (10, 10))

@@ -16,8 +16,8 @@ import pstats
 
 import torch
 
-from vflbench.config import RunConfig, resolve
-from vflbench.pipeline import execute_pack
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute_pack
 
 PARTS = {  # (file suffix, function name) -> label
     ("training.py", "fit"): "training loop, whole",

@@ -32,10 +32,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
-from vflbench import pipeline  # noqa: E402
-from vflbench.config import RunConfig, resolve  # noqa: E402
-from vflbench.optim import MaskedOptimizer  # noqa: E402
-from vflbench.training import StageHP, fit  # noqa: E402
+from vflbench.nn.optim import MaskedOptimizer  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.training import pipeline  # noqa: E402
+from vflbench.training.trainer import StageHP, fit  # noqa: E402
 
 
 def _adam_kernel(p, g, m, v, t, lr, b1, b2, eps):
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--variants", default="eager,compile-adam,compile-loss")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    import vflbench.training as training
+    import vflbench.training.trainer as training
 
     variants = args.variants.split(",")
     state = {}

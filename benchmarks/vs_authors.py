@@ -69,7 +69,7 @@ def export_authors(src: Path, dst: Path) -> Path:
 def write_credit(dst: Path) -> None:
     import numpy as np
 
-    from vflbench.datasets import load_dataset
+    from vflbench.data.datasets import load_dataset
 
     d = load_dataset("credit")
     out = dst / "data" / "credit"

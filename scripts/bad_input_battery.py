@@ -253,7 +253,7 @@ def cases(root: Path, f: dict[str, str]) -> list[tuple[str, list[str], str]]:
             ["plot", "scalability", sweep_out, "--metric", "bogus", "--out", str(root / "f")],
             "refuse",
         ),
-        # Hardening III: bounds (vflbench.limits), entity alignment, strict specs, tables
+        # Hardening III: bounds (vflbench.core.limits), entity alignment, strict specs, tables
         ("pbm b=1e9", [*RUN, "--mechanism", "pbm:b=1000000000,beta=0.1", "--out", o], "refuse"),
         ("cut 1e9", [*RUN, "--cut", "1000000000", "--out", o], "refuse"),
         ("hidden 65536,65536 (memory)", [*RUN, "--hidden", "65536,65536", "--out", o], "refuse"),

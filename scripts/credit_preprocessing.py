@@ -20,7 +20,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("VFLBENCH_DATA_MIRROR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
-from vflbench.datasets.credit import COLUMNS  # noqa: E402
+from vflbench.data.datasets.credit import COLUMNS  # noqa: E402
 
 CANDIDATES = {
     "recipe (standard, 80/20 stratified, seed 0, balanced sampler)": ({}, {}),
@@ -39,8 +39,8 @@ def one(args):
     import torch
 
     torch.set_num_threads(1)
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import execute
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
 
     cfg = RunConfig(
         dataset="credit",
@@ -72,7 +72,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out / "results.csv", index=False)
 
-    from vflbench.report import load_reference, ref_key
+    from vflbench.results.report import load_reference, ref_key
 
     ref = load_reference("laser-table1")
     ref = ref[(ref["dataset"] == "credit") & (ref["method"] == "LASER-VFL")]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from vflbench.accountant import AccountantSpec, epsilon
+from vflbench.privacy.accountant import AccountantSpec, epsilon
 
 
 def main() -> None:

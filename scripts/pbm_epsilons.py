@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vflbench.accountant import AccountantSpec, epsilon  # noqa: E402
+from vflbench.privacy.accountant import AccountantSpec, epsilon  # noqa: E402
 
 
 def main() -> None:

@@ -45,9 +45,9 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve  # noqa: E402
 
-from vflbench.config import RunConfig, resolve  # noqa: E402
-from vflbench.pipeline import build, policy, prepare, stage_hp  # noqa: E402
-from vflbench.training import Callback, fit, predict  # noqa: E402
+from vflbench.runs.config import RunConfig, resolve  # noqa: E402
+from vflbench.training.pipeline import build, policy, prepare, stage_hp  # noqa: E402
+from vflbench.training.trainer import Callback, fit, predict  # noqa: E402
 
 PAPER = {
     (8, 0.1): np.inf,

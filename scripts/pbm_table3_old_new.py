@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from vflbench.artefacts.pbm import _pbm_ref, pbm_aggregate  # noqa: E402
-from vflbench.report import load_reference, load_results  # noqa: E402
+from vflbench.results.artefacts.pbm import _pbm_ref, pbm_aggregate  # noqa: E402
+from vflbench.results.report import load_reference, load_results  # noqa: E402
 
 
 def main() -> None:

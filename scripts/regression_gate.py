@@ -50,8 +50,8 @@ def execute_rows(manifest: dict):
 
     import pandas as pd
 
-    from vflbench.config import config_from_manifest, resolve
-    from vflbench.pipeline import execute, execute_pack
+    from vflbench.runs.config import config_from_manifest, resolve
+    from vflbench.training.pipeline import execute, execute_pack
 
     run = resolve(config_from_manifest(manifest))
     # the request spells out every option; the row's `options` column lists those a user set, as recorded
@@ -78,7 +78,7 @@ def rows_at(rev: str, manifest_dir: Path, tree: Path) -> Path:
 
 def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None) -> list[str]:
     """Differences between the run executed again and ``baseline`` (default: its committed CSV)."""
-    from vflbench.outputs import read_results_csv
+    from vflbench.results.outputs import read_results_csv
 
     new = execute_rows(manifest)
     old = read_results_csv(baseline or run_dir / "results.csv")
@@ -103,7 +103,7 @@ def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None) -> list[s
     if extra:  # rows a later version adds (a new metric or variant): reported, not a difference
         print(f"   ({len(extra)} rows not in the committed CSV, e.g. {extra[0]})", flush=True)
     if diffs and baseline is None:
-        from vflbench.outputs import versions
+        from vflbench.results.outputs import versions
 
         rec, here = manifest.get("versions", {}), versions()
         cpu = lambda v: f"{v.get('cpu', 'a CPU not named')} ({v.get('cpu_capability', '?')}, {v.get('platform')})"  # noqa: E731
@@ -161,7 +161,7 @@ def main() -> int:
         return 0
     if a.against and not a.run:
         ap.error("--against needs --run RUN_DIR")
-    from vflbench.config import config_from_manifest, resolve
+    from vflbench.runs.config import config_from_manifest, resolve
 
     if a.run:
         return rerun_folders(list(map(Path, a.run)), a.against)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from vflbench.methods import Batch, Stage
-from vflbench.training import StageHP, TrainPolicy, make_optimizer
+from vflbench.training.trainer import StageHP, TrainPolicy, make_optimizer
 
 
 def batch(blocks, obs, y=None, number=0):

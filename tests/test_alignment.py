@@ -1,4 +1,4 @@
-"""Entity alignment (vflbench.alignment): three parties bring their own files with overlapping IDs.
+"""Entity alignment (vflbench.data.alignment): three parties bring their own files with overlapping IDs.
 The samples are the labelled IDs; a block whose party lacks the ID is missing. PSI and plain
 intersection agree, the manifest records the intersection sizes, and a run across processes (each
 party reading only its own file, the server only the labels) equals the in-process run on the joined
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from vflbench.alignment import intersect, load_aligned, parse_party_data
 from vflbench.cli import app
-from vflbench.errors import VFLBenchError
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.alignment import intersect, load_aligned, parse_party_data
 
 runner = CliRunner()
 
@@ -81,7 +81,7 @@ def test_the_aligned_dataset_holds_each_partys_rows_and_the_alignment_mask(party
 
 
 def test_the_aligned_dataset_is_the_joined_table_as_the_table_loader_encodes_it(party_files, tmp_path):
-    from vflbench.datasets.table import DEFAULTS, load_table_dataset
+    from vflbench.data.datasets.table import DEFAULTS, load_table_dataset
 
     spec, _ = party_files
     files = dict(parse_party_data(spec))
@@ -208,7 +208,7 @@ def test_a_party_that_holds_nothing_is_warned_about_and_the_rows_say_it_is_absen
 
 
 def test_the_party_count_comes_from_the_files():
-    from vflbench.settings import request
+    from vflbench.runs.settings import request
 
     spec = "party0=a.csv,party1=b.csv,party2=c.csv"
     assert request({"party_data": spec, "method": "laser"})["settings"]["parties"] == 3

@@ -227,7 +227,7 @@ def test_results_are_shareable_files(tmp_path):
 @needs_mirror
 def test_copied_data_files_are_shareable(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
-    from vflbench.datasets import DATASETS
+    from vflbench.data.datasets import DATASETS
 
     old = os.umask(0o022)
     try:
@@ -275,7 +275,7 @@ def _tiny_experiment(tmp_path, name="t"):
 def test_a_second_sweep_on_a_locked_folder_stops_at_once(tmp_path):
     import time
 
-    from vflbench.sweep import FolderLock
+    from vflbench.grids.sweep import FolderLock
 
     out = tmp_path / "s"
     with FolderLock(out):
@@ -299,8 +299,8 @@ def test_a_folder_of_another_experiment_needs_force(tmp_path):
 @needs_mirror
 @pytest.mark.parametrize("damage", ["bitflip", "truncate"])
 def test_a_damaged_data_file_is_moved_aside_and_restored(tmp_path, monkeypatch, damage):
-    from vflbench.datasets import load_dataset
-    from vflbench.datasets.credit import CSV_GZ
+    from vflbench.data.datasets import load_dataset
+    from vflbench.data.datasets.credit import CSV_GZ
 
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
     first = load_dataset("credit")
@@ -326,8 +326,8 @@ def test_a_damaged_data_file_is_moved_aside_and_restored(tmp_path, monkeypatch, 
 
 
 def test_files_without_a_published_checksum_are_checked_against_their_first_use(tmp_path):
-    from vflbench.datasets.fetch import RawFile
-    from vflbench.errors import VFLBenchError
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.data.datasets.fetch import RawFile
 
     f = tmp_path / "a.txt"
     f.write_text("1 2 3\n")
@@ -377,7 +377,7 @@ def test_concurrent_fetches_of_one_dataset_do_not_collide(tmp_path, monkeypatch)
     if not (MIRROR / "fashion-mnist").exists():
         pytest.skip("offline data mirror not present")
     env = {**os.environ, "VFLBENCH_DATA": str(tmp_path / "data"), "VFLBENCH_DATA_MIRROR": str(MIRROR)}
-    code = "from vflbench.datasets import DATASETS; print(sorted(DATASETS.get('fashion-mnist').fetch()))"
+    code = "from vflbench.data.datasets import DATASETS; print(sorted(DATASETS.get('fashion-mnist').fetch()))"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -466,7 +466,7 @@ def test_a_sweep_records_a_diverged_run_and_goes_on(tmp_path):
 
 
 def test_the_catalog_reads_the_registry_names_without_importing_the_methods():
-    from vflbench.catalog import builtin_method_names
+    from vflbench.core.catalog import builtin_method_names
     from vflbench.methods import METHODS
 
     builtin = [n for n in METHODS.names() if METHODS.get(n).__module__.startswith("vflbench.methods.")]
@@ -508,7 +508,7 @@ def test_name_errors_are_answered_before_torch_is_imported(args, needle, tmp_pat
 def test_a_derived_cache_that_cannot_be_written_never_fails_the_load(tmp_path, monkeypatch):
     """Two first runs parse Credit at once; the one whose cache rename fails must still load, and the
     good raw file must not be set aside as corrupt (CI saw exactly that race once)."""
-    from vflbench.datasets import fetch
+    from vflbench.data.datasets import fetch
 
     target = tmp_path / ".parsed.npy"
     real_replace = os.replace
@@ -534,8 +534,8 @@ def test_a_derived_cache_that_cannot_be_written_never_fails_the_load(tmp_path, m
 
 @needs_mirror
 def test_credit_loads_when_its_parse_cache_cannot_be_written(tmp_path, monkeypatch):
-    from vflbench.datasets import fetch
-    from vflbench.datasets.registry import load_dataset
+    from vflbench.data.datasets import fetch
+    from vflbench.data.datasets.registry import load_dataset
 
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path / "data"))
     real_replace = os.replace
@@ -609,10 +609,10 @@ def test_sweep_refuses_before_any_run_and_leaves_no_folder(tmp_path, change, arg
 
 def test_a_refused_sweep_in_the_lock_leaves_its_fresh_folder_empty(tmp_path, monkeypatch):
     """A validation error raised inside the folder lock (at planning) removes the lock and the folders it made."""
-    from vflbench import sweep as sweep_mod
+    from vflbench.grids import sweep as sweep_mod
 
     def refuse(*a, **k):
-        from vflbench.errors import VFLBenchError
+        from vflbench.core.errors import VFLBenchError
 
         raise VFLBenchError("refused at planning")
 
@@ -786,7 +786,7 @@ def test_a_key_given_twice_in_yaml_is_refused(tmp_path):
 
 def test_a_path_written_relative_to_the_working_directory_still_reads_with_a_warning(tmp_path, monkeypatch):
     """Experiment files written before the rule (e.g. `preset: experiments/x.yaml`) keep their run keys."""
-    from vflbench.experiment import load_experiment
+    from vflbench.grids.experiment import load_experiment
 
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "p.yaml").write_text(

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, config_from_manifest, resolve
-from vflbench.errors import VFLBenchError
-from vflbench.experiment import build_experiment
-from vflbench.mechanism_spec import MechanismSpec, parse_mechanism
-from vflbench.pipeline import execute
+from vflbench.core.errors import VFLBenchError
+from vflbench.grids.experiment import build_experiment
+from vflbench.privacy.mechanism_spec import MechanismSpec, parse_mechanism
+from vflbench.runs.config import RunConfig, config_from_manifest, resolve
+from vflbench.training.pipeline import execute
 
 from .conftest import needs_mirror
 

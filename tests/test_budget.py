@@ -9,10 +9,10 @@ from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.experiment import build_experiment
-from vflbench.pipeline import execute
-from vflbench.report import at_budget, make_table
+from vflbench.grids.experiment import build_experiment
+from vflbench.results.report import at_budget, make_table
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute
 
 runner = CliRunner()
 BASE = dict(
@@ -211,7 +211,7 @@ def test_budget_ranking_names_the_best_method_per_budget_and_its_lead(tmp_path):
                 )
             )
     df = pd.DataFrame(rows)
-    from vflbench.report import budget_ranking
+    from vflbench.results.report import budget_ranking
 
     text = budget_ranking(df, "generic")
     assert "| credit | 0.0 | 0.5 | LASER-VFL +5.0 | Standard VFL +0.5 ≈ |" in text, text

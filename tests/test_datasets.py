@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from vflbench.datasets import DATASETS, load_dataset
-from vflbench.errors import DataUnavailableError, VFLBenchError
+from vflbench.core.errors import DataUnavailableError, VFLBenchError
+from vflbench.data.datasets import DATASETS, load_dataset
 
 from .conftest import needs_mirror
 
@@ -32,7 +32,7 @@ def test_credit_from_mirror_recipe(tmp_path, monkeypatch):
 def test_a_tampered_parsed_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
     """The parsed-table cache is verified against the source's sha256 and its own: flipped labels in
     it are never trained on; the load warns, rebuilds it and says so in the data summary."""
-    from vflbench.datasets import registry
+    from vflbench.data.datasets import registry
 
     monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
     registry_cache = getattr(registry, "_CACHE", None)
@@ -75,7 +75,7 @@ def test_isolet_phishing_fashion_from_mirror():
 
 
 def test_a_dataset_option_added_at_its_default_leaves_run_keys_alone():
-    from vflbench.config import RunConfig, resolve
+    from vflbench.runs.config import RunConfig, resolve
 
     base = dict(dataset="fashion-mnist", method="laser", parties=4, hp={"epochs": 1})
     plain, at_default = resolve(RunConfig(**base)), resolve(RunConfig(**base, data_options={"test_subset": 0}))
@@ -107,8 +107,8 @@ def test_an_unchanged_verified_file_is_not_read_again_and_an_edited_one_is(tmp_p
     import hashlib
     import os
 
-    from vflbench.datasets import fetch
-    from vflbench.datasets.fetch import RawFile
+    from vflbench.data.datasets import fetch
+    from vflbench.data.datasets.fetch import RawFile
 
     f = tmp_path / "blob.bin"
     f.write_bytes(b"a" * 4096)

@@ -1,4 +1,4 @@
-"""Where a run computes (vflbench.devices), where the optimiser keeps its tensors, and whether a run's
+"""Where a run computes (vflbench.runs.devices), where the optimiser keeps its tensors, and whether a run's
 timings add up: CPU-runnable checks of the rules behind the GPU fixes (issue: on a GPU every test green)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 import pytest
 import torch
 
-from vflbench import devices
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError
+from vflbench.core.errors import VFLBenchError
 from vflbench.methods import METHODS
-from vflbench.optim import MaskedOptimizer
-from vflbench.pipeline import build, policy, prepare
-from vflbench.training import make_optimizer
+from vflbench.nn.optim import MaskedOptimizer
+from vflbench.runs import devices
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import build, policy, prepare
+from vflbench.training.trainer import make_optimizer
 
 
 def test_auto_puts_tabular_runs_on_the_cpu_and_image_runs_on_cuda_when_there_is_one(monkeypatch):
@@ -116,7 +116,7 @@ def test_a_tabular_run_records_cpu_and_why_and_timings_that_cover_its_process_wa
 def test_process_start_is_before_now_and_after_boot():
     import time
 
-    from vflbench.timing import process_start
+    from vflbench.core.timing import process_start
 
     start = process_start()
     assert time.time() - 3600 * 24 * 365 < start <= time.time()

@@ -14,13 +14,13 @@ import yaml
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, MethodContext
 from vflbench.methods.base import cross_entropy
 from vflbench.methods.simsiam import masked_batch_norm, resized_crop
-from vflbench.models import ModelSpec
-from vflbench.protocols import get_protocol
-from vflbench.rng import Streams
+from vflbench.nn.models import ModelSpec
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.runs.protocols import get_protocol
 
 from .helpers import batch
 
@@ -261,7 +261,7 @@ def test_false_protocol_bad_input(tmp_path, args, needle):
 
 
 def test_an_unquoted_protocol_false_in_yaml_is_the_false_protocol(tmp_path):
-    from vflbench.experiment import load_experiment
+    from vflbench.grids.experiment import load_experiment
 
     f = tmp_path / "e.yaml"
     f.write_text(
@@ -302,7 +302,7 @@ def _rows(method, train, test, values, options=""):
 
 
 def test_false_tables_best_variant_asterisk_bold_seeds_and_agreement():
-    from vflbench.report import make_table
+    from vflbench.results.report import make_table
 
     df = pd.DataFrame(
         _rows("svfl", "mcar:0.2", "none", [70.0, 72.0], "pretrain=simsiam")
@@ -328,7 +328,7 @@ def test_false_tables_best_variant_asterisk_bold_seeds_and_agreement():
 
 
 def test_false_tables_name_the_seed_count_of_each_table_and_of_every_cell_that_differs():
-    from vflbench.report import make_table
+    from vflbench.results.report import make_table
 
     df = pd.DataFrame(
         _rows("false1", "mcar:0.2", "none", [80.0, 82.0, 84.0])
@@ -345,15 +345,15 @@ def test_false_tables_name_the_seed_count_of_each_table_and_of_every_cell_that_d
 
 
 def test_false_tables_refuses_results_without_its_cells():
-    from vflbench.errors import VFLBenchError
-    from vflbench.report import make_table
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.results.report import make_table
 
     with pytest.raises(VFLBenchError, match="No FALSE-VFL table cells"):
         make_table(pd.DataFrame(_rows("svfl", "mcar:0.1", "none", [1.0])), "false-tables")
 
 
 def test_reference_holds_every_cell_of_tables_12_to_17():
-    from vflbench.report import load_reference
+    from vflbench.results.report import load_reference
 
     ref = load_reference("false-tables")
     assert len(ref) == 6 * 4 * 6 * 7 and math.isclose(ref["mean"].iloc[0], 76.6)

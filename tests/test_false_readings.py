@@ -10,11 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from vflbench.artefacts.false_vfl import false_tables
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError
-from vflbench.pipeline import prepare, protocol_overrides
+from vflbench.core.errors import VFLBenchError
+from vflbench.results.artefacts.false_vfl import false_tables
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import prepare, protocol_overrides
 
 runner = CliRunner()
 
@@ -152,7 +152,7 @@ def test_a_reading_is_printed_under_its_baseline_and_swapped_into_table_2():
                 _row("laser", t, 60 + s, s, "pretrain=none", "laser_epochs=100"),
                 _row("plug", t, 50, s, "pretrain=none"),
             ]
-    ref = pd.read_csv("vflbench/reference/false_tables12_17.csv")
+    ref = pd.read_csv("vflbench/results/reference/false_tables12_17.csv")
     text, best = false_tables(pd.DataFrame(rows), ref)
     lines = [ln for ln in text.splitlines() if ln.startswith("| Isolet")]
     names = [ln.split(" | ")[1] for ln in lines[:4]]

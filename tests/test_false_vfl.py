@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, MethodContext
 from vflbench.methods.false_vfl import aggregate, gauss_logpdf
-from vflbench.models import ModelSpec
-from vflbench.rng import Streams
-from vflbench.training import BlockData, Callback, StageHP, TrainPolicy, TrainSet, fit
+from vflbench.nn.models import ModelSpec
+from vflbench.training.trainer import BlockData, Callback, StageHP, TrainPolicy, TrainSet, fit
 
 from .helpers import batch
 

@@ -1,4 +1,4 @@
-"""Lost parties (vflbench.faults, docs/RUNTIME.md "Lost parties"): a party lost mid-run is a missing block from
+"""Lost parties (vflbench.runs.faults, docs/RUNTIME.md "Lost parties"): a party lost mid-run is a missing block from
 then on, for the methods that handle one; a schedule (``--fail-party P@E[:R]``) gives the same numbers in one
 process and across processes; a killed party process is lost from the next batch on and the run finishes; the
 methods that cannot go on, and masked SecAgg, are refused in one line."""
@@ -17,12 +17,12 @@ import torch
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError, VFLBenchWarning
-from vflbench.experiment import load_experiment
-from vflbench.faults import FailureSchedule, PartyFaults, parse_failures
-from vflbench.inspection import method_rows
-from vflbench.runtime import free_port
+from vflbench.core.errors import VFLBenchError, VFLBenchWarning
+from vflbench.federation.runtime import free_port
+from vflbench.grids.experiment import load_experiment
+from vflbench.results.inspection import method_rows
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.runs.faults import FailureSchedule, PartyFaults, parse_failures
 
 from .conftest import needs_mirror
 from .helpers import start_federation
@@ -83,7 +83,7 @@ def _cfg(**settings) -> RunConfig:
 
 
 def test_losing_the_last_party_stops_the_run():
-    from vflbench.faults import EveryPartyLost
+    from vflbench.runs.faults import EveryPartyLost
 
     f = PartyFaults(parse_failures("none"), 2)
     f.begin_epoch()
@@ -104,8 +104,8 @@ def test_a_run_without_failures_keeps_its_key_and_a_schedule_enters_it():
 
 @needs_mirror
 def test_a_lost_partys_block_is_missing_its_models_held_and_a_rejoin_trains_them_again(tmp_path):
-    from vflbench.pipeline import build, party_faults, prepare, train
-    from vflbench.training import Callback
+    from vflbench.training.pipeline import build, party_faults, prepare, train
+    from vflbench.training.trainer import Callback
 
     run = resolve(
         RunConfig(
@@ -467,8 +467,8 @@ def test_a_checkpoint_restores_every_tensor_in_place_and_the_streams_from_anothe
     """What a restarted party relies on: the paths to tensors and streams are the same in two processes that
     built the same objects; a restore copies into existing tensors (a parameter keeps its identity), creates
     what exists only after training began (an optimiser's moments), and refuses streams that do not match."""
-    from vflbench import checkpoint
-    from vflbench.optim import MaskedOptimizer
+    from vflbench.federation import checkpoint
+    from vflbench.nn.optim import MaskedOptimizer
 
     def build(seed):
         torch.manual_seed(seed)
@@ -503,7 +503,7 @@ def test_a_checkpoint_restores_every_tensor_in_place_and_the_streams_from_anothe
 def test_a_step_abandoned_after_its_release_is_charged_and_a_discarded_one_is_not():
     """A party lost mid-step across processes: the server already saw the step's release, so the accountant
     charges it (an upper bound) although the step is redone; a step dropped before anything crossed is not."""
-    from vflbench.pipeline import build, prepare
+    from vflbench.training.pipeline import build, prepare
 
     run = resolve(RunConfig(dataset="credit", method="pbm", parties=4, hp={"epochs": 1}, seed=0, train_samples=200))
     method = build(run, prepare(run, "cpu"))

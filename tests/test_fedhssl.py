@@ -10,13 +10,13 @@ import torch
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.errors import VFLBenchError
+from vflbench.core.errors import VFLBenchError
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, MethodContext
 from vflbench.methods.base import Epoch
 from vflbench.methods.fedhssl import CROSS, LOCAL
-from vflbench.models import ModelSpec
-from vflbench.rng import Streams
-from vflbench.training import (
+from vflbench.nn.models import ModelSpec
+from vflbench.training.trainer import (
     BlockData,
     StageHP,
     TrainPolicy,

@@ -11,13 +11,13 @@ from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError
+from vflbench.core.errors import VFLBenchError
 from vflbench.methods import METHODS, BatchPrediction, Method, Stage
 from vflbench.methods.base import masked_mean_ce
-from vflbench.models import ParamStore
-from vflbench.optim import MaskedOptimizer
-from vflbench.pipeline import execute
+from vflbench.nn.models import ParamStore
+from vflbench.nn.optim import MaskedOptimizer
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute
 
 runner = CliRunner()
 
@@ -76,7 +76,7 @@ def test_stages_see_the_samples_they_declare(recorder):
         settings={"labeled": 120, "aligned": 30},
     )
     run = resolve(cfg)
-    from vflbench import pipeline
+    from vflbench.training import pipeline
 
     inputs = pipeline.prepare(run, TEST_DEVICE)
     labeled = set(inputs.train_masks.labeled.tolist())
@@ -110,7 +110,7 @@ def test_bad_semi_supervised_requests_are_rejected():
     with pytest.raises(VFLBenchError, match="--labeled"):
         resolve(RunConfig(dataset="synthetic", method="laser", settings={"aligned": 5}))
     run = resolve(RunConfig(dataset="synthetic", method="laser", settings={"labeled": 10**7}))
-    from vflbench import pipeline
+    from vflbench.training import pipeline
 
     with pytest.raises(VFLBenchError, match="larger than the training set"):
         pipeline.prepare(run, TEST_DEVICE)
@@ -353,7 +353,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
 
     METHODS.register("_twostage")(TwoStage)
     try:
-        from vflbench import pipeline
+        from vflbench.training import pipeline
 
         run = resolve(
             RunConfig(
@@ -367,7 +367,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
         inputs = pipeline.prepare(run, TEST_DEVICE)
         m = pipeline.build(run, inputs)
         w0 = m.extra.weight.detach().clone()
-        from vflbench.training import fit
+        from vflbench.training.trainer import fit
 
         hp = pipeline.stage_hp(run)
         m.stages = (Stage("a"),)
@@ -385,7 +385,7 @@ def test_any_module_can_be_a_member_and_a_stage_can_freeze_members(recorder):
 def test_experiment_files_take_plugins_method_options_and_labeled_runs(tmp_path):
     import shutil
 
-    from vflbench.experiment import load_experiment
+    from vflbench.grids.experiment import load_experiment
 
     shutil.copy(__import__("pathlib").Path(__file__).parents[1] / "docs/examples/observed_mean.py", tmp_path / "om.py")
     (tmp_path / "om.py").write_text((tmp_path / "om.py").read_text().replace('"obsmean"', '"om_exp"'))

@@ -1,4 +1,4 @@
-"""Every bounded run setting (vflbench.limits.LIMITS) refuses a huge value in one line that names its
+"""Every bounded run setting (vflbench.core.limits.LIMITS) refuses a huge value in one line that names its
 limit, within a second and before any data is loaded or model built; conformance over the registry,
 so a bound added later is tried with no edit here beyond how to pass it."""
 
@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError
-from vflbench.limits import LIMITS
+from vflbench.core.errors import VFLBenchError
+from vflbench.core.limits import LIMITS
+from vflbench.runs.config import RunConfig, resolve
 
 runner = CliRunner()
 

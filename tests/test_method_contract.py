@@ -19,14 +19,14 @@ import pytest
 import torch
 from _testenv import TEST_DEVICE
 
-from vflbench import plugins
-from vflbench.channel import Channel
-from vflbench.config import RunConfig, config_from_manifest, resolve
+from vflbench.core import plugins
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, Method, MethodContext, Option
-from vflbench.metrics import F1_RULES, compute_metrics
-from vflbench.models import ModelSpec
-from vflbench.rng import Streams
-from vflbench.training import BlockData, StageHP, TrainPolicy, TrainSet, fit, predict
+from vflbench.nn.models import ModelSpec
+from vflbench.privacy.channel import Channel
+from vflbench.runs.config import RunConfig, config_from_manifest, resolve
+from vflbench.training.metrics import F1_RULES, compute_metrics
+from vflbench.training.trainer import BlockData, StageHP, TrainPolicy, TrainSet, fit, predict
 
 from .helpers import batch
 
@@ -37,7 +37,7 @@ def _variants(name: str) -> dict[str, dict]:
     """Each method as registered, plus the option sets that change its maths and that the registry
     and protocols already name: its options under every protocol that sets them apart from the
     defaults, and each choice of its ``pretrain`` option. Nothing here lists methods by hand."""
-    from vflbench.protocols import PROTOCOLS
+    from vflbench.runs.protocols import PROTOCOLS
 
     cls = METHODS.get(name)
     out = {name: {}}
@@ -260,7 +260,7 @@ def test_same_seed_gives_identical_numbers(name):  # one epoch: every stage step
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 @pytest.mark.parametrize("name", ALL)
 def test_learns_an_easy_task_above_chance(name):
-    from vflbench.pipeline import execute
+    from vflbench.training.pipeline import execute
 
     base, opts = CASES[name]
     cls = cls_of(name)
@@ -378,7 +378,7 @@ def test_training_traffic_is_counted_per_party(name):
 
 @pytest.mark.parametrize("name", [n for n in METHODS.names() if METHODS.get(n).needs_labeled])
 def test_semi_supervised_methods_refuse_a_run_without_labeled(name):
-    from vflbench.errors import VFLBenchError
+    from vflbench.core.errors import VFLBenchError
 
     with pytest.raises(VFLBenchError, match="--labeled"):
         resolve(RunConfig(dataset="synthetic", method=name))
@@ -390,7 +390,7 @@ BOUNDARY_CASES = [(case, mech) for case in ALL if cls_of(case).boundary_refusal 
 
 
 def _train_with(name: str, mechanism: str | None, seed: int = 0, epochs: int = 2):
-    from vflbench.mechanisms import attach, parse_mechanism
+    from vflbench.privacy.mechanisms import attach, parse_mechanism
 
     k, n = 3, 96
     m = make(name, k=k, seed=seed)
@@ -431,7 +431,7 @@ def test_a_mechanism_wraps_the_boundary_of_every_method_that_claims_support(name
 
 @pytest.mark.parametrize("name", [c for c in ALL if cls_of(c).boundary_refusal is not None])
 def test_a_method_that_cannot_carry_a_mechanism_refuses_it_before_any_work(name):
-    from vflbench.errors import VFLBenchError
+    from vflbench.core.errors import VFLBenchError
 
     cls = cls_of(name)
     semi = {"labeled": 50} if cls.needs_labeled else {}

@@ -5,14 +5,14 @@ import pytest
 import torch
 from _testenv import TEST_DEVICE
 
+from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, Batch, MethodContext
 from vflbench.methods.base import Epoch, cross_entropy, gap_signs
 from vflbench.methods.combinatorial import pattern_ids
 from vflbench.methods.ensemble import majority_vote
 from vflbench.methods.laser import laser_weights, sample_subsets, subset_table
-from vflbench.models import ModelSpec, ParamStore
-from vflbench.optim import MaskedOptimizer, cosine_lr
-from vflbench.rng import Streams
+from vflbench.nn.models import ModelSpec, ParamStore
+from vflbench.nn.optim import MaskedOptimizer, cosine_lr
 
 from .helpers import STAGE, batch, train_step
 
@@ -263,8 +263,8 @@ def test_svfl_guesses_randomly_when_incomplete():
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_same_seed_same_numbers_other_seed_differs():
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import execute
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
 
     def go(seed):
         cfg = RunConfig(
@@ -290,15 +290,15 @@ def test_sum_fusion_option():
     x, obs = torch.randn(3, 5, 4), torch.ones(5, 3, dtype=torch.bool)
     emb = mean.ext(x)
     assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)
-    from vflbench.config import RunConfig, resolve
-    from vflbench.errors import VFLBenchError
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.runs.config import RunConfig, resolve
 
     with pytest.raises(VFLBenchError, match="fusion"):  # options are checked when a run is resolved
         resolve(RunConfig(dataset="synthetic", method="svfl", method_options={"fusion": "median"}))
 
 
 def test_cifar_resnet_extractors_match_the_authors_shapes():
-    from vflbench.models import IMAGE_EXTRACTORS
+    from vflbench.nn.models import IMAGE_EXTRACTORS
 
     half = IMAGE_EXTRACTORS["resnet18-half"](3, 1024)
     full = IMAGE_EXTRACTORS["resnet18"](3, 1024)
@@ -349,8 +349,8 @@ def test_image_extractors_never_read_missing_tiles(name):
 @pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
 @pytest.mark.parametrize("name", ["local", "svfl", "ensemble", "combinatorial", "plug", "laser"])
 def test_image_methods_run_end_to_end(name):
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import execute
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
 
     cfg = RunConfig(
         dataset="digits",

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from vflbench.metrics import accuracy, auprc, compute_metrics, f1
+from vflbench.training.metrics import accuracy, auprc, compute_metrics, f1
 
 
 def test_accuracy_averages_over_observed_clients():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from vflbench.errors import VFLBenchError
-from vflbench.missingness import (
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.missingness import (
     _visit_order,
     apply_aligned_reserve,
     generate_masks,

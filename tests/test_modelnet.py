@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vflbench.datasets import load_dataset
-from vflbench.datasets.modelnet import CLASSES
-from vflbench.errors import VFLBenchError
-from vflbench.partitioners import make_partition
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.datasets import load_dataset
+from vflbench.data.datasets.modelnet import CLASSES
+from vflbench.data.partitioners import make_partition
 
 N_TRAIN, N_TEST = 2, 1
 

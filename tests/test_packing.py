@@ -1,4 +1,4 @@
-"""Seed packing (vflbench.packing): a run trained in a pack ends as it would alone, for every
+"""Seed packing (vflbench.training.packing): a run trained in a pack ends as it would alone, for every
 packable method, and runs that cannot be packed are trained alone."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
+from vflbench.grids.sweep import packs, task_cost
 from vflbench.methods import METHODS
-from vflbench.pipeline import NotPackable, execute, execute_pack
-from vflbench.sweep import packs, task_cost
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import NotPackable, execute, execute_pack
 
 PACKABLE = [m for m in METHODS.names() if METHODS.get(m).packable]
 DATA = {"n": 400, "n_classes": 2}  # synthetic, binary: accuracy, F1 and AUPRC are all computed

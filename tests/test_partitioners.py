@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from vflbench.errors import VFLBenchError
-from vflbench.partitioners import laser_tiles, make_partition
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.partitioners import laser_tiles, make_partition
 
 
 def rng():

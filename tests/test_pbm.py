@@ -16,7 +16,8 @@ from _testenv import TEST_DEVICE
 from scipy.stats import chisquare
 from typer.testing import CliRunner
 
-from vflbench.accountant import (
+from vflbench.cli import app
+from vflbench.privacy.accountant import (
     AccountantSpec,
     NoisySumAccountant,
     epsilon,
@@ -28,11 +29,10 @@ from vflbench.accountant import (
     s_m,
     s_m_recursive,
 )
-from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.mechanisms import PBMChannel, paper_comm_bits
-from vflbench.pipeline import execute
-from vflbench.secagg import PairwiseMasking, modulus_bits
+from vflbench.privacy.mechanisms import PBMChannel, paper_comm_bits
+from vflbench.privacy.secagg import PairwiseMasking, modulus_bits
+from vflbench.runs.config import RunConfig, resolve
+from vflbench.training.pipeline import execute
 
 from .conftest import needs_mirror
 
@@ -109,7 +109,7 @@ def test_large_b_approaches_npq_gradients():
                 hp={"epochs": 1},
             )
         )
-        from vflbench import pipeline
+        from vflbench.training import pipeline
 
         inputs = pipeline.prepare(run, TEST_DEVICE)
         m = pipeline.build(run, inputs)
@@ -125,7 +125,7 @@ def test_large_b_approaches_npq_gradients():
     exact = grads({"mechanism": "npq"})
     close = grads(
         {"b": 1024, "beta": 0.25}
-    )  # b's limit (vflbench.limits): the accountant's cost, 8x the paper's largest b
+    )  # b's limit (vflbench.core.limits): the accountant's cost, 8x the paper's largest b
     mid = grads({"b": 64, "beta": 0.25})
     far = grads({"b": 8, "beta": 0.1})
     assert torch.allclose(close, exact, atol=0.05)
@@ -296,7 +296,7 @@ def test_ldp_noise_follows_the_paper_and_the_general_formula():
 
 # ---------------------------------------------------------------- communication (paper Tables 2-3)
 def _reference():
-    text = resources.files("vflbench.reference").joinpath("pbm_tables1_3.csv").read_text()
+    text = resources.files("vflbench.results.reference").joinpath("pbm_tables1_3.csv").read_text()
     return pd.read_csv(StringIO(text), dtype={"b": str})
 
 
@@ -441,7 +441,7 @@ def test_ldp_matched_to_pbm_spends_the_same_certified_epsilon(tmp_path):
 
 
 def test_frontier_plot_puts_each_series_at_its_certified_epsilon(tmp_path):
-    from vflbench.plot import plot_frontier
+    from vflbench.results.plot import plot_frontier
 
     rows = []
     for seed in (0, 1):

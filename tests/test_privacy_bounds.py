@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from vflbench.accountant import (
+from vflbench.privacy.accountant import (
     AccountantSpec,
     NoisySumAccountant,
     epsilon,
@@ -204,10 +204,10 @@ def test_the_worst_of_many_histories_is_bounded_without_one_call_per_history(mod
 
 
 def test_the_memoised_accounting_equals_a_fresh_computation_and_keeps_its_arguments_apart():
-    """The accountant memoises pure functions per process (vflbench.accountant); a memo hit must give exactly
+    """The accountant memoises pure functions per process (vflbench.privacy.accountant); a memo hit must give exactly
     what a cold computation gives, arguments that differ must not share an entry, and the shared arrays must be
     read-only (a caller that wrote into one would change every later epsilon)."""
-    from vflbench import accountant as acc
+    from vflbench.privacy import accountant as acc
 
     spec = AccountantSpec("pbm", 3, 2, 4, 0.15)
     rows = np.array([[1, 2, 0], [0, 1, 3], [2, 0, 1]])

@@ -3,10 +3,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from vflbench import artefacts
-from vflbench.artefacts.laser import verdicts as laser_verdicts
 from vflbench.cli import app
-from vflbench.report import (
+from vflbench.results import artefacts
+from vflbench.results.artefacts.laser import verdicts as laser_verdicts
+from vflbench.results.report import (
     aggregate,
     attach_reference,
     load_reference,
@@ -144,7 +144,7 @@ FILES = {  # cells that type inference reads differently file by file
 def test_results_read_together_equal_results_read_one_by_one(order):
     from io import BytesIO
 
-    from vflbench.outputs import read_results_csv, read_results_texts
+    from vflbench.results.outputs import read_results_csv, read_results_texts
 
     texts = [(HEAD + FILES[k]).encode() for k in order]
     texts.insert(1, b"run_id,method,seed,value\nr9,local,0,50.0\n")  # another header splits the batch

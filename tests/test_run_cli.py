@@ -6,7 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.missingness import split_specs
+from vflbench.data.missingness import split_specs
 
 from .conftest import needs_mirror
 
@@ -74,7 +74,7 @@ def test_run_bad_input_exits_cleanly(tmp_path):
 
 @pytest.mark.slow  # end-to-end training: `pytest -m 'not slow'` skips it; `make test` runs it
 def test_split_seed_can_follow_the_run_seed():
-    from vflbench.config import RunConfig, resolve
+    from vflbench.runs.config import RunConfig, resolve
 
     r = resolve(RunConfig(dataset="credit", method="laser", seed=3, data_options={"split_seed": "run"}))
     assert r.data_options["split_seed"] == 3

@@ -1,4 +1,4 @@
-"""Parties as processes (vflbench.runtime): for every method that claims support, a run with
+"""Parties as processes (vflbench.federation.runtime): for every method that claims support, a run with
 ``--runtime processes`` (one OS process per party and one for the server, over torch.distributed's
 gloo) gives bit-identical metrics, losses and accounted traffic to the same run in one process, and
 the bytes measured on the wire equal the accounted ones. A method that cannot run distributed is
@@ -19,8 +19,8 @@ from _testenv import TEST_DEVICE
 from typer.testing import CliRunner
 
 from vflbench.cli import app
+from vflbench.federation.runtime import free_port, refusal
 from vflbench.methods import METHODS
-from vflbench.runtime import free_port, refusal
 
 from .conftest import needs_mirror
 from .helpers import start_federation
@@ -311,7 +311,7 @@ def test_a_sweep_records_a_run_whose_party_died_as_failed_and_goes_on(tmp_path, 
 def test_an_unguarded_script_gets_one_clear_error_at_once(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(
-        "from vflbench.config import RunConfig, resolve\nfrom vflbench.pipeline import execute\n"
+        "from vflbench.runs.config import RunConfig, resolve\nfrom vflbench.training.pipeline import execute\n"
         "execute(resolve(RunConfig(dataset='synthetic', method='laser', runtime='processes', hp={'epochs': 1})), "
         "'cpu')\n"
     )

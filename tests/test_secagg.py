@@ -1,4 +1,4 @@
-"""Secure aggregation with real keys (vflbench.secagg.KeyedMasking), tested by attacking it.
+"""Secure aggregation with real keys (vflbench.privacy.secagg.KeyedMasking), tested by attacking it.
 
 * Known answers: the RFC 7539 ChaCha20 test vectors, reproduced both by an independent pure-Python
   block function written here and by the library called the way vflbench calls it (counter and
@@ -20,8 +20,8 @@ import torch
 
 pytest.importorskip("cryptography")
 
-from vflbench.errors import VFLBenchError  # noqa: E402
-from vflbench.secagg import (  # noqa: E402
+from vflbench.core.errors import VFLBenchError  # noqa: E402
+from vflbench.privacy.secagg import (  # noqa: E402
     KeyedMasking,
     agree_pair_keys,
     chacha20_nonce,

@@ -1,4 +1,4 @@
-"""The run-settings schema (vflbench.settings): one conformance suite over every declared setting,
+"""The run-settings schema (vflbench.runs.settings): one conformance suite over every declared setting,
 so a setting added later is checked with no edit here (as the method contract does for methods).
 Each setting must: appear as its flag in `vflbench run --help`, be accepted at the top level and per
 dataset of an experiment file, refuse its bad example with one clear error, leave every run key
@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, config_from_manifest, resolve
-from vflbench.errors import VFLBenchError
-from vflbench.experiment import build_experiment
+from vflbench.core.errors import VFLBenchError
+from vflbench.grids.experiment import build_experiment
 from vflbench.methods import Option
-from vflbench.pipeline import row
-from vflbench.settings import SETTINGS, Setting, declare, resolve_settings
+from vflbench.runs.config import RunConfig, config_from_manifest, resolve
+from vflbench.runs.settings import SETTINGS, Setting, declare, resolve_settings
+from vflbench.training.pipeline import row
 
 NAMES = list(SETTINGS)
 runner = CliRunner()
@@ -118,7 +118,7 @@ def test_a_setting_cannot_be_declared_twice():
 
 # ---------------------------------------------------------------- behaviour of the settings themselves
 def test_train_samples_trains_on_a_seeded_subset_with_the_masks_of_the_full_run():
-    from vflbench.pipeline import prepare
+    from vflbench.training.pipeline import prepare
 
     def inputs(**settings):
         run = resolve(
@@ -141,9 +141,9 @@ def test_train_samples_trains_on_a_seeded_subset_with_the_masks_of_the_full_run(
         inputs(train_samples=10_000)
 
 
-# ---------------------------------------------------------------- the key layout (vflbench.keys)
+# ---------------------------------------------------------------- the key layout (vflbench.runs.keys)
 def test_fields_declared_after_the_frozen_layout_are_keyed_only_apart_from_their_defaults():
-    from vflbench import keys
+    from vflbench.runs import keys
 
     # a v2 option is keyed at its default; an option declared later only when set apart from it
     assert keys.method_options("laser", {"fusion": "mean", "heads": "per_party", "samples": "labeled"}) == {
@@ -175,8 +175,8 @@ def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- run fields
-from vflbench.experiment import DATASET_KEYS, TOP_KEYS  # noqa: E402
-from vflbench.settings import FIELDS, request  # noqa: E402
+from vflbench.grids.experiment import DATASET_KEYS, TOP_KEYS  # noqa: E402
+from vflbench.runs.settings import FIELDS, request  # noqa: E402
 
 
 def test_every_run_field_is_declared_once_with_its_flag_and_experiment_key():

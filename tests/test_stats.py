@@ -1,4 +1,4 @@
-"""Statistics in tables (vflbench.stats, `vflbench table --stats`, `vflbench plot cd`): the paired tests, Holm's
+"""Statistics in tables (vflbench.results.stats, `vflbench table --stats`, `vflbench plot cd`): the paired tests, Holm's
 correction and the intervals against their definitions on hand-built cases; the verdicts on a hand-built table;
 the seeds pair the methods (the same seed gives every method the same masks)."""
 
@@ -13,9 +13,9 @@ from scipy import stats as sps
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.errors import VFLBenchError
-from vflbench.report import make_table
-from vflbench.stats import critical_difference, holm, paired_p, t_interval
+from vflbench.core.errors import VFLBenchError
+from vflbench.results.report import make_table
+from vflbench.results.stats import critical_difference, holm, paired_p, t_interval
 
 runner = CliRunner()
 
@@ -91,8 +91,8 @@ def test_a_table_with_stats_marks_the_best_the_ties_and_the_significant_losses()
 
 
 def test_the_same_seed_gives_every_method_the_same_masks():
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import prepare
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import prepare
 
     a, b = (
         prepare(resolve(RunConfig(dataset="synthetic", method=m, train_missing="mcar:0.3", seed=3)), "cpu")

@@ -6,8 +6,8 @@ import numpy as np
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.preparation import draw_masks, prepare
-from vflbench.rng import Streams
+from vflbench.core.rng import Streams
+from vflbench.data.preparation import draw_masks, prepare
 
 from .conftest import needs_mirror
 

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.experiment import load_experiment
+from vflbench.grids.experiment import load_experiment
 
 runner = CliRunner()
 
@@ -169,8 +169,8 @@ def test_sweep_json_keeps_earlier_invocations(tmp_path):
 
 
 def test_threads_default_to_one_for_tabular_runs_and_follow_threads_and_the_worker_share(monkeypatch):
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import intra_op_threads
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import intra_op_threads
 
     tab = resolve(RunConfig(dataset="synthetic", method="svfl"))
     img = resolve(RunConfig(dataset="digits", method="svfl"))
@@ -235,7 +235,7 @@ def test_merged_results_keep_text_columns_as_text(tmp_path):
     column of true/false words as booleans)."""
     import pandas as pd
 
-    from vflbench.outputs import read_results_csv
+    from vflbench.results.outputs import read_results_csv
 
     p = tmp_path / "results.csv"
     pd.DataFrame(
@@ -252,8 +252,8 @@ def test_merged_results_keep_text_columns_as_text(tmp_path):
 
 
 def test_epochs_column_counts_every_stage():
-    from vflbench.config import RunConfig, resolve
-    from vflbench.pipeline import row
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import row
 
     run = resolve(
         RunConfig(
@@ -274,7 +274,7 @@ def test_epochs_column_counts_every_stage():
 
 
 def test_partitioners_and_their_options_sweep_like_any_axis():
-    from vflbench.experiment import build_experiment
+    from vflbench.grids.experiment import build_experiment
 
     exp = build_experiment(
         {

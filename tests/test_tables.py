@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
-from vflbench.datasets import load_dataset
+from vflbench.data.datasets import load_dataset
+from vflbench.data.partitioners import _swap_towards, make_partition
 from vflbench.methods import METHODS
-from vflbench.partitioners import _swap_towards, make_partition
+from vflbench.runs.config import RunConfig, resolve
 
 runner = CliRunner()
 DATA = Path(__file__).parent / "data"
@@ -517,8 +517,8 @@ def test_internal_options_are_never_listed(tmp_path):
 
 
 def test_help_lists_the_table_options_the_loader_takes():
-    from vflbench.datasets.table import HELP, INTERNAL
-    from vflbench.settings import TABLE_OPTIONS
+    from vflbench.data.datasets.table import HELP, INTERNAL
+    from vflbench.runs.settings import TABLE_OPTIONS
 
     assert TABLE_OPTIONS.split(", ") == [k for k in HELP if k not in INTERNAL]
     r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"})

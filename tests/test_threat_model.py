@@ -1,13 +1,13 @@
-"""Against whom a certified epsilon holds (vflbench.mechanisms.epsilon_scope), and the noise source
+"""Against whom a certified epsilon holds (vflbench.privacy.mechanisms.epsilon_scope), and the noise source
 setting that decides it: hand-built cases of the rules docs/RUNTIME.md states in its table."""
 
 from __future__ import annotations
 
 import pytest
 
-from vflbench.config import RunConfig, resolve
-from vflbench.errors import VFLBenchError
-from vflbench.mechanisms import epsilon_scope, holds_against_text
+from vflbench.core.errors import VFLBenchError
+from vflbench.privacy.mechanisms import epsilon_scope, holds_against_text
+from vflbench.runs.config import RunConfig, resolve
 
 
 def holds(scope):
@@ -95,7 +95,7 @@ def test_a_noise_source_that_cannot_hold_is_refused_in_one_line(kw, msg):
 def test_the_plain_count_trace_hook_is_refused_with_secret_noise(monkeypatch, tmp_path):
     import torch
 
-    from vflbench.wire import _trace
+    from vflbench.federation.wire import _trace
 
     monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(tmp_path))
     with pytest.raises(VFLBenchError, match="refused with secret noise"):

@@ -1,5 +1,5 @@
-"""`vflbench tune` (vflbench.tuning): every method gets the same number of trials, in an Optuna SQLite study that a
-second call extends; the result is a preset that runs take; tuning scores a validation split carved from the
+"""`vflbench tune` (vflbench.grids.tuning): every method gets the same number of trials, in an Optuna SQLite study
+that a second call extends; the result is a preset that runs take; tuning scores a validation split carved from the
 training data (never the test data) on seeds apart from the reporting ones; what cannot be tuned is refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vflbench.cli import app
-from vflbench.config import RunConfig, resolve
+from vflbench.runs.config import RunConfig, resolve
 
 from .conftest import needs_mirror
 
@@ -73,7 +73,7 @@ def test_tune_runs_the_same_trials_per_method_resumes_and_writes_a_preset_runs_t
 
 @needs_mirror
 def test_validation_is_carved_from_the_training_data_and_never_overlaps_the_test_data():
-    from vflbench.pipeline import prepare
+    from vflbench.training.pipeline import prepare
 
     cfg = RunConfig(dataset="credit", method="laser", protocol_options={"val_split": 0.2}, seed=1000)
     inputs = prepare(resolve(cfg), "cpu")
@@ -131,7 +131,7 @@ def test_a_method_with_several_stages_is_tuned_stage_by_stage_and_its_preset_giv
     best trial's values in each stage (the experiment's fixed epochs applied again by the run)."""
     from dataclasses import replace
 
-    from vflbench.tuning import trial_config, tune
+    from vflbench.grids.tuning import trial_config, tune
 
     exp = tmp_path / "exp.yaml"
     exp.write_text(STAGED)
@@ -176,7 +176,7 @@ def test_restarted_or_shared_tuners_never_draw_a_trial_again_and_one_tuner_draws
     """A plain seeded TPE sampler restarts its stream in every process: a resumed study repeated its first trials
     (a committed Credit study did), and two tuners sharing a study drew the same values."""
     optuna = pytest.importorskip("optuna")
-    from vflbench.tuning import trial_seeded_sampler
+    from vflbench.grids.tuning import trial_seeded_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -238,7 +238,7 @@ def test_tuners_started_separately_on_one_storage_run_n_trials_and_write_the_sam
     import threading
 
     optuna = pytest.importorskip("optuna")
-    from vflbench import tuning
+    from vflbench.grids import tuning
 
     monkeypatch.setattr(tuning, "WAIT_SECONDS", 0.2)
     exp = tmp_path / "exp.yaml"
@@ -276,7 +276,7 @@ def test_a_killed_tuners_running_trial_is_failed_and_run_again_by_the_next_tuner
     """A RUNNING trial whose heartbeat stopped (its tuner killed) makes no tuner wait for ever: it is failed, and
     a tuner runs one in its place, so the study still ends with N finished trials."""
     optuna = pytest.importorskip("optuna")
-    from vflbench import tuning
+    from vflbench.grids import tuning
 
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXP.replace("methods: [svfl, laser]", "methods: [svfl]"))

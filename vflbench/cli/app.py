@@ -13,8 +13,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..errors import VFLBenchError
-from ..settings import field_option
+from ..core.errors import VFLBenchError
+from ..runs.settings import field_option
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reproducible VFL benchmarks with missing feature blocks."
@@ -31,7 +31,7 @@ def _main(
 ):
     """Reproducible VFL benchmarks with missing feature blocks."""
     if plugin:
-        from .. import plugins
+        from ..core import plugins
 
         try:
             for p in plugin:
@@ -50,7 +50,7 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
     """vflbench's own warnings as one yellow line on stderr; others as Python prints them."""
     from rich.markup import escape
 
-    from ..errors import VFLBenchWarning
+    from ..core.errors import VFLBenchWarning
 
     if issubclass(category, VFLBenchWarning):
         err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
@@ -102,11 +102,11 @@ def friendly(fn):
 
 
 def with_settings(fn, required: bool = True):
-    """Add one option per declared run field and run setting (:mod:`vflbench.settings`) to a command
+    """Add one option per declared run field and run setting (:mod:`vflbench.runs.settings`) to a command
     that takes them as ``**given``: the schema is the only place their flags are written."""
     import inspect as _inspect
 
-    from ..settings import cli_parameters, field_parameters
+    from ..runs.settings import cli_parameters, field_parameters
 
     sig = _inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not _inspect.Parameter.VAR_KEYWORD]
@@ -128,7 +128,7 @@ PART_OPT = field_option("partition_options")
 def _stage_progress(bar, label: str):
     """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
     answers bad input without loading torch)."""
-    from ..training import Callback
+    from ..training.trainer import Callback
 
     class StageProgress(Callback):
         task = None
@@ -138,7 +138,7 @@ def _stage_progress(bar, label: str):
             if (
                 align is not None
             ):  # one line per party: how many samples it holds (the warnings say when one holds none)
-                from ..alignment import holding_report
+                from ..data.alignment import holding_report
 
                 for line in holding_report(align)[0]:
                     bar.console.print(line, markup=False, highlight=False)

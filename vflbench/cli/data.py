@@ -8,8 +8,8 @@ import json
 import typer
 from rich.table import Table
 
-from ..errors import VFLBenchError
-from ..settings import field_option, number, parse_kv
+from ..core.errors import VFLBenchError
+from ..runs.settings import field_option, number, parse_kv
 from .app import (
     DATA_OPT,
     PART_OPT,
@@ -26,7 +26,7 @@ from .app import (
 @friendly
 def datasets(fmt: str = typer.Option("table", "--format", help="table | json")):
     """List the registered datasets and whether each is available locally (or in the mirror)."""
-    from ..datasets import DATASETS
+    from ..data.datasets import DATASETS
 
     rows = []
     for name in DATASETS:
@@ -70,7 +70,7 @@ def datasets(fmt: str = typer.Option("table", "--format", help="table | json")):
 @friendly
 def data_fetch(name: str = typer.Argument(..., help="dataset name (see `vflbench datasets`)")):
     """Download a dataset from its official source (or copy it from $VFLBENCH_DATA_MIRROR) and verify it."""
-    from ..datasets import DATASETS
+    from ..data.datasets import DATASETS
 
     spec = DATASETS.get(name)
     sums = spec.fetch(download=True)
@@ -104,7 +104,7 @@ def masks(
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     if split not in ("train", "test"):
         raise VFLBenchError(f"Unknown split '{split}'. Choices: train, test.")
-    from ..inspection import mask_report
+    from ..results.inspection import mask_report
 
     stats, m, prep = mask_report(
         dataset,
@@ -164,7 +164,7 @@ def inspect(
     and the encoded width per party. Fix options here before a long sweep. With --party-data: each
     party file's rows, columns and encoded width, and the intersection sizes (computed in the clear,
     locally), before any training."""
-    from ..inspection import dataset_report
+    from ..results.inspection import dataset_report
 
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
@@ -231,7 +231,7 @@ def inspect(
 
 
 def _inspect_party_data(party_data: str, id_column: str, data_options: dict, fmt: str) -> None:
-    from ..inspection import party_data_report
+    from ..results.inspection import party_data_report
 
     rep = party_data_report(party_data, id_column, data_options)
     if fmt == "json":

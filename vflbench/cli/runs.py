@@ -11,8 +11,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from ..errors import VFLBenchError
-from ..limits import check as check_limit
+from ..core.errors import VFLBenchError
+from ..core.limits import check as check_limit
+from ..core.role import parse_rendezvous
 from .app import (
     _stage_progress,
     app,
@@ -47,19 +48,19 @@ def run(
             raise VFLBenchError(f"--threads must be >= 1, got {threads}.")
         check_limit("threads", threads)
         os.environ["VFLBENCH_THREADS"] = str(threads)
-    from ..config import RunConfig, resolve
-    from ..federation import set_federated
-    from ..settings import request
+    from ..core.role import set_federated
+    from ..runs.config import RunConfig, resolve
+    from ..runs.settings import request
 
     set_federated(
         str(given.get("runtime") or "").strip().lower() == "processes"
     )  # then the parties' own files are read by their own processes
-    cfg = RunConfig(**request(given))  # the run fields and settings, as declared in vflbench.settings
+    cfg = RunConfig(**request(given))  # the run fields and settings, as declared in vflbench.runs.settings
     dataset, method = cfg.dataset, cfg.method
     resolved = resolve(cfg)  # every check before the heavy imports below
-    from ..outputs import check_output_dir, write_outputs
-    from ..pipeline import execute
-    from ..timing import process_start
+    from ..core.timing import process_start
+    from ..results.outputs import check_output_dir, write_outputs
+    from ..training.pipeline import execute
 
     check_output_dir(out)
     from rich.progress import (
@@ -72,7 +73,7 @@ def run(
     )
 
     if resolved.runtime == "processes":
-        from ..runtime import check
+        from ..federation.runtime import check
 
         check(resolved)  # before the progress bar: a refused run prints one line
     with Progress(
@@ -127,7 +128,7 @@ def run(
             f"{tm['train_s'] + tm['eval_s']:.1f}s"
         )
     if ex.get("accountant", "none") != "none":  # a private run (the accountant's module is heavy: scipy)
-        from ..accountant import describe
+        from ..privacy.accountant import describe
 
         for line in describe(ex):
             console.print(line, markup=False, highlight=False)
@@ -135,11 +136,11 @@ def run(
 
 def _run_from(given: dict, run_file: Path | None):
     """The resolved run of a party or server command: the flags, or the run file the launcher wrote."""
-    from ..config import RunConfig, config_from_manifest, resolve
-    from ..federation import set_federated
-    from ..settings import request
+    from ..core.role import set_federated
+    from ..runs.config import RunConfig, config_from_manifest, resolve
+    from ..runs.settings import request
 
-    set_federated()  # this process may hold its own party file only (vflbench.alignment)
+    set_federated()  # this process may hold its own party file only (vflbench.data.alignment)
     if run_file is not None:
         try:
             cfg = config_from_manifest(json.loads(Path(run_file).read_text()))
@@ -161,7 +162,7 @@ TIMEOUT_OPT = typer.Option(
 )
 DEVICE_OPT = typer.Option(
     "auto",
-    help="auto | cpu | cuda: auto takes the device the in-process run would (vflbench.devices); every process of a "
+    help="auto | cpu | cuda: auto takes the device the in-process run would (runs.devices); every process of a "
     "run must compute on the same one",
 )
 
@@ -192,11 +193,12 @@ def party(
 ):
     """Run one party of a federation whose parties are processes: it keeps only its own block of
     columns and no label, and trains from the server's gradients. Give the same run flags as the server."""
-    from ..runtime import join
+    from ..federation.runtime import join
 
+    parse_rendezvous(rendezvous)
     check_limit("timeout", timeout)
     run = _run_from(given, run_file)
-    from ..pipeline import execute
+    from ..training.pipeline import execute
 
     def joined():
         how = "rejoined" if rejoin else "joined"
@@ -228,15 +230,16 @@ def server(
 ):
     """Run the server of a federation whose parties are processes (start `vflbench party` on each
     party's machine with the same flags): it holds the labels and the heads, and writes the results."""
-    from ..outputs import check_output_dir, write_outputs
-    from ..runtime import serve
-    from ..timing import process_start
+    from ..core.timing import process_start
+    from ..federation.runtime import serve
+    from ..results.outputs import check_output_dir, write_outputs
 
+    parse_rendezvous(rendezvous)
     check_limit("timeout", timeout)
     outp = out_path(out)
     run = _run_from(given, None)
     check_output_dir(outp)
-    from ..pipeline import execute
+    from ..training.pipeline import execute
 
     rows, manifest = serve(run, rendezvous, execute, timeout, device)
     run_dir = write_outputs(outp, rows, manifest, process_start(), "process start")
@@ -247,14 +250,14 @@ def server(
 @friendly
 def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     """List the registered methods: name, display name, paper, stages and options."""
-    from ..inspection import method_rows
-    from ..mechanism_spec import describe_mechanisms
+    from ..privacy.mechanism_spec import describe_mechanisms
+    from ..results.inspection import method_rows
 
     rows = method_rows()
     if fmt == "json":
         print(
             json.dumps(rows, indent=2)
-        )  # the mechanisms' parameters: the table format, or vflbench.mechanism_spec.describe_mechanisms()
+        )  # the mechanisms' parameters: the table format, or vflbench.privacy.mechanism_spec.describe_mechanisms()
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")

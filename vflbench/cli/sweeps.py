@@ -8,10 +8,10 @@ from pathlib import Path
 
 import typer
 
-from ..errors import VFLBenchError
-from ..limits import check as check_limit
-from ..settings import parse_int_list
-from ..textlists import split_items
+from ..core.errors import VFLBenchError
+from ..core.limits import check as check_limit
+from ..core.textlists import split_items
+from ..runs.settings import parse_int_list
 from .app import (
     app,
     console,
@@ -44,8 +44,8 @@ def tune(
     never scored); writes OUT/tuned.yaml (a preset for --preset) and OUT/summary.md (docs/STATISTICS.md)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..textlists import split_items
-    from ..tuning import tune as run_tune
+    from ..core.textlists import split_items
+    from ..grids.tuning import tune as run_tune
 
     if metric not in ("accuracy", "f1", "auprc"):
         raise VFLBenchError(f"--metric takes accuracy, f1 or auprc, got {metric!r}.")
@@ -127,8 +127,8 @@ def sweep(
 ):
     """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
     One sweep at a time per output folder (a second one stops at once)."""
-    from ..experiment import load_experiment
-    from ..sweep import FolderLock, check_same_experiment
+    from ..grids.experiment import load_experiment
+    from ..grids.sweep import FolderLock, check_same_experiment
 
     if workers is None:
         workers = os.cpu_count() or 1
@@ -146,7 +146,7 @@ def sweep(
         raise VFLBenchError(f"Unknown executor '{executor}'. Choices: local, ray.")
     out = out_path(out)
     if device not in ("auto", "cpu", "cuda") or (device == "cuda" and executor == "local"):
-        from ..devices import choose_device
+        from ..runs.devices import choose_device
 
         choose_device(device)  # an unknown name, or no CUDA here: refused now, not once per run inside the workers
     if address is not None and executor != "ray":
@@ -163,14 +163,14 @@ def sweep(
     ms = split_items(methods, "--methods", "laser,svfl") if methods else None
     exp = load_experiment(file, datasets=ds, seeds=sd, quick=quick, train_missing=tr, methods_subset=ms)
     if preset:  # recorded in the sweep's spec, so a resumed sweep must name the same preset
-        from ..presets import load_preset
+        from ..runs.presets import load_preset
 
         load_preset(preset)  # an unknown name or a bad file: refused now
         exp.spec = {**exp.spec, "preset": preset}
         for r in exp.runs:
             r.settings["preset"] = preset
     out = out or Path("results") / ("quick" if quick else "sweeps") / exp.name
-    from ..outputs import check_output_dir
+    from ..results.outputs import check_output_dir
 
     check_output_dir(out)
     check_same_experiment(exp, out, force)
@@ -193,7 +193,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         TimeRemainingColumn,
     )
 
-    from ..sweep import check_same_pack, execute_plan, finalize, plan, write_table
+    from ..grids.sweep import check_same_pack, execute_plan, finalize, plan, write_table
 
     p = plan(exp, out)
     p.pack = pack
@@ -211,7 +211,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         )
     console.print(f"{exp.name}: {len(p.run_ids)} runs, {len(p.done)} already finished, {len(p.todo)} to run -> {out}")
     if pack > 1 and p.todo and executor == "local":
-        from ..sweep import packs
+        from ..grids.sweep import packs
 
         grouped = [g for g in packs(p.todo, pack) if len(g) > 1]
         if grouped:
@@ -232,7 +232,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
             from rich.markup import escape
 
             popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
-            from ..settings import columns as setting_columns
+            from ..runs.settings import columns as setting_columns
 
             user = ";".join(
                 x for x in (user, setting_columns(r.settings).get("settings", "")) if x

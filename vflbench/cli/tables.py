@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import VFLBenchError
+from ..core.errors import VFLBenchError
 from .app import (
     app,
     console,
@@ -55,8 +55,8 @@ def table(
     sweep folder, its experiment's layout, reference and title are the defaults (the bare command
     rebuilds the folder's table.md); the flags override them."""
     out = out_path(out)
-    from ..outputs import atomic_write_text
-    from ..report import budget_ranking, folder_table_args, load_many, make_table
+    from ..results.outputs import atomic_write_text
+    from ..results.report import budget_ranking, folder_table_args, load_many, make_table
 
     own = folder_table_args(results[0]) if len(results) == 1 else None
     title = own["title"] if own else None
@@ -67,7 +67,7 @@ def table(
     elif reference.strip().lower() == "none":
         reference = None
     if out:
-        from ..outputs import check_output_file
+        from ..results.outputs import check_output_file
 
         check_output_file(out)
     if by_budget:
@@ -118,7 +118,7 @@ def plot(
     out = out_path(out)
     if trailing or out.is_dir():
         raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
-    from ..plot import plot_curves, plot_scalability
+    from ..results.plot import plot_curves, plot_scalability
 
     if kind not in ("scalability", "curves", "bars", "budget", "frontier", "cd"):
         raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier, cd.")
@@ -139,15 +139,15 @@ def plot(
             raise VFLBenchError(
                 f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the {plots} plot(s)."
             )
-    from ..outputs import check_output_file
+    from ..results.outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))
     if kind == "cd":
         import pandas as pd
 
-        from ..report import load_many, make_table
-        from ..stats import critical_difference
-        from ..verdicts import display
+        from ..results.report import load_many, make_table
+        from ..results.stats import critical_difference
+        from ..results.verdicts import display
 
         parts = []
         for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
@@ -170,16 +170,16 @@ def plot(
     elif kind == "curves":
         paths = plot_curves(results, out)
     elif kind == "budget":
-        from ..plot import plot_budget
+        from ..results.plot import plot_budget
 
         paths = plot_budget(results, out, metric, panel, test_missing)
     elif kind == "frontier":
-        from ..plot import plot_frontier
+        from ..results.plot import plot_frontier
 
         paths = plot_frontier(results, out, metric)
     elif kind == "bars":
-        from ..plot import plot_bars
-        from ..report import make_table
+        from ..results.plot import plot_bars
+        from ..results.report import make_table
 
         _, agg = make_table(results, "generic")
         seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))

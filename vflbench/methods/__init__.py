@@ -2,11 +2,11 @@
 
 Importing this package registers the built-in methods (listing order = ``catalog.METHOD_MODULES``), then any
 plugin files named in ``$VFLBENCH_PLUGINS`` and any installed ``vflbench.methods`` entry points
-(see :mod:`vflbench.plugins` and docs/ADDING_A_METHOD.md)."""
+(see :mod:`vflbench.core.plugins` and docs/ADDING_A_METHOD.md)."""
 
 from importlib import import_module
 
-from ..catalog import METHOD_MODULES
+from ..core.catalog import METHOD_MODULES
 from .base import (
     METHODS,
     Batch,
@@ -23,7 +23,7 @@ from .base import (
 for _module in METHOD_MODULES:
     import_module(f"{__name__}.{_module}")
 
-from ..plugins import load_plugins  # noqa: E402
+from ..core.plugins import load_plugins  # noqa: E402
 
 load_plugins()
 

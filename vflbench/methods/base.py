@@ -11,11 +11,11 @@ A method
 * predicts for a batch (:meth:`Method.predict`), per predictor, with the samples that count.
 
 It calls :meth:`Method.send` wherever a party's representation leaves the party; that is the
-party-to-server boundary (:mod:`vflbench.channel`), where traffic is counted and where a privacy
+party-to-server boundary (:mod:`vflbench.privacy.channel`), where traffic is counted and where a privacy
 mechanism or quantiser can be installed without editing the method. Per-run scalars for the CSV
 (e.g. an epsilon) come from :meth:`Method.extras`.
 
-The trainer (:mod:`vflbench.training`) owns everything else: stages, epochs, batches, backward,
+The trainer (:mod:`vflbench.training.trainer`) owns everything else: stages, epochs, batches, backward,
 the optimiser and its schedule, callbacks and progress. The conformance suite
 ``tests/test_method_contract.py`` runs every registered method through the same checks;
 ``docs/ADDING_A_METHOD.md`` walks through a complete example.
@@ -30,11 +30,11 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..channel import Channel
-from ..errors import VFLBenchError
-from ..models import Extractors, HeadBank, ModelSpec, ParamStore
-from ..registry import Registry
-from ..rng import Streams
+from ..core.errors import VFLBenchError
+from ..core.registry import Registry
+from ..core.rng import Streams
+from ..nn.models import Extractors, HeadBank, ModelSpec, ParamStore
+from ..privacy.channel import Channel
 
 OPTION_TYPES = (bool, int, float, str)
 
@@ -204,21 +204,23 @@ class Method:
         str, ...
     ] = ()  # other ways to predict, logged as metric@variant (see use_variant); a run's options may set it in build
     assumptions: ClassVar[tuple[str, ...]] = ()  # choices the paper leaves open, recorded in the manifest
-    packable: ClassVar[bool] = False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.packing)
+    packable: ClassVar[bool] = (
+        False  # the loss can run under torch.func.vmap over a pack of runs (vflbench.training.packing)
+    )
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
     boundary_refusal: ClassVar[str | None] = None  # why a --mechanism cannot wrap this method's boundary (None: it can)
     runtime_refusal: ClassVar[str | None] = (
-        None  # why the parties of this method cannot run as separate processes (None: they can; vflbench.runtime)
+        None  # why the parties of this method cannot run as separate processes (None: they can; federation.runtime)
     )
     sums_at_server: ClassVar[bool] = (
         # the server reads only the sum of the parties' values (Channel.aggregate): secure aggregation can hide each one
         False
     )
-    boundary = None  # the run's vflbench.mechanisms.Boundary once a mechanism is attached
-    faults = None  # the run's vflbench.faults.PartyFaults when parties can be lost (predictions mask them)
+    boundary = None  # the run's vflbench.privacy.mechanisms.Boundary once a mechanism is attached
+    faults = None  # the run's vflbench.runs.faults.PartyFaults when parties can be lost (predictions mask them)
     # `vflbench tune`: the method's own options worth searching, name -> ("float"|"int"|"log", low, high) or
     # ("choice", values); the common hyper-parameters (lr, weight decay, batch size, epochs) are searched for every
-    # method (vflbench.tuning)
+    # method (vflbench.grids.tuning)
     search_space: ClassVar[dict[str, tuple]] = {}
     # the conformance suite's short runs (8 epochs at lr 3e-3 on 1,500 synthetic samples): a method's overrides
     smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
@@ -227,7 +229,7 @@ class Method:
     @classmethod
     def loss_refusal(cls, options: dict[str, Any]) -> str | None:
         """Why a run of this method cannot go on when a party is lost, i.e. when its block is missing for
-        every sample from then on (None: it can; vflbench.faults). The default: it cannot."""
+        every sample from then on (None: it can; vflbench.runs.faults). The default: it cannot."""
         return "its model reads every party's block"
 
     def __init__(self, ctx: MethodContext):
@@ -279,7 +281,7 @@ class Method:
         """The training loss for ``batch`` at ``stage`` and the members it trains (bool
         ``[n_members]``); only those are stepped. A batch on which nothing trains returns no active
         member (the trainer skips it) and may return None as its loss; a packable method returns a
-        finite loss there instead of branching on the data (see :mod:`vflbench.packing`)."""
+        finite loss there instead of branching on the data (see :mod:`vflbench.training.packing`)."""
         raise NotImplementedError
 
     def predict(self, batch: Batch) -> BatchPrediction:
@@ -289,7 +291,7 @@ class Method:
         """For a method whose parties train alone (Local, Ensemble): each party's own loss term
         ``[K]``, the training loss being their sum, and the active members; None (the default): the
         method has one joint loss. A runtime that runs parties as processes trains each party on its
-        own term (:mod:`vflbench.runtime`)."""
+        own term (:mod:`vflbench.federation.runtime`)."""
         return None
 
     def begin_epoch(self, epoch: Epoch) -> None:
@@ -348,7 +350,7 @@ class Method:
     def send(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """Call where representations ``[M, B, D]`` leave their parties; ``sent`` ``[M, B]`` says which
         cross, ``party_of`` ``[M]`` which party each sender is (a tensor kept on the method). A lost party
-        (vflbench.faults) sends nothing, whatever the method asked of it: the server receives zeros."""
+        (vflbench.runs.faults) sends nothing, whatever the method asked of it: the server receives zeros."""
         if self.faults is not None and self.faults.any_lost:
             here = self.faults.available(reps.device)
             here = here if party_of is None else here[party_of.to(reps.device)]

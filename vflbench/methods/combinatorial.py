@@ -32,7 +32,7 @@ class Combinatorial(Method):
     def build(self) -> None:
         k = self.k
         if k > 10:
-            from ..errors import VFLBenchError
+            from ..core.errors import VFLBenchError
 
             raise VFLBenchError(
                 f"Combinatorial trains 2^K - 1 = {2**k - 1} predictors; K={k} is too many (use K <= 10)."

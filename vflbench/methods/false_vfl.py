@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..models import Extractors, MLPBank, ModelSpec
+from ..nn.models import Extractors, MLPBank, ModelSpec
 from .base import METHODS, Batch, BatchPrediction, Epoch, Method, Option, Stage
 
 LOG2PI = math.log(2 * math.pi)

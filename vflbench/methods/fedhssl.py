@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import VFLBenchError
-from ..models import IMAGE_EXTRACTORS, MLPBank
+from ..core.errors import VFLBenchError
+from ..nn.models import IMAGE_EXTRACTORS, MLPBank
 from .base import (
     METHODS,
     Batch,
@@ -392,7 +392,7 @@ class FedHSSL(Method):
             lg.argmax(-1)[None], counted[None].clone(), None if self.c != 2 else self.score(lg)[None], counted
         )
 
-    # -- diagnostics (vflbench.pipeline.SSLProbe)
+    # -- diagnostics (vflbench.training.pipeline.SSLProbe)
     def probe_representations(self, blocks, obs: torch.Tensor) -> torch.Tensor:
         """Frozen per-party representations ``[K, B, D]`` for a linear probe (zeros where unobserved)."""
         return 0.5 * (self.cross(blocks, need=obs.T) + self.local(blocks, need=obs.T)) * obs.T[:, :, None].float()

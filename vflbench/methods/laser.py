@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ..errors import VFLBenchError
+from ..core.errors import VFLBenchError
 from .base import (
     METHODS,
     Batch,

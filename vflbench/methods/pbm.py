@@ -1,6 +1,6 @@
 """PBM-VFL (Tran, Castiglia, Patterson & Milanova, 2025): the summing method (:mod:`.sumvfl`) with the
 Poisson Binomial Mechanism and secure aggregation attached at its party-to-server boundary
-(:mod:`vflbench.mechanisms`), configured from this method's options as the paper runs it. The server
+(:mod:`vflbench.privacy.mechanisms`), configured from this method's options as the paper runs it. The server
 sees only a noisy, unbiased estimate of the *sum* of the party embeddings and trains a
 ``Linear(P, classes)`` head on it; the server's gradient at that estimate goes straight through to
 each party's exact embedding; all models take plain SGD steps at one constant rate (Algorithm 2).
@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..accountant import AccountantSpec, ldp_sigma, match_ldp_sigma, worst_epsilon
-from ..errors import VFLBenchError
-from ..mechanism_spec import (
+from ..core.errors import VFLBenchError
+from ..privacy.accountant import AccountantSpec, ldp_sigma, match_ldp_sigma, worst_epsilon
+from ..privacy.mechanism_spec import (
     beta_in_range,
     delta_in_range,
     make_mechanism,
     pbm_trials,
     positive_finite,
 )
-from ..mechanisms import attach, paper_comm_bits
+from ..privacy.mechanisms import attach, paper_comm_bits
 from .base import METHODS, Epoch, Option
 from .sumvfl import EVAL_OPTION, MODEL_OPTIONS, SumVFL
 
@@ -39,7 +39,7 @@ class PBMVFL(SumVFL):
     name, display, hp_key, f1_rule = "pbm", "PBM-VFL", "pbm", "single"
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
-    draws_noise = True  # attaches its own privacy mechanism (vflbench.settings: the noise source's default)
+    draws_noise = True  # attaches its own privacy mechanism (vflbench.runs.settings: the noise source's default)
     boundary_refusal = (
         "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, "
         "beta=, secagg=); use --method sum with --mechanism"

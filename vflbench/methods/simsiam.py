@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from ..models import Extractors, linear_bound
+from ..nn.models import Extractors, linear_bound
 from .base import Batch, Option, Stage
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..mechanism_spec import at_least_one, positive_finite
-from ..models import Extractors, ModelSpec
+from ..nn.models import Extractors, ModelSpec
+from ..privacy.mechanism_spec import at_least_one, positive_finite
 from .base import METHODS, Batch, BatchPrediction, Method, Option, Stage, masked_mean_ce
 
 

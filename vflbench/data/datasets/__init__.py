@@ -1,0 +1,17 @@
+"""Datasets: one module per family, all registered in :data:`DATASETS`."""
+
+from . import credit, embedded, isolet, mimic4, modelnet, phishing, uci_har, vision  # noqa: F401  (registration)
+from .base import Dataset, DatasetInfo
+from .registry import DATASETS, DatasetSpec, fetch_all, load_dataset, register_scheme, resolve_options
+
+
+def _table_spec(name: str) -> DatasetSpec:
+    from .table import table_spec  # pandas: only for users' tables
+
+    return table_spec(name)
+
+
+for _scheme in ("csv", "openml"):  # (aligned:... is registered by vflbench.data.alignment)
+    register_scheme(_scheme, _table_spec)
+
+__all__ = ["DATASETS", "Dataset", "DatasetInfo", "DatasetSpec", "fetch_all", "load_dataset", "resolve_options"]

@@ -1,0 +1,103 @@
+"""Shared run set-up: load data, partition it and draw masks from the named random streams.
+
+Everything here depends only on (dataset, options, K, partitioner, seed), never on the method, so
+every method sees the same split, partition and masks for a given seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.rng import Streams
+from .datasets import Dataset, load_dataset
+from .missingness import (
+    Masks,
+    apply_aligned_reserve,
+    generate_masks,
+    labeled_split,
+    parse_mechanism,
+)
+from .partitioners import Partition, default_partitioner, make_partition
+
+
+@dataclass
+class Prepared:
+    data: Dataset
+    partition: Partition
+    streams: Streams
+    _stats: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def permute_rows(self, rng: np.random.Generator) -> None:
+        """Permute train and test rows once (the authors' HAPT loader); block statistics follow."""
+        d = self.data
+        ptr, pte = rng.permutation(len(d.y_train)), rng.permutation(len(d.y_test))
+        d.x_train, d.y_train, d.x_test, d.y_test = d.x_train[ptr], d.y_train[ptr], d.x_test[pte], d.y_test[pte]
+        self._stats.clear()
+
+    def block_stats(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        if split not in self._stats:
+            x = self.data.x_train if split == "train" else self.data.x_test
+            self._stats[split] = self.partition.block_stats(x)
+        return self._stats[split]
+
+
+def prepare(
+    dataset: str,
+    data_options: dict[str, Any] | None,
+    parties: int,
+    partitioner: str | None,
+    part_options: dict[str, Any] | None,
+    seed: int,
+) -> Prepared:
+    data = load_dataset(dataset, data_options)
+    streams = Streams(seed)
+    pname = partitioner or default_partitioner(data.info.kind)
+    opts = {}
+    for k, v in (part_options or {}).items():
+        try:
+            opts[k] = float(v) if "." in str(v) else int(v)
+        except ValueError:
+            opts[k] = v
+    part = make_partition(pname, data.x_train.shape[1:], parties, streams.numpy("partition"), data=data, **opts)
+    return Prepared(data, part, streams, {})
+
+
+def draw_masks(
+    prep: Prepared,
+    spec: str,
+    *,
+    split: str = "train",
+    stream: str | None = None,
+    granularity: str = "sample",
+    batch_size: int | None = None,
+    all_missing: str = "keep",
+    labeled: int | None = None,
+    aligned: int = 0,
+) -> Masks:
+    mech = parse_mechanism(spec)
+    n = len(prep.data.y_train if split == "train" else prep.data.y_test)
+    mean = var = None
+    if mech.needs_data:
+        mean, var = prep.block_stats(split)
+    name = stream or ("train_masks" if split == "train" else f"test_masks/{spec}")
+    m = generate_masks(
+        spec,
+        n,
+        prep.partition.n_parties,
+        prep.streams.numpy(name),
+        block_mean=mean,
+        block_var=var,
+        granularity=granularity,
+        batch_size=batch_size,
+        all_missing=all_missing,
+    )
+    if labeled is not None and split == "train":
+        lab, res = labeled_split(n, labeled, aligned, prep.streams.numpy("labeled"))
+        m.observed = apply_aligned_reserve(m.observed, res)
+        m.info.update({"labeled": int(labeled), "aligned_reserve": int(aligned)})
+        m.labeled = lab
+        m.reserve = res
+    return m

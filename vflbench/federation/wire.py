@@ -1,0 +1,570 @@
+"""The wire between a run's processes: point-to-point links over ``torch.distributed`` (gloo) with
+measured traffic and an emulated WAN link (:class:`Wire`), and the run's channel with its boundary on
+the wire (:class:`WireChannel`; PBM-VFL's summed release with real SecAgg keys and each party's own
+noise: :class:`WirePBMChannel`). What crosses is exactly what a method sends through
+``Method.send``: each party's sent rows up, their gradients down after the server's backward; control
+messages carry the server's loss, the epoch's order and the run key. The programs that use it, and the
+launcher, are :mod:`vflbench.federation.runtime`."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from typing import Any
+
+import torch
+
+from ..core.errors import VFLBenchError
+from ..core.role import SERVER
+from ..methods.base import Method
+from ..privacy.channel import Channel
+from ..privacy.mechanisms import PBMChannel
+from ..privacy.secagg import KeyedMasking, agree_pair_keys
+from ..runs.faults import PartyFailed, PartyLost
+from .rejoin import Resume, at_epoch_boundary
+
+RESTART_ME = 75  # a party process's exit status for a scheduled outage it is to be restarted from (EX_TEMPFAIL)
+
+
+class Wire:
+    """The point-to-point links of one process, with measured traffic and an emulated WAN link."""
+
+    def __init__(
+        self, rank: int, world: int, latency_ms: float = 0.0, bandwidth_mbps: float = 0.0, timeout_s: float = 60.0
+    ):
+        self.rank, self.world = rank, world
+        self.latency, self.bandwidth = latency_ms / 1e3, bandwidth_mbps
+        self.timeout_s = timeout_s
+        k = world - 1
+        self.payload = {f"{ph}_{d}": [0] * k for ph in ("train", "eval", "monitor") for d in ("up", "down")}
+        self.control_bytes = 0
+        self.messages = 0
+        self.comm_s = 0.0
+        self.epoch = 0
+        self.pending: list[tuple[torch.Tensor, int, tuple[str, int] | None]] = []
+        self.die_at_epoch: int | None = None
+        self.key_fingerprint: str | None = None  # SecAgg: the fingerprint of the public keys this party received
+        # party losses (runs.faults): the parties lost (agreed by every process), those the server found lost in
+        # this step (dead, or silent past the timeout; announced to the others at the step's agreement), whether the
+        # server goes on when it finds one, and the phase of the current crossings (a loss at evaluation stops)
+        self.lost: set[int] = set()
+        self.found: dict[int, str] = {}
+        self.tolerant = False
+        self.phase = "train"
+        self.rejoins: dict[int, list[int]] = {}  # party -> the epochs it rejoins at (a scheduled outage)
+        # rejoin of a restarted party process (see Rejoin): the rendezvous store the process groups are formed on,
+        # the group's generation, where this party checkpoints, how long the server waits for a restarted party
+        self.store = None
+        self.generation = 0
+        self.checkpoint: str | None = None
+        self.expect_restarts = False  # the launcher restarts dead parties: the server waits for them at a boundary
+        self.restarts = False  # --restart-lost: a scheduled outage exits the party's process, restarted to rejoin
+        self.resuming: Resume | None = None  # a restarted party: where it takes up training
+        self.boundaries: list[int] = []  # server: the epochs completed at each epoch boundary
+        self.given_up: set[int] = set()  # server: restarted parties it waited for in vain (it no longer waits)
+        self.admitted_here = False  # a restarted party at the boundary it was re-admitted at
+        self.run_key = ""
+        self.device = "cpu"
+
+    def watch(self, faults) -> None:
+        """Follow a run's :class:`~vflbench.runs.faults.PartyFaults`: skip lost parties' links and, on the server,
+        go on when a party is found lost. A party process whose scheduled failure has no rejoin exits."""
+        self.tolerant, self.faults = True, faults
+        for f in faults.schedule:
+            if f.rejoin is not None:
+                self.rejoins.setdefault(f.party, []).append(f.rejoin)
+        faults.listeners.append(self._lost_changed)
+
+    def _lost_changed(self, lost: list[bool]) -> None:
+        self.lost = {p for p, gone in enumerate(lost) if gone}
+        me = self.rank - 1
+        if self.rank == SERVER or me not in self.lost or self.admitted_here:  # (a restarted one learning its past)
+            return
+        rec = self.faults.lost_record(me)
+        if rec.cause != "scheduled" or rec.epoch != self.faults.epoch:
+            return
+        back = any(r > self.faults.epoch for r in self.rejoins.get(me, []))
+        if self.restarts or not back:
+            # a scheduled failure: this party's process exits, as a failed one would; under --restart-lost with a
+            # rejoin to come it exits with RESTART_ME, and the launcher starts it again (it rejoins on schedule)
+            self.flush()
+            sys.stderr.flush()
+            os._exit(RESTART_ME if back else 0)
+
+    @property
+    def silent(self) -> bool:
+        """A party process during its own scheduled outage: it keeps its state and sends and receives nothing."""
+        return self.rank != SERVER and (self.rank - 1) in self.lost
+
+    def resting(self, party: int) -> bool:
+        """A party in a scheduled outage it will come back from: it still gets each epoch's sample order, so
+        that its own random streams stay in step with the run's (a class-balanced order reads labels)."""
+        faults = getattr(self, "faults", None)
+        if self.restarts:  # its process exited, to be restarted for the rejoin
+            return False
+        return party in self.lost and faults is not None and any(r > faults.epoch for r in self.rejoins.get(party, []))
+
+    def away(self, rank: int) -> bool:
+        """Whether the server skips the link to ``rank``: its party is lost, or was found lost in this step."""
+        return self.rank == SERVER and rank != SERVER and (rank - 1 in self.lost or rank - 1 in self.found)
+
+    def _tolerate(self, peer: int, e: Exception) -> bool:
+        """On the server, in training, of a run that goes on: note the party found lost, and go on. A party
+        silent past the timeout is not survived: after a timeout gloo closes the server's other links too
+        (measured: every other party then fails with "application timeout caused pair closure")."""
+        if not (self.tolerant and self.rank == SERVER and peer != SERVER and self.phase == "train"):
+            return False
+        if "timed out" in _cause(e) or "timeout" in str(e).lower():
+            return False
+        self.found[peer - 1] = _cause(e)
+        return True
+
+    def party_of_rank(self, rank: int) -> int:
+        return rank - 1
+
+    def _delay(self, nbytes: int) -> None:
+        if self.latency or self.bandwidth:
+            time.sleep(self.latency + (nbytes * 8 / (self.bandwidth * 1e6) if self.bandwidth else 0.0))
+
+    def send(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None) -> None:
+        """Send now (after the emulated link's delay for this message)."""
+        self.post(t, dst, book)
+        self.flush()
+
+    def post(self, t: torch.Tensor, dst: int, book: tuple[str, int] | None, force: bool = False) -> None:
+        """Queue a message: :meth:`flush` sends the queue together, as over parallel links (one delay: the
+        latency plus the serialisation time of the busiest link). Nothing goes to a lost party, nor from one
+        (``force``: the epoch's order to a resting party)."""
+        if not force and (self.away(dst) or self.silent):
+            return
+        self.pending.append((t.detach().contiguous().cpu(), dst, book))
+
+    def flush(self) -> None:
+        import torch.distributed as dist
+
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        t0 = time.perf_counter()
+        per_link: dict[int, int] = {}
+        for t, dst, _ in pending:
+            per_link[dst] = per_link.get(dst, 0) + t.numel() * t.element_size()
+        self._delay(
+            max(per_link.values())
+        )  # the links run in parallel; a link carries its messages one after the other
+        for t, dst, book in pending:
+            if self.rank == SERVER and dst - 1 in self.found:  # found lost earlier in this flush
+                continue
+            try:
+                dist.send(t, dst=dst)
+            except RuntimeError as e:
+                if self._tolerate(dst, e):
+                    continue
+                raise self._failed(dst, e) from None
+            nbytes = t.numel() * t.element_size()
+            self.messages += 1
+            if book is None:
+                self.control_bytes += nbytes
+            else:
+                self.payload[book[0]][book[1]] += nbytes
+        self.comm_s += time.perf_counter() - t0
+
+    def recv(self, shape, dtype, src: int, book: tuple[str, int] | None) -> torch.Tensor:
+        import torch.distributed as dist
+
+        self.flush()  # what this process queued goes first (nobody waits on a message never sent)
+        if self.away(src):
+            if self.phase != "train" and src - 1 in self.found:
+                raise PartyFailed(
+                    f"Lost party {src - 1} (rank {src}) at evaluation ({self.found[src - 1]}); a loss the server meets "
+                    "outside training stops the run; nothing was written as a finished result."
+                )
+            return torch.zeros(shape, dtype=dtype)  # a lost party's message: nothing (its terms are zeros)
+        t0 = time.perf_counter()
+        buf = torch.empty(shape, dtype=dtype)
+        try:
+            dist.recv(buf, src=src)
+        except RuntimeError as e:
+            if self._tolerate(src, e):
+                return torch.zeros(shape, dtype=dtype)
+            raise self._failed(src, e) from None
+        self.comm_s += time.perf_counter() - t0
+        self.messages += 1
+        nbytes = buf.numel() * buf.element_size()
+        if book is None:
+            self.control_bytes += nbytes
+        else:
+            self.payload[book[0]][book[1]] += nbytes
+        return buf
+
+    def _failed(self, peer: int, e: Exception) -> PartyFailed:
+        who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
+        why = _cause(e)
+        silent = (
+            " (a party silent past --timeout stops the run even where a dead one is survived: after a timeout gloo "
+            "closes the server's other links too)"
+            if self.tolerant and self.rank == SERVER and ("timed out" in why or "timeout" in str(e).lower())
+            else ""
+        )
+        return PartyFailed(
+            f"Lost {who} (rank {peer}) in epoch {self.epoch + 1} ({why}){silent}; nothing was written as a finished "
+            "result."
+        )
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"bytes_{key}_per_party": list(v) for key, v in self.payload.items()}
+        out.update({f"bytes_{key}": int(sum(v)) for key, v in self.payload.items()})
+        out.update(
+            {
+                "control_bytes": self.control_bytes,
+                "messages": self.messages,
+                "comm_s": self.comm_s,
+                "latency_ms": self.latency * 1e3,
+                "bandwidth_mbps": self.bandwidth,
+            }
+        )
+        if self.key_fingerprint is not None:
+            out["secagg_key_fingerprint"] = self.key_fingerprint
+        return out
+
+
+def _cause(e: Exception) -> str:
+    """What a failed link says, in a few words (connection reset by peer, timed out ...)."""
+    text = str(e)
+    why = next(
+        (w for w in ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out") if w in text),
+        (text.splitlines() or ["no message"])[0][:80],
+    )
+    return why.lower()
+
+
+def lost_code(parties) -> float:
+    """The agreement's flag when the server abandons a step: -1 - (the found parties as a bit set)."""
+    return -1.0 - float(sum(1 << p for p in parties))
+
+
+def lost_parties(code: float) -> list[int]:
+    bits = int(-1.0 - code)
+    return [p for p in range(bits.bit_length()) if bits >> p & 1]
+
+
+class WireChannel(Channel):
+    """The run's channel with the boundary on the wire: counts as :class:`Channel` does (the accounted
+    traffic), and moves the sent rows between the processes (the measured traffic)."""
+
+    def __init__(self, n_parties: int, wire: Wire):
+        self.wire = wire
+        super().__init__(n_parties)
+        self.crossings: list[
+            tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+        ] = []  # this step's (values, sent, party_of)
+
+    @property
+    def is_server(self) -> bool:
+        return self.wire.rank == SERVER
+
+    @property
+    def mode(self) -> str:
+        return self.wire.phase
+
+    @mode.setter
+    def mode(self, value: str) -> None:  # the wire knows the phase: a party lost outside training stops the run
+        self.wire.phase = value
+
+    def transform(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None) -> torch.Tensor:
+        if reps.ndim != 3:
+            raise VFLBenchError(
+                f"the processes runtime moves [senders, batch, width] tensors; this method sent {tuple(reps.shape)}"
+            )
+        owner = (torch.arange(reps.shape[0]) if party_of is None else party_of.cpu()).tolist()
+        rows = sent.cpu()
+        phase = self.mode
+        grad = torch.is_grad_enabled() and phase == "train"
+        if self.is_server:
+            got = torch.zeros(reps.shape, dtype=reps.dtype)
+            for m, k in enumerate(owner):
+                n = int(rows[m].sum())
+                if n:
+                    got[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, k + 1, (f"{phase}_up", k))
+            got = got.to(reps.device)
+            if grad:
+                got.requires_grad_(True)
+                self.crossings.append((got, rows, owner))
+            return got
+        me = self.wire.rank - 1
+        for m, k in enumerate(owner):
+            if k == me and bool(rows[m].any()):
+                self.wire.post(reps[m][rows[m].to(reps.device)], SERVER, (f"{phase}_up", k))
+        self.wire.flush()  # this party's rows of the crossing, as one transfer
+        if grad and reps.requires_grad:
+            self.crossings.append((reps, rows, owner))
+        return reps.detach()  # what the rest of this party's copy computes is never used
+
+    def transform_exact(self, reps: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+        return WireChannel.transform(self, reps, sent, None)
+
+    @property
+    def epoch(self) -> int:
+        return self.wire.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.wire.epoch = value
+        if (
+            self.wire.die_at_epoch is not None and value >= self.wire.die_at_epoch
+        ):  # fault-injection test hook (see join)
+            os._exit(9)
+
+    # -- the step, around the trainer's forward and backward
+    def step_loss(self, method, batch, stage):
+        """A method whose parties train alone (``party_losses``): party k keeps its own term to
+        back-propagate and sends its value to the server (a control message), which sums the K terms
+        as the method does in one process. Any other method: its loss, from what crossed."""
+        self.local_term = None
+        if type(method).party_losses is Method.party_losses:
+            return method.loss(batch, stage)
+        terms, active = method.party_losses(batch, stage)
+        if self.is_server:  # (a lost party's term: zero, as its term with its block missing for every sample)
+            got = [self.wire.recv((1,), terms.dtype, r, None) for r in range(1, self.wire.world)]
+            return torch.cat(got).to(terms.device).sum(), active
+        me = self.wire.rank - 1
+        self.wire.send(terms[me].detach().reshape(1), SERVER, None)  # (nothing in a scheduled outage)
+        self.local_term = terms[me]
+        return terms.detach().sum(), active  # replaced by the server's value (agree)
+
+    def report(self, method, prediction):
+        """Methods whose parties predict alone (``local_only``, e.g. Local: predictor k is party k):
+        each party reports its own row of predictions to the server, which scores them (control
+        messages: evaluation, not the method's traffic)."""
+        if not method.local_only:
+            return prediction
+        if self.is_server:
+            preds, valid = prediction.preds.clone(), prediction.valid.clone()
+            scores = None if prediction.scores is None else prediction.scores.clone()
+            b = preds.shape[1]
+            for k in range(self.k):  # a lost party's row: zeros, not valid (as its row with its block missing)
+                preds[k] = self.wire.recv((b,), torch.int64, k + 1, None).to(preds.device)
+                valid[k] = self.wire.recv((b,), torch.uint8, k + 1, None).bool().to(valid.device)
+                if scores is not None:
+                    scores[k] = self.wire.recv((b,), scores.dtype, k + 1, None).to(scores.device)
+            return type(prediction)(preds, valid, scores, prediction.counted)
+        me = self.wire.rank - 1
+        self.wire.post(prediction.preds[me].to(torch.int64), SERVER, None)
+        self.wire.post(prediction.valid[me].to(torch.uint8), SERVER, None)
+        if prediction.scores is not None:
+            self.wire.post(prediction.scores[me], SERVER, None)
+        self.wire.flush()
+        return prediction
+
+    def agree(self, value: float | None, n_active: int) -> float | None:
+        """The server's loss for this step, known to every process (a control message per party)."""
+        wire = self.wire
+        if self.is_server:
+            found = dict(wire.found)
+            flag = lost_code(found) if found else 0.0 if value is None else 1.0
+            msg = torch.tensor([float("nan") if value is None else value, flag, float(n_active)], dtype=torch.float64)
+            for r in range(1, wire.world):
+                wire.post(
+                    msg, r, None
+                )  # goes down with the gradients (or before the next message the server waits for)
+            if found:  # a party stopped during this step: every process drops the step and redoes it without it
+                wire.flush()
+                wire.found = {}
+                raise PartyLost(sorted(found), "; ".join(sorted(set(found.values()))))
+            return value
+        if wire.silent:  # this party's scheduled outage: the step goes on without it
+            return value
+        msg = wire.recv((3,), torch.float64, SERVER, None)
+        if float(msg[1]) < 0:
+            self.crossings, self.local_term = [], None
+            raise PartyLost(lost_parties(float(msg[1])), "found lost by the server")
+        if int(msg[2]) != n_active:
+            raise VFLBenchError(
+                f"party {self.wire.rank - 1} and the server disagree on the members this step trains ({n_active} vs "
+                f"{int(msg[2])}): "
+                "the processes do not run the same program (different flags or versions?)"
+            )
+        if not bool(msg[1]):
+            self.crossings, self.local_term = [], None
+        return float(msg[0]) if bool(msg[1]) else None
+
+    # -- a restarted party rejoins (vflbench.federation.rejoin)
+    draws_noise = False  # a boundary that draws noise (WirePBMChannel) cannot be rejoined exactly
+
+    def epoch_boundary(self, boundary) -> None:
+        """Server: note the boundary and re-admit restarted parties that ask. Party: checkpoint its state, then
+        learn from the server which parties come back (:func:`vflbench.federation.rejoin.at_epoch_boundary`)."""
+        at_epoch_boundary(self, boundary)
+
+    def resume(self):
+        return self.wire.resuming
+
+    def agree_order(self, order: torch.Tensor) -> torch.Tensor:
+        """The server (the label holder) sends the epoch's sample order to every party (a control
+        message): a class-balanced sampler reads labels the parties do not hold."""
+        if self.is_server:
+            for r in range(1, self.wire.world):
+                self.wire.post(order.to(torch.int64), r, None, force=self.wire.resting(r - 1))
+            self.wire.flush()
+            return order
+        return self.wire.recv(tuple(order.shape), torch.int64, SERVER, None).to(order.device, order.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Server: back-propagate the loss and send each sent row's gradient to its party. Party:
+        receive the gradients of the rows it sent and back-propagate them through its own models."""
+        crossings, self.crossings = self.crossings, []
+        local, self.local_term = getattr(self, "local_term", None), None
+        if self.is_server:
+            if loss.requires_grad:  # (a sum of the parties' own terms has no graph here: they train at home)
+                loss.backward()
+            for got, rows, owner in crossings:
+                g = got.grad if got.grad is not None else torch.zeros_like(got)
+                g = g.detach().cpu()
+                for m, k in enumerate(owner):
+                    if bool(rows[m].any()):  # a summed crossing ([B, D], PBM) sends every party the sum's gradient
+                        self.wire.post((g if g.ndim == 2 else g[m])[rows[m]], k + 1, ("train_down", k))
+            self.wire.flush()  # the step's control message and gradients, to every party at once
+            return
+        me = self.wire.rank - 1
+        outs, grads = [], []
+        for reps, rows, owner in crossings:
+            g = torch.zeros(reps.shape, dtype=reps.dtype)
+            for m, k in enumerate(owner):
+                n = int(rows[m].sum())
+                if k == me and n:
+                    g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
+            outs.append(reps)
+            grads.append(g.to(reps.device))
+        if outs:
+            torch.autograd.backward(outs, grads)
+        if local is not None:  # this party's own loss term (a method whose parties train alone)
+            local.backward()
+
+    def discard(self) -> None:
+        super().discard()
+        self.crossings, self.local_term = [], None
+
+
+# ----------------------------------------------------------------------------- PBM across processes
+def _trace(name: str, values: torch.Tensor, rows: torch.Tensor, noise_source: str = "seeded") -> None:
+    """Test hook: with $VFLBENCH_TRACE_DIR set, the first training release's values are saved there
+    (a party's plain counts, what the server received), so that a test can inspect both sides. It is
+    refused under secret noise: a file of a party's plain counts is exactly what secret noise protects."""
+    where = os.environ.get("VFLBENCH_TRACE_DIR")
+    if where and noise_source == "secret":
+        raise VFLBenchError(
+            "VFLBENCH_TRACE_DIR (a test hook) writes a party's plain counts to disk; it is refused with secret noise. "
+            "Unset it, or use --noise-source seeded."
+        )
+    if where and "_release0_train" in name:
+        torch.save({"values": values.cpu(), "sent": rows.cpu()}, os.path.join(where, name + ".pt"))
+
+
+def uint_dtype(bits: int) -> torch.dtype:
+    """The smallest integer dtype that carries ``bits``-bit values on the wire."""
+    return torch.uint8 if bits <= 8 else torch.int16 if bits <= 15 else torch.int32 if bits <= 31 else torch.int64
+
+
+class WirePBMChannel(WireChannel, PBMChannel):
+    """PBM-VFL's summed release across processes: each party quantises its own values with its own
+    noise stream, masks them with keys only it and each peer hold (secagg=masked), and sends integers
+    in Z_R; the server sums them and unbiases the sum. The gradient of the sum goes back to every
+    party for the rows it sent (:meth:`WireChannel.backward`). Made from the run's
+    :class:`~vflbench.privacy.mechanisms.PBMChannel` by :func:`wire_pbm_channel`."""
+
+    draws_noise = True  # each party's own noise: its streams and release count are not checkpointed
+
+    def aggregate(self, reps, sent, idx=None):
+        self.count(reps, sent)
+        self.note_release(idx, sent, reps.shape[-1], "sum")
+        t, self.released = self.released, self.released + 1
+        phase, rows, wire = self.mode, sent.cpu(), self.wire
+        dtype = uint_dtype(self.bits)
+        grad = torch.is_grad_enabled() and phase == "train"
+        everyone = list(range(self.k))
+        if self.is_server:
+            uploads = torch.zeros((self.k, *reps.shape[1:]), dtype=torch.int64)
+            for kk in everyone:
+                m = int(rows[kk].sum())
+                if m:
+                    uploads[kk][rows[kk]] = wire.recv((m, reps.shape[2]), dtype, kk + 1, (f"{phase}_up", kk)).to(
+                        torch.int64
+                    )
+            self.last_upload = uploads  # what the server received (masked under secagg), for tests
+            _trace(f"server_release{t}_{phase}", uploads, rows, self.noise_source)
+            total = uploads.sum(0)
+            qsum = (torch.remainder(total, self.R) if self.masked else total).to(reps.dtype).to(reps.device)
+            est = self.C / (self.beta * self.b) * (qsum - self.b * sent.sum(0).to(reps.dtype)[:, None] / 2)
+            if not grad:
+                return est
+            exact = torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device, requires_grad=True)
+            self.crossings.append((exact, rows, everyone))  # a summed crossing: one gradient [B, P] for every party
+            return est + (exact - exact.detach())
+        me = wire.rank - 1
+        q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
+        _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows, self.noise_source)
+        if self.masking is not None:
+            q = self.masking.upload(q, rows, t)
+        if bool(rows[me].any()):
+            wire.send(q[rows[me].to(q.device)].to(dtype), SERVER, (f"{phase}_up", me))
+        if grad:
+            self.crossings.append((reps, rows, everyone))
+        return torch.zeros(
+            reps.shape[1:], dtype=reps.dtype, device=reps.device
+        )  # this party's copy never learns the sum
+
+    def up(self, reps, sent, party_of=None):
+        raise VFLBenchError(
+            "across processes, PBM runs as a summed release (--method sum or pbm); per-party releases are not built yet"
+        )
+
+
+def secret_generators(gens: dict[str, list[torch.Generator]], me: int) -> None:
+    """noise_source=secret: party ``me``'s noise streams (every phase) reseeded from the OS's randomness,
+    inside its own process. The seeds are never sent, logged or recorded, so neither the server nor
+    another party can regenerate this party's noise (nor can anyone reproduce the run)."""
+
+    for phase in gens:
+        gens[phase][me].manual_seed(secrets.randbits(63))
+
+
+def wire_pbm_channel(base, wire: Wire, pair_keys: dict[int, bytes], noise_source: str = "seeded") -> WirePBMChannel:
+    """The run's PBM channel (its noise streams, accountant state and parameters) on the wire; under
+    secagg=masked the simulated masking gives way to :class:`~vflbench.privacy.secagg.KeyedMasking`; under
+    ``noise_source=secret`` a party's own noise streams are reseeded from the OS (:func:`secret_generators`)."""
+    ch = WirePBMChannel.__new__(WirePBMChannel)
+    ch.__dict__.update(base.__dict__)
+    ch.wire, ch.crossings, ch.local_term, ch.R = wire, [], None, 1 << base.bits
+    ch.masked = base.secagg is not None
+    ch.masking = (
+        KeyedMasking(wire.rank - 1, base.k, base.bits, pair_keys) if (ch.masked and wire.rank != SERVER) else None
+    )
+    ch.secagg = None
+    ch.noise_source = noise_source
+    if noise_source == "secret" and wire.rank != SERVER:
+        if ch.party_gens is None:
+            raise VFLBenchError("noise_source=secret needs each party's own noise stream (noise=party)")
+        ch.party_gens = {phase: list(g) for phase, g in ch.party_gens.items()}
+        secret_generators(ch.party_gens, wire.rank - 1)
+    return ch
+
+
+def wire_channel(method, wire: Wire, run=None):
+    """The channel a process of a processes run installs on ``method`` (before training). ``run`` gives
+    the run key (bound into the SecAgg pair keys) and the noise source."""
+    ch = method.channel
+    if type(ch) is Channel:
+        return WireChannel(method.k, wire)
+    if isinstance(ch, PBMChannel) and method.sums_at_server:
+        keys: dict[int, bytes] = {}
+        if ch.secagg is not None:
+            keys, wire.key_fingerprint = agree_pair_keys(wire, run.key if run is not None else "")
+        new = wire_pbm_channel(
+            ch, wire, keys, run.settings.get("noise_source", "seeded") if run is not None else "seeded"
+        )
+        if method.boundary is not None:
+            method.boundary.channel = new
+        return new
+    raise VFLBenchError(f"{type(ch).__name__} does not run across processes yet.")

@@ -1,0 +1,517 @@
+"""Experiment files: a YAML grid of datasets x methods x parties x train settings x seeds, validated
+on load, expanded into :class:`~vflbench.runs.config.RunConfig` objects (one per trained model; every run
+evaluates all test settings).
+
+Schema (unknown keys are errors)::
+
+    name: laser-table1                 # default: the file's name without .yaml
+    description: free text
+    layout: laser-table1               # default table layout for `vflbench table`
+    reference: laser-table1            # default reference table
+    protocol: compat                   # clean | compat | false
+    protocol_options: {key: value}
+    preset: laser_table1               # hyper-parameter preset (name or YAML path; default: the protocol's)
+    seeds: [0, 1, 2, 3, 4]
+    parties: [4]
+    methods: [local, svfl, ensemble, combinatorial, plug, laser]
+    train_missing: [none, mcar:0.1, mcar:0.5]   # default: [none], as `vflbench run`
+    test_missing: [none, mcar:0.1, mcar:0.5]    # default: `vflbench run`'s, [none, mcar:0.1, mcar:0.5]
+    partitioner: contiguous            # optional; default by data kind
+    hp: {epochs: 10}                   # optional overrides for every run
+    model: {arch: cnn-small}           # optional overrides for every run
+    method_options: {plug: {p_drop: 0.2}}   # per method, typed and validated (`vflbench methods`)
+    method_grid:                       # per method: a list of option grids; lists expand (cartesian product)
+      pbm: [{mechanism: pbm, b: [8, 16], beta: [0.1, 0.2]}, {mechanism: npq}]
+    target: train_auprc=0.9            # record the first epoch reaching a training metric
+    eval_epochs: "1:100"               # also evaluate after these epochs (list, "5,10" or "A:B[:step]")
+    stage_hp: {stage1: {epochs: 5}}    # per-stage hyper-parameter overrides (multi-stage methods)
+    labeled: 500                       # semi-supervised runs: labeled training samples ...
+    aligned: 100                       # ... of which this many are fully observed
+    plugins: [my_method.py]            # method files to load (paths relative to this file)
+    lr_by_parties: {laser: {2: 0.1, 5: 0.05}}   # per-method learning rate by K (Figure 2)
+    datasets:                          # required: name -> per-dataset overrides (or null)
+      credit: {data_options: {scaler: minmax}, hp: {...}, model: {...}, partitioner: ..., partition_options: {...}}
+    quick: {epochs: 2, seeds: [0]}     # what --quick uses
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core import yamlio
+from ..core.errors import VFLBenchError
+from ..runs.config import RunConfig
+from ..runs.settings import FIELDS, SETTINGS, experiment_field_keys, experiment_keys, experiment_values
+
+# the keys of the file itself (what it is, how its grid is laid out); every other key is a run field or
+# a run setting, declared in vflbench.runs.settings
+FILE_KEYS = {"name", "description", "layout", "reference", "lr_by_parties", "quick", "plugins", "method_grid"}
+TOP_KEYS = FILE_KEYS | experiment_field_keys("top") | experiment_keys()
+DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {
+    "seeds",
+    "train_missing",
+}  # grid axes read once, at the top level
+QUICK_KEYS = {"epochs", "seeds", "data_options", "fail_party"}  # a smoke run's epochs, seeds, data and failures
+
+
+@dataclass
+class Experiment:
+    name: str
+    path: Path | None
+    spec: dict[str, Any]
+    quick: bool = False
+    runs: list[RunConfig] = field(default_factory=list)
+
+    @property
+    def layout(self) -> str | None:
+        return self.spec.get("layout")
+
+    @property
+    def reference(self) -> str | None:
+        return self.spec.get("reference")
+
+
+def check_name(name: str, path=None) -> None:
+    """An experiment's name becomes a folder under results/: a plain name, nothing that leaves it."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
+        _fail(
+            path,
+            f"'name' must be a plain name (letters, digits, '.', '_', '-'; no path separators or '..'), got {name!r}.",
+        )
+
+
+def _check_artefact(key: str, value: Any, path) -> None:
+    """``layout:`` and ``reference:`` are checked when the file is read, not after the sweep ran."""
+    from ..results import artefacts
+
+    if not isinstance(value, str):
+        _fail(path, f"'{key}' must be a name, got {value!r}.")
+    if key == "layout" and value not in artefacts.names():
+        _fail(path, f"unknown layout '{value}'. Choices: {', '.join(artefacts.names())}.")
+    if key == "reference" and value not in artefacts.references():
+        ref = Path(value) if Path(value).is_absolute() or path is None else Path(path).parent / value
+        if not ref.exists() and not Path(value).exists():
+            _fail(
+                path,
+                f"reference '{value}' is neither a built-in reference ({', '.join(artefacts.references())}) nor an "
+                "existing CSV file.",
+            )
+
+
+def _fail(path, msg: str) -> None:
+    where = f"{path}: " if path else ""
+    raise VFLBenchError(f"{where}{msg}")
+
+
+def _list(spec, key, typ, path, default=None):
+    v = spec.get(key, default)
+    if v is None:
+        _fail(path, f"'{key}' is required.")
+    if not isinstance(v, list):
+        v = [v]
+    if not v:
+        _fail(path, f"'{key}' must not be empty.")
+    for item in v:
+        if not isinstance(item, typ) or isinstance(item, bool):
+            _fail(path, f"'{key}' entries must be {getattr(typ, '__name__', typ)}; got {item!r}.")
+    _unique(v, f"'{key}'", path)
+    return v
+
+
+def _unique(items, what: str, path) -> None:
+    """A grid axis is a set: a repeated entry would train the same run twice into one folder."""
+    seen = []
+    for item in items:
+        if item in seen:
+            _fail(path, f"{what} lists {item!r} more than once; each entry must be unique.")
+        seen.append(item)
+
+
+def _dict(spec, key, path, default=None):
+    v = spec.get(key, default if default is not None else {})
+    if v is None:
+        v = {}
+    if not isinstance(v, dict):
+        _fail(path, f"'{key}' must be a mapping, got {type(v).__name__}.")
+    return v
+
+
+def relative_paths(ds: str, spec: dict, over: dict, path) -> dict[str, str]:
+    """Relative paths in the file (a ``csv:`` table, its ``test=`` file, a parties file, a preset
+    file) name files beside the experiment file, wherever the sweep starts (:mod:`vflbench.core.paths`).
+    A table or parties file that is not there is an error now, not a dataset skipped later."""
+    from ..core.paths import anchor
+
+    if path is None:
+        return {}
+    folder = Path(path).resolve().parent
+    texts = []
+    if ds.startswith("csv:"):
+        texts.append(("table", ds.split(":", 1)[1]))
+    test = _dict(over, "data_options", path).get("test")
+    if test:
+        texts.append(("test file", str(test)))
+    popts = {**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)}
+    for v in [popts.get("file"), *[o.get("file") for o in popts.values() if isinstance(o, dict)]]:
+        if isinstance(v, str) and v:
+            texts.append(("parties file", v))
+    preset = spec.get("preset")
+    if isinstance(preset, str) and preset.endswith((".yaml", ".yml")):
+        texts.append(("preset", preset))
+    out = {}
+    for what, text in texts:
+        target = anchor(text, folder)
+        if target is None:
+            continue
+        if not Path(target).exists():
+            legacy = Path(text).expanduser()
+            if legacy.exists():  # written before paths were read from the file's folder: still read, with a warning
+                import warnings
+
+                from ..core.errors import VFLBenchWarning
+
+                warnings.warn(
+                    f"{path}: the {what} '{text}' is read relative to the working directory; relative paths in an "
+                    "experiment "
+                    f"file are read from its folder ({folder}), so write it as "
+                    f"'{os.path.relpath(legacy.resolve(), folder)}' "
+                    "(the runs' keys then change).",
+                    VFLBenchWarning,
+                    stacklevel=3,
+                )
+                out[text] = str(legacy.resolve())
+                continue
+            _fail(
+                path,
+                f"the {what} '{text}' does not exist: relative paths in an experiment file are read from its folder "
+                f"({folder}), "
+                f"so it names {target}.",
+            )
+        out[text] = target
+    return out
+
+
+def partition_variants(spec: dict, over: dict, path) -> list[tuple[str | None, dict[str, Any]]]:
+    """The partitioner axis: ``partitioner`` is a name or a list of names; ``partition_options`` maps
+    options to a value or a list of values (a list expands), and, with several partitioners, may hold
+    one such mapping per partitioner name (``{correlation: {beta: [0.2, 0.8]}}``)."""
+    import itertools
+
+    names = over.get("partitioner", spec.get("partitioner"))
+    if names is None or isinstance(names, str):
+        names = [names]
+    elif isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        _unique(names, "'partitioner'", path)
+    else:
+        _fail(path, f"'partitioner' must be a name or a list of names, got {names!r}.")
+    opts = {**_dict(spec, "partition_options", path), **_dict(over, "partition_options", path)}
+    per_name = {n: v for n, v in opts.items() if n in names and isinstance(v, dict)}
+    shared = {k: v for k, v in opts.items() if k not in per_name}
+    out = []
+    for name in names:
+        grid = {**shared, **per_name.get(name, {})}
+        keys = list(grid)
+        values = [v if isinstance(v, list) else [v] for v in grid.values()]
+        if any(len(v) == 0 for v in values):
+            _fail(path, "partition_options: an option has an empty list of values.")
+        out += [(name, dict(zip(keys, combo, strict=True))) for combo in itertools.product(*values)]
+    return out
+
+
+def expand_grid(grids: Any, method: str, path) -> list[dict[str, Any]]:
+    """A method's option grid(s) -> the list of option sets (one run each). A mapping is one grid;
+    a list holds several; in a grid, a list value expands (cartesian product) and a scalar is fixed."""
+    import itertools
+
+    if grids is None:
+        return [{}]
+    if isinstance(grids, dict):
+        grids = [grids]
+    if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
+        _fail(
+            path, f"method_grid.{method} must be a mapping or a list of mappings of option -> value or list of values."
+        )
+    out = []
+    for g in grids:
+        sets = g.get("settings")
+        if sets is not None:  # run settings of this entry (vflbench.runs.settings), checked now
+            if not isinstance(sets, dict):
+                _fail(
+                    path,
+                    f"method_grid.{method}: 'settings' must be a mapping of run setting -> value, e.g. {{mechanism: "
+                    f"'pbm:beta=0.1'}}.",
+                )
+            for name, value in sets.items():
+                if name not in SETTINGS:
+                    _fail(path, f"method_grid.{method}: unknown run setting {name!r}. Known: {', '.join(SETTINGS)}.")
+                try:
+                    SETTINGS[name].parse(value)
+                except VFLBenchError as e:
+                    _fail(path, f"method_grid.{method}: {name}: {e}")
+            g = {k: v for k, v in g.items() if k != "settings"}
+        keys = list(g)
+        values = [v if isinstance(v, list) else [v] for v in g.values()]
+        if any(len(v) == 0 for v in values):
+            _fail(path, f"method_grid.{method}: an option has an empty list of values.")
+        out += [
+            {**dict(zip(keys, combo, strict=True)), **({"settings": sets} if sets is not None else {})}
+            for combo in itertools.product(*values)
+        ]
+    _unique(out, f"method_grid.{method}", path)
+    return out
+
+
+def load_experiment(
+    path: str | Path,
+    *,
+    datasets: list[str] | None = None,
+    seeds: list[int] | None = None,
+    quick: bool = False,
+    train_missing: list[str] | None = None,
+    methods_subset: list[str] | None = None,
+) -> Experiment:
+    p = Path(path)
+    if not p.exists():
+        candidates = sorted(x.name for x in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
+        hint = f" Available in experiments/: {', '.join(candidates)}." if candidates else ""
+        raise VFLBenchError(f"Experiment file {p} does not exist.{hint}")
+    try:
+        spec = yamlio.load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise VFLBenchError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}. Fix the file's syntax.") from None
+    return build_experiment(
+        spec, p, datasets=datasets, seeds=seeds, quick=quick, train_missing=train_missing, methods_subset=methods_subset
+    )
+
+
+def build_experiment(
+    spec: Any,
+    path: Path | None = None,
+    *,
+    datasets=None,
+    seeds=None,
+    quick=False,
+    train_missing=None,
+    methods_subset=None,
+) -> Experiment:
+    from ..data.datasets import DATASETS
+    from ..data.missingness import parse_mechanism
+    from ..methods import METHODS
+    from ..runs.protocols import get_protocol
+
+    if not isinstance(spec, dict):
+        _fail(path, "the file must be a YAML mapping with keys such as name, datasets, methods.")
+    unknown = set(spec) - TOP_KEYS
+    if unknown:
+        _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
+    if "name" not in spec and path is not None:
+        spec = {**spec, "name": Path(path).stem}
+    if not isinstance(spec.get("name"), str):
+        _fail(path, "'name' (a string) is required.")
+    check_name(spec["name"], path)
+    if "protocol" in spec:
+        spec = {
+            **spec,
+            "protocol": FIELDS["protocol"].value(spec["protocol"]),
+        }  # `protocol: false` is YAML 1.1's boolean
+    from ..core import plugins
+
+    for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:
+        plugins.add(Path(path).parent / plug if path is not None and not Path(plug).is_absolute() else plug)
+    methods = _list(spec, "methods", str, path)
+    for m in methods:
+        if m not in METHODS:
+            _fail(path, f"unknown method '{m}'. Choices: {', '.join(METHODS.names())}.")
+    train = _list(spec, "train_missing", str, path, [str(SETTINGS["train_missing"].default)])
+    if train_missing:
+        from ..data.missingness import canonical
+
+        have = {canonical(t): t for t in train}
+        missing = [t for t in train_missing if canonical(t) not in have]
+        if missing:
+            _fail(path, f"--train-missing {', '.join(missing)} not in this experiment (it has {', '.join(train)}).")
+        train = [have[canonical(t)] for t in train_missing]
+    test = _list(spec, "test_missing", str, path, [str(s) for s in SETTINGS["test_missing"].default])
+    for key, specs in (("train_missing", train), ("test_missing", test)):
+        for one in specs:
+            try:
+                parse_mechanism(one)
+            except VFLBenchError as e:
+                _fail(path, f"{key}: {e}")
+    try:
+        SETTINGS["test_missing"].parse(test)  # the run's test settings, as one value (none twice)
+    except VFLBenchError as e:
+        _fail(path, f"test_missing: {e}")
+    try:
+        get_protocol(spec.get("protocol", "clean"), _dict(spec, "protocol_options", path))
+    except VFLBenchError as e:
+        _fail(path, str(e))
+    file_seeds = _list(spec, "seeds", int, path, [0])
+    parties = _list(spec, "parties", int, path, [4])
+    for name, setting in SETTINGS.items():  # grid axes of declared settings: every value is checked now
+        if setting.axis is None:
+            continue
+        for level in [spec, *((o or {}) for o in (spec.get("datasets") or {}).values() if isinstance(o, dict))]:
+            for value in level.get(setting.axis) or [] if isinstance(level.get(setting.axis), list) else []:
+                try:
+                    setting.parse(value)
+                except VFLBenchError as e:
+                    _fail(path, f"{setting.axis} ({name}): {e}")
+    ds_spec = _dict(spec, "datasets", path)
+    if not ds_spec:
+        _fail(path, "'datasets' must list at least one dataset.")
+    for name, over in ds_spec.items():
+        if name not in DATASETS:
+            _fail(path, f"unknown dataset '{name}'. Choices: {', '.join(DATASETS.names())}.")
+        if over is not None and not isinstance(over, dict):
+            _fail(path, f"datasets.{name} must be a mapping of overrides or empty.")
+        bad = set(over or {}) - DATASET_KEYS
+        if bad:
+            _fail(
+                path,
+                f"datasets.{name}: unknown key(s) {', '.join(sorted(bad))}. Allowed: "
+                f"{', '.join(sorted(DATASET_KEYS))}.",
+            )
+    quick_spec = _dict(spec, "quick", path)
+    bad = set(quick_spec) - QUICK_KEYS
+    if bad:
+        _fail(path, f"quick: unknown key(s) {', '.join(sorted(bad))}. Allowed: {', '.join(sorted(QUICK_KEYS))}.")
+    if "seeds" in quick_spec:
+        _list(quick_spec, "seeds", int, f"{path}: quick" if path else "quick")
+    if "epochs" in quick_spec and (
+        not isinstance(quick_spec["epochs"], int) or isinstance(quick_spec["epochs"], bool) or quick_spec["epochs"] < 1
+    ):
+        _fail(path, f"quick: 'epochs' must be an integer >= 1, got {quick_spec['epochs']!r}.")
+    _dict(quick_spec, "data_options", path)
+    for key in ("layout", "reference"):
+        if spec.get(key) is not None:
+            _check_artefact(key, spec[key], path)
+    lr_by_k = _dict(spec, "lr_by_parties", path)
+    method_opts = _dict(spec, "method_options", path)
+    grid_spec = _dict(spec, "method_grid", path)
+    for m in grid_spec:
+        if m not in methods and not any(m in (o or {}).get("methods", []) for o in ds_spec.values()):
+            _fail(path, f"method_grid names '{m}', which is not among the methods ({', '.join(methods)}).")
+    grids = {m: expand_grid(g, m, path) for m, g in grid_spec.items()}
+
+    chosen = list(ds_spec)
+    if datasets:
+        missing = [d for d in datasets if d not in ds_spec]
+        if missing:
+            _fail(path, f"--datasets {', '.join(missing)} not in this experiment (it has {', '.join(ds_spec)}).")
+        chosen = [d for d in chosen if d in datasets]
+    if methods_subset:
+        named = set(methods) | {m for o in ds_spec.values() for m in (o or {}).get("methods", [])}
+        missing = [m for m in methods_subset if m not in named]
+        if missing:
+            _fail(path, f"--methods {', '.join(missing)} not in this experiment (it has {', '.join(sorted(named))}).")
+    run_seeds = list(seeds) if seeds else file_seeds
+    hp_all = _dict(spec, "hp", path)
+    if quick:
+        run_seeds = list(seeds) if seeds else list(quick_spec.get("seeds", file_seeds[:1]))
+        hp_all = {**hp_all, "epochs": int(quick_spec.get("epochs", 2))}
+
+    def stage_names(m: str, opts: dict) -> set[str]:
+        cls = METHODS.get(m)
+        return {st.name for st in cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **opts})}
+
+    runs, stages_used = [], set()
+    for ds in chosen:
+        over = ds_spec[ds] or {}
+        part_variants = partition_variants(spec, over, path)
+        bases = relative_paths(ds, spec, over, path)
+        ds_methods = [m for m in over.get("methods", methods) if not methods_subset or m in methods_subset]
+        ds_parties = over.get("parties", parties)
+        data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
+        ds_settings = experiment_values(spec, over)
+        if quick:  # a smoke run evaluates at its end only
+            ds_settings.pop("eval_epochs", None)
+        for name, value in ds_settings.items():  # parsed now: a bad value is named with the file, before any run
+            try:
+                SETTINGS[name].parse(value)
+            except VFLBenchError as e:
+                _fail(path, f"{name}: {e}")
+        # the other grid axes of declared settings (e.g. fail_party): one run per value, in the file's order
+        axes = [
+            (name, quick_spec[st.axis] if quick and st.axis in quick_spec else over.get(st.axis, spec.get(st.axis)))
+            for name, st in SETTINGS.items()
+            if st.axis not in (None, "seeds", "parties", "train_missing") and over.get(st.axis, spec.get(st.axis))
+        ]
+        for name, values in axes:
+            if not isinstance(values, list):
+                _fail(path, f"{SETTINGS[name].axis} lists values, one run each (e.g. [none, 2@5]); got {values!r}.")
+        axis_values = list(itertools.product(*[v for _, v in axes]))
+        for k in ds_parties:
+            for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
+                for (part, part_opts), tr, picked in itertools.product(part_variants, train, axis_values):
+                    for seed in run_seeds:
+                        hp = {**hp_all, **_dict(over, "hp", path)}
+                        if quick:
+                            hp["epochs"] = hp_all["epochs"]
+                        entry = dict(grid_opts)
+                        run_settings = {
+                            **ds_settings,
+                            **{n: v for (n, _), v in zip(axes, picked, strict=True)},
+                            **(entry.pop("settings", None) or {}),
+                        }  # a grid entry's run settings (e.g. a mechanism)
+                        mopts = {
+                            **(method_opts.get(m) or {}),
+                            **(_dict(over, "method_options", path).get(m) or {}),
+                            **entry,
+                        }
+                        names = stage_names(m, mopts)
+                        stages_used |= names
+                        # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's
+                        # stage 1 and a baseline's SimSiam stage, and absent from a baseline without pretraining)
+                        stage_hp = {
+                            k: v
+                            for k, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items()
+                            if k in names
+                        }
+                        lr_table = lr_by_k.get(m) or {}
+                        if k in lr_table:
+                            hp["lr"] = float(lr_table[k])
+                        runs.append(
+                            RunConfig(
+                                dataset=ds,
+                                method=m,
+                                parties=int(k),
+                                partitioner=part,
+                                train_missing=tr,
+                                test_missing=list(over.get("test_missing", test)),
+                                seed=int(seed),
+                                protocol=spec.get("protocol", "clean"),
+                                protocol_options={
+                                    **_dict(spec, "protocol_options", path),
+                                    **_dict(over, "protocol_options", path),
+                                },
+                                data_options=data_opts,
+                                partition_options=part_opts,
+                                method_options=mopts,
+                                hp=hp,
+                                stage_hp=stage_hp,
+                                hp_sources=dict.fromkeys(hp, "experiment"),
+                                model={**_dict(spec, "model", path), **_dict(over, "model", path)},
+                                path_bases=bases,
+                                settings=run_settings,
+                            )
+                        )
+    named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
+    unused = sorted(named - stages_used)
+    if runs and unused:
+        _fail(
+            path,
+            f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: "
+            f"{', '.join(sorted(stages_used))}).",
+        )
+    return Experiment(spec["name"], path, spec, quick, runs)

@@ -1,0 +1,270 @@
+"""Writing a run's files: ``<out>/<run_id>/results.csv`` and ``manifest.json``, atomically, the
+manifest last (it marks the run complete). Nothing here computes anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..core.errors import VFLBenchError
+
+# re-exported: writing results is this module's job
+from ..core.files import atomic_write_text, shareable_mkstemp  # noqa: F401
+
+
+def check_output_dir(path: Path, flag: str = "--out") -> None:
+    """Fail before any work if ``path`` cannot become a writable directory."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise VFLBenchError(f"{flag} {p} is a file; give a directory.")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise VFLBenchError(f"{flag} {p}: {probe} is a file, so the directory cannot be created; give another path.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise VFLBenchError(f"{flag} {p}: {probe} is not writable; give a directory you can write to.")
+
+
+def check_output_file(path: Path, flag: str = "--out") -> None:
+    """Fail before any work if ``path`` cannot be written as a file (its folder must exist)."""
+    p = Path(path)
+    if p.is_dir():
+        raise VFLBenchError(f"{flag} {p} is a directory; give a file path.")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise VFLBenchError(f"{flag} {p}: the folder {parent} does not exist; create it first or give another path.")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise VFLBenchError(f"{flag} {p} is not writable; give a path you can write to.")
+
+
+def write_outputs(
+    out_dir: Path,
+    rows: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    origin: float | None = None,
+    origin_name: str = "run start",
+) -> Path:
+    """The manifest, written last, records the CSV's sha256 and row count: a run is finished only
+    when both files exist and agree (:func:`run_finished`). Its ``timings`` are completed here
+    (:func:`vflbench.core.timing.close`): wall time from ``origin`` (epoch seconds: the process's start for
+    ``vflbench run``; default, the run's own start) and the parts that cover it."""
+    import pandas as pd
+
+    from ..core.timing import close
+
+    t = time.perf_counter()
+    run_dir = Path(out_dir) / manifest["run_id"]
+    text = pd.DataFrame(rows).to_csv(index=False)
+    manifest = {**manifest, "results_file": {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": len(rows)}}
+    atomic_write_text(run_dir / "results.csv", text)
+    if isinstance(manifest.get("timings"), dict):
+        manifest["timings"] = close(dict(manifest["timings"]), origin, origin_name, time.perf_counter() - t)
+    atomic_write_text(run_dir / "manifest.json", json.dumps(manifest, indent=2, default=json_default))
+    return run_dir
+
+
+def csv_problem(path: Path) -> str | None:
+    """Why a results CSV cannot be trusted (empty, a line with the wrong number of fields, cut off
+    mid-line), or None."""
+    import csv
+
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot be read ({e})"
+    if not text.strip():
+        return "is empty"
+    lines = list(csv.reader(text.splitlines()))
+    width = len(lines[0])
+    for i, row in enumerate(lines[1:], start=2):
+        if len(row) != width:
+            return f"line {i} has {len(row)} fields where the header has {width}"
+    if len(lines) < 2:
+        return "has a header but no rows"
+    if not text.endswith("\n"):
+        return f"ends in the middle of line {len(lines)}"
+    return None
+
+
+def run_finished(run_dir: Path) -> tuple[bool, str | None]:
+    """(finished, why not) for a run folder. Not started: (False, None). A run whose files are
+    damaged: (False, reason), so it is re-run, never read as data."""
+    data, why = finished_results(run_dir)
+    return data is not None, why
+
+
+def finished_results(run_dir: Path) -> tuple[bytes | None, str | None]:
+    """A finished run's ``results.csv`` as bytes, read once and checked as :func:`run_finished` says
+    (else None, and why not)."""
+    run_dir = Path(run_dir)
+    man = run_dir / "manifest.json"
+    if not man.exists():
+        return None, None
+    try:
+        rec = json.loads(man.read_text()).get("results_file")
+    except (OSError, ValueError):
+        return None, "manifest.json is unreadable"
+    csv_path = run_dir / "results.csv"
+    if not csv_path.exists():
+        return None, "results.csv is missing"
+    data = csv_path.read_bytes()
+    if rec:
+        if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+            return None, "results.csv does not match the sha256 recorded in its manifest"
+        return data, None
+    problem = csv_problem(csv_path)  # runs written before checksums were recorded
+    return (None, f"results.csv {problem}") if problem else (data, None)
+
+
+def json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and the packages a run's numbers depend on, read from package metadata (an
+    import of torchvision or scikit-learn only to read its version costs a tabular run seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    out = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
+    for name, module in (("pandas", "pandas"), ("scikit-learn", "sklearn"), ("torchvision", "torchvision")):
+        loaded = sys.modules.get(module)  # already imported (an image run): its own version, build tag included
+        try:
+            out[name] = loaded.__version__ if loaded is not None else version(name)
+        except PackageNotFoundError:  # pragma: no cover
+            pass
+    out["vflbench"] = __version__
+    out["cpu"] = cpu_model()
+    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the ISA of torch's CPU kernels (AVX2, AVX512)
+    keys = ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision")
+    return {k: out[k] for k in (*keys, "cpu", "cpu_capability") if k in out}
+
+
+def cpu_model() -> str:
+    """The processor's model name. Bit-identical repeats hold on one kind of CPU: another one's floating-point
+    kernels (MKL's and torch's per instruction set) may round differently (README, "Reproducibility")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine()
+
+
+# identity columns that hold text: read them as text, or pandas turns a protocol named "false" into
+# the boolean False (and "none" into NaN) when it merges run CSVs
+TEXT_COLUMNS = (
+    "run_id",
+    "run_key",
+    "dataset",
+    "method",
+    "method_display",
+    "partitioner",
+    "protocol",
+    "train_missing",
+    "test_missing",
+    "options",
+    "protocol_options",
+    "settings",
+    "mechanism",
+    "secagg",
+    "metric",
+    "status",
+    "stage_epochs",
+)
+
+
+def read_results_csv(path, **kw):
+    """``pd.read_csv`` of a vflbench results CSV with its text columns kept as text."""
+    import pandas as pd
+
+    dtype = {c: str for c in TEXT_COLUMNS}
+    dtype.update(kw.pop("dtype", {}))
+    return pd.read_csv(path, dtype=dtype, keep_default_na=True, **kw)
+
+
+def read_results_texts(texts: list[bytes]):
+    """Many runs' results CSVs (bytes, as :func:`finished_results` gives them) as one frame, in order.
+
+    Consecutive files with the same header are joined and parsed by one ``read_csv``: a table over
+    hundreds of runs pays the parser's fixed cost a few times instead of once per run. The frame is the
+    one that reading each file and concatenating them gives (tests/test_report.py checks it)."""
+    import pandas as pd
+
+    chunks: list[tuple[bytes, list[bytes]]] = []
+    for data in texts:
+        head, _, body = data.partition(b"\n")
+        if body and not body.endswith(b"\n"):
+            body += b"\n"
+        if body and chunks and chunks[-1][0] == head and chunks[-1][1][-1]:  # a header-only file stays alone
+            chunks[-1][1].append(body)
+        else:
+            chunks.append((head, [body]))
+    frames = []
+    for head, bodies in chunks:
+        df = read_results_csv(BytesIO(head + b"\n" + b"".join(bodies)))
+        if len(bodies) > 1 and not _inferred_as_each_file_alone(df, bodies):
+            frames += [read_results_csv(BytesIO(head + b"\n" + body)) for body in bodies]
+        else:
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_BOOL_WORDS = {"True", "TRUE", "true", "False", "FALSE", "false"}
+
+
+def _certainly_text(v) -> bool:
+    """A parsed cell that no file could have read as a number or a bool."""
+    if not isinstance(v, str) or v in _BOOL_WORDS:
+        return False
+    try:
+        float(v)
+    except ValueError:
+        return True
+    return False
+
+
+def _inferred_as_each_file_alone(df, bodies: list[bytes]) -> bool:
+    """Whether ``df``, parsed from the files ``bodies`` joined, has the columns and types that reading each
+    file alone and concatenating would give. A numeric column is safe (a file's ints become the whole's
+    floats either way). A text column is safe only if every file holds a cell that cannot be a number or a
+    bool: a file of numbers alone (p_miss_train 0.1 beside another's mar1), or of empty cells only, is read
+    as numbers, and the concatenation keeps them as numbers."""
+    import pandas as pd
+
+    text = [c for c, t in df.dtypes.items() if c not in TEXT_COLUMNS and not pd.api.types.is_numeric_dtype(t)]
+    if not text:
+        return True
+    rows = [body.count(b"\n") for body in bodies]
+    if sum(rows) != len(df) or 0 in rows:  # a quoted line break or an empty file: no cheap proof
+        return False
+    segment = np.repeat(np.arange(len(bodies)), rows)
+    for c in text:
+        values = df[c].to_numpy(dtype=object)
+        certain = {v: _certainly_text(v) for v in pd.unique(values)}
+        hit = np.fromiter((certain.get(v, False) for v in values), dtype=bool, count=len(values))
+        if not np.bincount(segment, weights=hit, minlength=len(bodies)).all():
+            return False
+    return True

@@ -1,0 +1,316 @@
+"""Figures via matplotlib: scalability (metric and time per epoch against K), training curves, and
+metric against the training budget (runs recorded with ``--eval-epochs``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.errors import VFLBenchError
+from .report import display, load_results, method_order
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _manifests(path: Path) -> list[dict]:
+    runs = path / "runs" if (path / "runs").is_dir() else path
+    out = [json.loads(f.read_text()) for f in sorted(runs.glob("*/manifest.json"))]
+    if not out:
+        raise VFLBenchError(f"No run manifests under {path}.")
+    return out
+
+
+def _save(fig, out: Path) -> list[Path]:
+    paths = []
+    for ext in (".png", ".pdf"):
+        p = out.with_suffix(ext)
+        fig.savefig(p, dpi=150, bbox_inches="tight")
+        paths.append(p)
+    return paths
+
+
+def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_missing: str | None = None) -> list[Path]:
+    """Metric (mean +- std over seeds) and seconds per training epoch against the number of parties."""
+    plt = _plt()
+    df = load_results(results)
+    metrics = sorted(set(df["metric"]))
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
+    df = df[df["metric"] == metric]
+    if test_missing:
+        settings = list(dict.fromkeys(df["test_missing"]))
+        df = df[df["test_missing"] == test_missing]
+        if df.empty:
+            raise VFLBenchError(
+                f"--test-missing {test_missing!r} matches no result; the test settings are {', '.join(settings)}."
+            )
+    ks = sorted(set(df["parties"]))
+    if len(ks) < 2:
+        raise VFLBenchError(
+            "The scalability plot needs results for at least two numbers of parties K; these have only K = "
+            f"{', '.join(map(str, ks))}."
+        )
+    timing = pd.DataFrame(
+        [
+            {
+                "method": m["config"]["method"],
+                "parties": m["config"]["parties"],
+                "seed": m["config"]["seed"],
+                "s_per_epoch": m["timings"]["seconds_per_epoch"],
+            }
+            for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))
+        ]
+    )
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m in method_order(df["method"]):
+        g = df[df["method"] == m].groupby("parties")["value"]
+        k = np.array(sorted(g.groups))
+        a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=display(m))
+        t = timing[timing["method"] == m].groupby("parties")["s_per_epoch"].mean()
+        a2.plot(t.index, t.values, marker="o", label=display(m))
+    a1.set(
+        xlabel="number of parties K",
+        ylabel=metric,
+        title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""),
+    )
+    a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    a2.grid(alpha=0.3)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def plot_curves(results: Path, out: Path) -> list[Path]:
+    """Training loss per epoch, mean over seeds, one panel per (dataset, train setting)."""
+    plt = _plt()
+    mans = _manifests(Path(results))
+    groups = sorted({(m["config"]["dataset"], m["config"]["train_missing"]) for m in mans})
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.5), squeeze=False)
+    for ax, (ds, tr) in zip(axes[0], groups, strict=True):
+        for meth in method_order(m["config"]["method"] for m in mans):
+            curves = [
+                m["history"]["loss"]
+                for m in mans
+                if m["config"]["dataset"] == ds and m["config"]["train_missing"] == tr and m["config"]["method"] == meth
+            ]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            arr = np.array([c[:n] for c in curves])
+            ax.plot(np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=display(meth))
+        ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
+    """Grouped bars of a table (one group per test condition), for the demo."""
+    plt = _plt()
+    conds = list(dict.fromkeys(zip(agg["train_missing"], agg["test_missing"], strict=True)))
+    methods = method_order(agg["method"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(conds)), 3.8))
+    w = 0.8 / max(len(methods), 1)
+    for j, m in enumerate(methods):
+        vals = [
+            agg[(agg["method"] == m) & (agg["train_missing"] == tr) & (agg["test_missing"] == te)] for tr, te in conds
+        ]
+        means = [v["mean"].iloc[0] if len(v) else np.nan for v in vals]
+        stds = [v["std"].iloc[0] if len(v) else 0 for v in vals]
+        ax.bar(np.arange(len(conds)) + j * w, means, w, yerr=stds, capsize=2, label=display(m))
+    ax.set_xticks(np.arange(len(conds)) + 0.4 - w / 2, [f"train {a}\ntest {b}" for a, b in conds], fontsize=8)
+    names = {"f1": "F1 x 100", "accuracy": "accuracy (%)", "auprc": "AUPRC x 100"}
+    ax.set(ylabel=names.get(agg["metric"].iloc[0], agg["metric"].iloc[0]), title=title)
+    lo = np.nanmin(agg["mean"]) - 10
+    ax.set_ylim(max(0, lo), None)
+    ax.legend(fontsize=7, ncol=3)
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def _variant(r: pd.Series, drop: str | None) -> str:
+    """A line's label: the method's display name and the options its runs set (minus the panel key)."""
+    opts = r.get("options")
+    parts = [] if not isinstance(opts, str) or not opts else [kv for kv in opts.split(";") if kv.split("=")[0] != drop]
+    return display(r["method"] + (f"[{';'.join(parts)}]" if parts else ""))  # the tables' variant names
+
+
+def plot_budget(
+    results: Path, out: Path, metric: str | None = None, panel: str | None = None, test_missing: str | None = None
+) -> list[Path]:
+    """Metric against training epochs, one line per method (and option variant) with a band of
+    +-1 std over seeds; one panel per (train setting, test setting), or per value of ``panel`` (a
+    column such as ``beta``)."""
+    plt = _plt()
+    df = load_results(results)
+    if "epoch" not in df.columns:
+        raise VFLBenchError(
+            "These results have no epoch column; record budgets with --eval-epochs (run) or eval_epochs: (experiment "
+            "file)."
+        )
+    metrics = sorted(set(df["metric"]))
+    metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
+    df = df[df["metric"] == metric].copy()
+    if test_missing:
+        df = df[df["test_missing"] == test_missing]
+        if df.empty:
+            raise VFLBenchError(f"--test-missing {test_missing!r} matches no result.")
+    if panel and panel not in df.columns:
+        raise VFLBenchError(
+            f"--panel {panel!r} is not a results column; try train_missing, test_missing, parties or a method extra "
+            "such as beta."
+        )
+    if panel:
+        key = df[panel].astype(str).where(df[panel].notna(), "all")
+        panels = [p for p in dict.fromkeys(sorted(key)) if p != "all"] or ["all"]
+        df["_panel"] = key
+    else:
+        df["_panel"] = "train " + df["train_missing"] + ", test " + df["test_missing"]
+        panels = list(dict.fromkeys(df["_panel"]))
+    df["_line"] = df.apply(lambda r: _variant(r, panel), axis=1)
+    if panel:  # one row of panels sharing the y axis
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False, sharey=True)
+        cells = list(zip(axes[0], panels, strict=True))
+    else:  # a grid: training settings down, test settings across; each panel scaled to its own lines
+        trains, tests = list(dict.fromkeys(df["train_missing"])), list(dict.fromkeys(df["test_missing"]))
+        fig, axes = plt.subplots(
+            len(trains), len(tests), figsize=(4.6 * len(tests), 3.4 * len(trains)), squeeze=False, sharex=True
+        )
+        cells = []
+        for i, tr in enumerate(trains):
+            for j, te in enumerate(tests):
+                name = f"train {tr}, test {te}"
+                if name in panels:
+                    cells.append((axes[i][j], name))
+                else:
+                    axes[i][j].set_axis_off()
+    for ax, p in cells:
+        g = df[
+            (df["_panel"] == p) | (df["_panel"] == "all")
+        ]  # lines without the panel key (e.g. NPQ) appear in every panel
+        if g["_line"].nunique() > 10:  # the default cycle repeats its 10 colours: two lines would share one
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
+        for line in dict.fromkeys(sorted(g["_line"])):
+            h = g[g["_line"] == line].groupby("epoch")["value"]
+            ep = np.array(sorted(h.groups))
+            mean, std = h.mean().loc[ep].to_numpy(), h.std(ddof=0).loc[ep].to_numpy()
+            ax.plot(ep, mean, label=line, linewidth=1.3)
+            ax.fill_between(ep, mean - std, mean + std, alpha=0.2)
+        ax.set(title=f"{panel} = {p}" if panel else p, xlabel="epoch", ylabel=f"test {metric}")
+        ax.grid(alpha=0.3)
+    cells[-1][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+FRONTIER_EPSILON = "epsilon_feature_record_no_local_training"
+
+
+def frontier_points(
+    results: Path, metric: str | None = None, epsilon_column: str = FRONTIER_EPSILON
+) -> tuple[pd.DataFrame, str]:
+    """One point per (parties, mechanism, b, beta, LDP calibration): the final-epoch test metric and
+    the run's certified epsilon, means over seeds (with the std of the metric)."""
+    df = load_results(results)
+    if epsilon_column not in df.columns or "mechanism" not in df.columns:
+        raise VFLBenchError(
+            f"These results have no {epsilon_column} column; the frontier needs PBM-VFL runs (--method pbm, any "
+            "mechanism)."
+        )
+    metrics = sorted(set(df["metric"]))
+    metric = metric or ("auprc" if "auprc" in metrics else "accuracy")
+    if metric not in metrics:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(metrics)}.")
+    df = df[(df["metric"] == metric) & (df["test_missing"] == "none")].copy()
+    if "epoch" in df.columns:  # the run's final evaluation only
+        last = df.groupby("run_id")["epoch"].transform(lambda e: e.max() if e.notna().any() else np.nan)
+        df = df[df["epoch"].isna() | (df["epoch"] == last)]
+        df = df.sort_values("epoch", na_position="first").drop_duplicates("run_id", keep="last")
+    if "ldp_match" not in df.columns:
+        df["ldp_match"] = np.nan
+    df["series"] = np.where(
+        df["mechanism"] == "ldp",
+        "LDP (" + df["ldp_match"].fillna("paper").astype(str) + " sigma)",
+        df["mechanism"].str.upper(),
+    )
+    keys = ["parties", "series", "b", "beta"]
+    pts = (
+        df.groupby(keys, dropna=False)
+        .agg(
+            metric_mean=("value", "mean"),
+            metric_std=("value", lambda v: float(np.std(v))),
+            epsilon=(epsilon_column, "mean"),
+            seeds=("seed", "nunique"),
+            accountant=("accountant", "first"),
+        )
+        .reset_index()
+    )
+    return pts, metric
+
+
+def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[Path]:
+    """The privacy-utility frontier: test metric against certified epsilon (record-level feature
+    privacy, at the run's horizon), one marker series per mechanism and LDP calibration, one panel
+    per number of parties; NPQ (no privacy, epsilon infinite) as a dashed line. Also writes the
+    points as ``<out>.csv``."""
+    plt = _plt()
+    pts, metric = frontier_points(results, metric)
+    parties = sorted(set(pts["parties"]))
+    fig, axes = plt.subplots(1, len(parties), figsize=(5.2 * len(parties), 4.0), squeeze=False, sharey=True)
+    markers = {"PBM": "o", "LDP (paper sigma)": "s", "LDP (epsilon sigma)": "^"}
+    for ax, k in zip(axes[0], parties, strict=True):
+        g = pts[pts["parties"] == k]
+        for series, h in g.groupby("series"):
+            if series == "NPQ":
+                ax.axhline(
+                    float(h["metric_mean"].mean()), color="k", linestyle="--", linewidth=1, label="NPQ (no privacy)"
+                )
+                continue
+            h = h.sort_values("epsilon")
+            ax.errorbar(
+                h["epsilon"],
+                h["metric_mean"],
+                yerr=h["metric_std"],
+                fmt=markers.get(series, "x"),
+                markersize=4,
+                capsize=2,
+                label=series,
+                alpha=0.85,
+            )
+        ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on a short log range
+        mode = ", ".join(sorted(set(g["accountant"].dropna().astype(str)) - {"none"}))
+        ax.set(
+            title=f"M = {k}",
+            xlabel=f"certified ε (feature, per record; δ = 1e-5; {mode})",
+            ylabel=f"test {metric.upper()} x 100",
+        )
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    paths = _save(fig, out)
+    plt.close(fig)
+    csv = out.with_suffix(".csv")
+    pts.to_csv(csv, index=False)
+    return [*paths, csv]

@@ -1,0 +1,101 @@
+"""Scoring a trained method: predictions over a split with the metric rules (:func:`score`), every
+test setting of a run (:func:`evaluate`), the masks' realised statistics, and the run's cost columns
+(traffic, the method's extras, a run-attached mechanism's privacy columns: :func:`cost_extras`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..methods import Method
+from ..runs.config import ResolvedRun
+from .inputs import RunInputs
+from .metrics import compute_metrics
+from .trainer import BlockData, predict
+
+
+def cost_extras(method: Method) -> dict[str, Any]:
+    """The run's cost columns: traffic, the method's own extras and, for a mechanism the run attached
+    (``--mechanism``), its privacy columns."""
+    out = {**method.channel.extras(), **method.extras()}
+    b = method.boundary
+    if b is not None and getattr(b, "owner", None) == "run":
+        out.update({"mechanism": str(b.spec), "secagg": b.secagg, **b.extras()})
+    return out
+
+
+@dataclass
+class Evaluation:
+    setting: str
+    metrics: dict[str, Any]
+    masks: dict[str, Any]
+
+
+METRICS = ("accuracy", "f1", "auprc")
+
+
+def score(
+    method: Method,
+    inputs: RunInputs,
+    data: BlockData,
+    obs: torch.Tensor,
+    y: np.ndarray,
+    batch_size: int,
+    tta: torch.Generator | None = None,
+    phase: str = "eval",
+    keep: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Predict over a split and apply the metric rules (``keep``: the samples that are scored)."""
+    preds, valid, scores, counted = predict(method, data, obs, batch_size, tta, phase)
+    if keep is not None:
+        preds, valid, counted, y = preds[:, keep], valid[:, keep], counted[keep], y[keep]
+        scores = None if scores is None else scores[:, keep]
+    info = inputs.prep.data
+    return compute_metrics(
+        preds,
+        valid,
+        scores,
+        counted,
+        y,
+        rule=method.f1_rule,
+        n_classes=info.n_classes,
+        positive_class=info.info.positive_class,
+    )
+
+
+def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = True) -> list[Evaluation]:
+    t = time.perf_counter()
+    out = []
+    for s, m in inputs.test_masks.items():
+        tta = None
+        if run.protocol.test_time_augmentation:
+            tta = torch.Generator(device=inputs.device)
+            tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
+        obs = torch.as_tensor(m.observed, device=inputs.device)
+        met = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
+        default = run.method_options.get("eval")
+        for variant in (v for v in method.eval_variants if v != default):  # e.g. PBM-VFL with exact sums
+            method.use_variant(variant)
+            other = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
+            met.update({f"{k}@{variant}": other[k] for k in METRICS if k in other})
+            method.use_variant(default)
+        if inputs.val is not None:  # the same setting's mechanism on the held-out validation samples
+            vobs = torch.as_tensor(inputs.val_masks[s].observed, device=inputs.device)
+            vmet = score(method, inputs, inputs.val, vobs, inputs.y_val, run.eval_batch_size, tta)
+            met.update({f"val_{k}": vmet[k] for k in (*METRICS, "n_counted", "n_test") if k in vmet})
+        out.append(Evaluation(s, met, {**m.info, **mask_summary(m.observed)}))
+    if timed:
+        inputs.timings["eval_s"] = time.perf_counter() - t
+    return out
+
+
+def mask_summary(obs: np.ndarray) -> dict[str, Any]:
+    return {
+        "observed_rate_per_block": obs.mean(0).round(4).tolist(),
+        "fully_observed_fraction": float(obs.all(1).mean()),
+        "all_missing_count": int((~obs.any(1)).sum()),
+    }

@@ -1,0 +1,165 @@
+"""A run's inputs, identical for every method given the seed: the prepared data (split, partition,
+named streams), the training and test masks, the tensors on the run's device, and the held-out
+validation samples of a protocol that asks for them (:func:`prepare`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core.errors import VFLBenchError
+from ..data.missingness import Masks
+from ..data.preparation import Prepared, draw_masks
+from ..data.preparation import prepare as prepare_data
+from ..runs.config import ResolvedRun
+from ..runs.devices import choose_device
+from .trainer import BlockData, TrainSet
+
+
+@dataclass
+class RunInputs:
+    """Everything prepared for one run, identical for every method given the seed."""
+
+    prep: Prepared
+    device: torch.device
+    train: TrainSet
+    test: BlockData
+    y_test: np.ndarray
+    train_masks: Masks
+    test_masks: dict[str, Masks]
+    timings: dict[str, float] = field(default_factory=dict)
+    val: BlockData | None = None  # protocol option val_split: labeled training samples held out of training
+    y_val: np.ndarray | None = None
+    val_masks: dict[str, Masks] = field(default_factory=dict)
+    device_reason: str = ""  # why the run computes where it does (vflbench.runs.devices)
+
+
+def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
+    from ..core.paths import register
+
+    register(run.path_bases)  # a worker process reads the files the experiment file named
+    t = time.perf_counter()
+    dev, why = choose_device(device, run.model.get("arch", "mlp"))
+    proto = run.protocol
+    prep = prepare_data(run.dataset, run.data_options, run.parties, run.partitioner, run.partition_options, run.seed)
+    timings = {"load_and_partition_s": time.perf_counter() - t}
+    t = time.perf_counter()
+    if proto.permute_once:  # the authors' HAPT loader permutes rows once with the seed
+        prep.permute_rows(prep.streams.numpy("permute"))
+    data = prep.data
+    if run.labeled is not None and run.labeled > len(data.y_train):
+        raise VFLBenchError(f"--labeled {run.labeled} is larger than the training set ({len(data.y_train)} samples).")
+    bs = run.hp.batch_size
+    train_masks = draw_masks(
+        prep,
+        run.train_missing,
+        split="train",
+        granularity=proto.train_granularity,
+        batch_size=bs,
+        all_missing=proto.all_missing,
+        labeled=run.labeled,
+        aligned=run.aligned,
+    )
+    test_masks = {
+        s: draw_masks(
+            prep, s, split="test", granularity=proto.test_granularity, batch_size=bs, all_missing=proto.all_missing
+        )
+        for s in run.test_missing
+    }
+    structural = getattr(data, "structural", None)
+    if (
+        structural is not None
+    ):  # parties' own files: a block the party does not hold is missing (vflbench.data.alignment)
+        train_masks.observed = train_masks.observed & structural["train"]
+        for m in test_masks.values():
+            m.observed = m.observed & structural["test"]
+        train_masks.info["alignment"] = (
+            "blocks whose party does not hold the sample's ID are missing, under the drawn mask"
+        )
+    for s, m in test_masks.items():
+        if not m.observed.any():
+            raise VFLBenchError(
+                f"The test setting '{s}' observes no block of any test sample, so nothing can be evaluated; lower its "
+                "missing probability or drop it from --test-missing."
+            )
+    if not train_masks.observed.any():
+        raise VFLBenchError(
+            f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; "
+            "lower the missing probability."
+        )
+    keep = np.arange(len(data.y_train))
+    val = y_val = None
+    val_masks: dict[str, Masks] = {}
+    if proto.val_split > 0:
+        keep, val_idx = validation_split(run, train_masks, prep.streams.numpy("validation"))
+        val, y_val = BlockData(data.x_train[val_idx], prep.partition, dev), data.y_train[val_idx]
+        for s in run.test_missing:  # the test settings' mechanisms on the validation samples, each from its own stream
+            full = draw_masks(
+                prep,
+                s,
+                split="train",
+                stream=f"val_masks/{s}",
+                granularity=proto.test_granularity,
+                batch_size=bs,
+                all_missing=proto.all_missing,
+            )
+            full.observed = full.observed[val_idx]
+            val_masks[s] = full
+        train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
+    if n := run.settings.get("train_samples", 0):  # --train-samples: a uniform subset of what training would see
+        if n > len(keep):
+            raise VFLBenchError(
+                f"--train-samples {n} is more than the {len(keep)} training samples this run has; lower it (0 = all)."
+            )
+        keep = np.sort(prep.streams.numpy("train_samples").choice(keep, size=n, replace=False))
+        train_masks.info["train_samples"] = int(n)
+    labeled = None
+    if train_masks.labeled is not None:
+        lab = np.zeros(len(data.y_train), dtype=bool)
+        lab[train_masks.labeled] = True
+        labeled = torch.as_tensor(lab[keep], device=dev)
+    x_train = data.x_train if len(keep) == len(data.y_train) else data.x_train[keep]
+    train = TrainSet(
+        BlockData(x_train, prep.partition, dev),
+        torch.as_tensor(data.y_train[keep], device=dev),
+        torch.as_tensor(train_masks.observed[keep], device=dev),
+        labeled,
+    )
+    test = BlockData(data.x_test, prep.partition, dev)
+    timings["masks_and_tensors_s"] = time.perf_counter() - t
+    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why)
+
+
+def report_alignment(inputs: RunInputs) -> None:
+    """Warn, before training, about a party that holds none (or few) of the samples of an aligned run."""
+    align = inputs.prep.data.preprocessing.get("alignment")
+    if align is None:
+        return
+    import warnings
+
+    from ..core.errors import VFLBenchWarning
+    from ..data.alignment import holding_report
+
+    for w in holding_report(align)[1]:
+        warnings.warn(w, VFLBenchWarning, stacklevel=2)
+
+
+def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows kept, validation rows): ``val_split`` of the labeled samples (of every training
+    sample, in a supervised run) outside the aligned reserve, drawn uniformly from the ``validation``
+    stream, leave the training set entirely (neither
+    labeled nor unlabeled data for any stage)."""
+    n = len(masks.observed)
+    labeled = np.arange(n) if masks.labeled is None else np.asarray(masks.labeled)  # supervised: every sample
+    rest = np.setdiff1d(labeled, masks.reserve if masks.reserve is not None else [])
+    n_val = int(round(run.protocol.val_split * len(rest)))
+    if n_val < 1:
+        raise VFLBenchError(
+            f"val_split={run.protocol.val_split} of {len(rest)} labeled samples outside the reserve holds out none; "
+            "raise it."
+        )
+    val = np.sort(rng.choice(rest, size=n_val, replace=False))
+    return np.setdiff1d(np.arange(n), val), val

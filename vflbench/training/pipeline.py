@@ -1,0 +1,427 @@
+"""One run as a pipeline: :func:`prepare` (data, partition, masks from the named streams) ->
+:func:`build` (the method from the registry) -> :func:`train` (:func:`vflbench.training.trainer.fit`) ->
+:func:`evaluate` (every test setting, :mod:`vflbench.training.metrics`) -> :func:`record` (CSV rows and the
+manifest). :func:`execute` chains them; writing files is :mod:`vflbench.results.outputs`' job. The
+benchmark script calls the same steps."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.errors import VFLBenchError
+from ..core.role import SERVER
+from ..data.missingness import p_key
+from ..methods import METHODS, Method, MethodContext
+from ..nn.models import ModelSpec
+from ..results.outputs import versions
+from ..runs.config import ResolvedRun
+from ..runs.settings import columns as settings_columns
+from .evaluation import METRICS, Evaluation, cost_extras, evaluate, mask_summary, score  # noqa: F401
+
+# the pipeline's steps, re-exported
+from .inputs import RunInputs, prepare, report_alignment, validation_split  # noqa: F401
+from .monitors import BudgetEvaluator, SSLProbe, TargetMonitor  # noqa: F401
+from .trainer import Callback, History, StageHP, TrainPolicy, fit
+
+
+def build(run: ResolvedRun, inputs: RunInputs) -> Method:
+    t = time.perf_counter()
+    data, part = inputs.prep.data, inputs.prep.partition
+    x = data.x_train
+    ms = run.model
+    ctx = MethodContext(
+        k=part.n_parties,
+        n_classes=data.n_classes,
+        widths=part.widths(),
+        in_ch=int(x.shape[1]) if x.ndim == 4 else 1,
+        model=ModelSpec(ms["arch"], int(ms["cut"]), tuple(ms.get("hidden", ())), int(ms.get("head_hidden", 0))),
+        device=inputs.device,
+        streams=inputs.prep.streams,
+        options=dict(run.method_options),
+        positive_class=data.info.positive_class,
+        epochs=sum(int(hp.epochs) for hp in run.stage_hp.values()) or int(run.hp.epochs),
+        monitored=bool(run.target),
+    )
+    if ctx.model.arch == "mlp" and x.ndim == 4:
+        raise VFLBenchError(
+            "An MLP extractor cannot read image tiles; use --arch cnn-small, resnet18 or resnet18-half."
+        )
+    if ctx.model.arch != "mlp" and x.ndim != 4:
+        raise VFLBenchError(f"Extractor '{ctx.model.arch}' needs image data; use --arch mlp for tabular data.")
+    method = METHODS.get(run.method)(ctx)
+    mech = run.settings.get("mechanism")
+    if (
+        mech is not None and mech.name != "none"
+    ):  # --mechanism: privacy at the party-to-server boundary, whatever the method
+        from ..privacy.mechanisms import attach
+
+        attach(method, mech, run.settings.get("secagg", "plain")).owner = "run"
+    if (
+        method.boundary is not None
+    ):  # against whom its epsilon holds depends on where the parties run and who can derive their noise
+        method.boundary.runtime, method.boundary.noise_source = run.runtime, run.settings.get("noise_source", "seeded")
+    inputs.timings["build_s"] = time.perf_counter() - t
+    return method
+
+
+def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
+    return dict(run.stage_hp)
+
+
+def policy(run: ResolvedRun) -> TrainPolicy:
+    p = run.protocol
+    return TrainPolicy(
+        per_batch_masks=p.train_granularity == "batch",
+        shuffle=p.shuffle,
+        balanced_sampler=p.balanced_sampler,
+        augment=p.augment,
+        stale_updates=p.stale_updates,
+    )
+
+
+def party_faults(run: ResolvedRun, wire=None):
+    """The run's :class:`~vflbench.runs.faults.PartyFaults`: when it schedules failures (``--fail-party``), or when
+    its parties are processes and it goes on without a lost one (``--on-party-loss``); else None."""
+    import warnings
+
+    from ..core.errors import VFLBenchWarning
+    from ..runs.faults import PartyFaults, continues, parse_failures
+
+    schedule = parse_failures(run.settings.get("fail_party"))
+    mcls = METHODS.get(run.method)
+    if not schedule and not (wire is not None and continues(mcls, run.method_options, run.settings)):
+        return None
+    speaks = wire is None or wire.rank == SERVER  # a party process's stderr is its log
+
+    def announce(line: str) -> None:
+        if speaks:
+            warnings.warn(line, VFLBenchWarning, stacklevel=2)
+
+    faults = PartyFaults(schedule, run.parties, announce)
+    if wire is not None:
+        wire.watch(faults)
+    return faults
+
+
+def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
+    t = time.perf_counter()
+    hist = fit(
+        method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks, faults=method.faults
+    )
+    inputs.timings["train_s"] = time.perf_counter() - t
+    return hist
+
+
+def record(
+    run: ResolvedRun,
+    inputs: RunInputs,
+    method: Method,
+    hist: History,
+    evals: list[Evaluation],
+    callbacks: list[Callback] = (),
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The run's tidy CSV rows (one per test setting and metric, with the run's extras as columns)
+    and its manifest."""
+    t_record = time.perf_counter()
+    extras = cost_extras(method)
+    if (
+        "alignment" in inputs.prep.data.preprocessing
+    ):  # which parties hold no sample: 'none' then is not 'every block observed'
+        from ..data.alignment import absent_parties
+
+        extras["parties_absent"] = absent_parties(inputs.prep.data.preprocessing["alignment"])
+    for cb in callbacks:
+        extras.update(cb.extras())
+    if method.faults is not None:  # every row of a run that can lose a party says whether it did
+        extras["parties_lost"] = method.faults.column()
+    metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
+    total = sum(h.epochs for h in run.stage_hp.values())
+    budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
+    rows = [
+        row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)
+        for epoch, evs in [*sorted(budgets.items()), (total, evals)]
+        for e in evs
+        for metric in metrics
+        if metric in e.metrics
+    ]
+    prep = inputs.prep
+    mask_info = {"train": {**inputs.train_masks.info, **mask_summary(inputs.train_masks.observed)}}
+    mask_info.update({f"test/{e.setting}": e.masks for e in evals})
+    mcls = type(method)
+    manifest = {
+        "run_id": run.run_id,
+        "run_key": run.key,
+        "config": run.to_dict(),
+        "method": {
+            "name": mcls.name,
+            "display": mcls.display,
+            "paper": mcls.paper,
+            "stages": [s.__dict__ for s in mcls.stages_for(run.method_options)],
+            "options": dict(run.method_options),
+            "option_sources": dict(run.option_sources),
+            "assumptions": list(method.assumptions),
+        },
+        "device": str(inputs.device),
+        "device_reason": inputs.device_reason,
+        "threads": torch.get_num_threads(),
+        "versions": versions(),
+        "data": {**prep.data.summary(), "checksums": prep.data.checksums},
+        "partition": prep.partition.describe(),
+        "seeds": {
+            "run_seed": run.seed,
+            "streams": secret_streams(prep.streams.used)
+            if run.settings.get("noise_source") == "secret"
+            else prep.streams.used,
+        },
+        "masks": mask_info,
+        "parameters": {"total": method.n_params(), "members": method.n_members},
+        "communication": method.channel.summary(),
+        "extras": extras,
+        "timings": {
+            **inputs.timings,
+            "seconds_per_epoch": float(np.mean(hist.seconds)) if hist.seconds else 0.0,
+            "stage_seconds": {
+                st: float(sum(t for t, s in zip(hist.seconds, hist.stage, strict=True) if s == st))
+                for st in dict.fromkeys(hist.stage)
+            },
+        },
+        "history": {
+            "loss": hist.loss,
+            "lr": hist.lr,
+            "seconds": hist.seconds,
+            "stage": hist.stage,
+            "skipped_batches": hist.skipped_batches,
+            **{f"train_{cb.metric}": cb.curve for cb in callbacks if isinstance(cb, TargetMonitor)},
+        },
+    }
+    if "alignment" in prep.data.preprocessing:
+        manifest["alignment"] = prep.data.preprocessing["alignment"]  # intersection sizes (vflbench.data.alignment)
+    if method.faults is not None:
+        manifest["party_losses"] = method.faults.manifest()
+    privacy = method.boundary.manifest() if method.boundary is not None else None
+    if privacy is not None:
+        manifest["privacy"] = {
+            **privacy,
+            **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {}),
+        }
+    manifest["timings"]["record_s"] = time.perf_counter() - t_record
+    return rows, manifest
+
+
+def secret_streams(used: dict[str, int]) -> dict[str, Any]:
+    """The manifest's stream seeds under noise_source=secret: the parties' noise streams were reseeded
+    inside each party process from the OS, so their run-seed values are replaced by a note."""
+    return {
+        k: (
+            "secret: drawn from the OS inside the party process; not recorded" if k.startswith("mechanism/party") else v
+        )
+        for k, v in used.items()
+    }
+
+
+def intra_op_threads(run: ResolvedRun) -> int:
+    """Torch intra-op threads for a run: ``--threads`` (``VFLBENCH_THREADS``) when given; else one for
+    tabular models, whose steps are too small to split (on a loaded 2-core machine two threads made
+    an epoch 23x slower), and the worker's share of the cores for image models."""
+    explicit = os.environ.get("VFLBENCH_THREADS")
+    if explicit:
+        return max(1, int(explicit))
+    if run.model.get("arch") == "mlp":
+        return 1
+    return max(1, int(os.environ.get("VFLBENCH_WORKER_THREADS", os.cpu_count() or 1)))
+
+
+def execute(
+    run: ResolvedRun, device: str = "auto", callbacks: list[Callback] = (), wire=None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest).
+    ``wire`` (vflbench.federation.runtime.Wire): this process is one party or the server of a run whose parties
+    are processes; it keeps only its share of the data and its channel crosses the wire."""
+    started = time.time()  # the run's start: vflbench.core.timing measures startup up to here
+    if wire is None and run.runtime == "processes":  # one process per party on this machine, this one the server
+        from ..federation.runtime import run_processes
+
+        # every process resolves the same request by the same rule (runs.devices), so computes where the in-process
+        # run would; the server refuses a party on another device (runtime.check_same_run)
+        return run_processes(run, execute, str(device), callbacks)
+    torch.set_num_threads(intra_op_threads(run))
+    inputs = prepare(run, device)
+    inputs.timings["started_at"] = started
+    if wire is not None:
+        from ..federation.runtime import place, wire_channel
+
+        inputs.timings["setup_comm_s"], wire.comm_s = wire.comm_s, 0.0  # e.g. entity alignment, apart from training's
+        from ..methods import METHODS
+        from ..methods.base import Method as _Method
+
+        trains_alone = METHODS.get(run.method).party_losses is not _Method.party_losses
+        place(inputs, wire.rank, labels_at_parties=trains_alone)
+    report_alignment(inputs)
+    for cb in callbacks:
+        cb.on_prepared(inputs)
+    method = build(run, inputs)
+    if wire is not None:
+        method.channel = wire_channel(method, wire, run)
+    method.faults = party_faults(run, wire)
+    callbacks = list(callbacks)
+    if run.target:
+        callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
+    if run.eval_epochs:
+        callbacks.append(BudgetEvaluator(run, inputs, method))
+    if SSLProbe.wanted(method):
+        callbacks.append(SSLProbe(run, inputs, method))
+    hist = train(run, inputs, method, callbacks)
+    evals = evaluate(run, inputs, method)
+    if (
+        wire is not None and wire.rank != SERVER
+    ):  # a party's process: the server records the run (a party's manifest would be read by nobody)
+        return [], {}
+    return record(run, inputs, method, hist, evals, callbacks)
+
+
+def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Runs that differ only in their seed (and where the method allows, their training missingness), trained together
+    (:mod:`vflbench.training.packing`) and then
+    evaluated and recorded one by one; one (CSV rows, manifest) per run, in order. Raises
+    :class:`NotPackable` (before any training) when the runs cannot share a pack."""
+    from .packing import VectorisedStep, why_not_packable
+
+    if not runs:
+        raise NotPackable("a pack needs at least one run")
+    keys = {pack_key(r) for r in runs}
+    if len(keys) != 1:
+        raise NotPackable("the runs differ in more than their seed and training missingness")
+    why = why_not_packable(runs[0])
+    if why:
+        raise NotPackable(why)
+    torch.set_num_threads(intra_op_threads(runs[0]))
+    started = time.time()
+    inputs = [prepare(r, device) for r in runs]
+    for i in inputs:
+        i.timings["started_at"] = started
+    methods = [build(r, i) for r, i in zip(runs, inputs, strict=True)]
+    callbacks: list[list[Callback]] = []
+    for r, i, m in zip(runs, inputs, methods, strict=True):
+        cbs: list[Callback] = []
+        if r.target:
+            cbs.append(TargetMonitor(r.target, i, m, r.eval_batch_size))
+        if r.eval_epochs:
+            cbs.append(BudgetEvaluator(r, i, m))
+        callbacks.append(cbs)
+    t = time.perf_counter()
+    hists = fit(
+        methods,
+        [i.train for i in inputs],
+        stage_hp(runs[0]),
+        policy(runs[0]),
+        [i.prep.streams.seed_for for i in inputs],
+        callbacks,
+        step=VectorisedStep,
+    )
+    train_s = time.perf_counter() - t
+    out = []
+    for r, i, m, h, cbs in zip(runs, inputs, methods, hists, callbacks, strict=True):
+        i.timings["train_s"] = train_s
+        rows, manifest = record(r, i, m, h, evaluate(r, i, m), cbs)
+        manifest["pack"] = {
+            "size": len(runs),
+            "seeds": [x.seed for x in runs],
+            "train_missing": [x.train_missing for x in runs],
+            "run_ids": [x.run_id for x in runs],
+            "note": "trained together with the other runs of the pack (one vmapped model bank, each run with its own "
+            "streams); train_s and the epoch seconds are the whole pack's",
+        }
+        out.append((rows, manifest))
+    return out
+
+
+class NotPackable(Exception):
+    """These runs cannot be trained as one pack (they are then run one at a time)."""
+
+
+def pack_key(r: ResolvedRun) -> str:
+    """Runs with equal keys can share a pack: they differ only in their seed and, where the method
+    trains on samples chosen without looking at the masks, in their training missingness (each
+    member draws its own masks; the sample pool, and so the number of steps, is the same for all)."""
+    import json
+
+    d = r.to_dict()
+    d.pop("seed", None)
+    if masks_are_per_member(r):
+        d.pop("train_missing", None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def masks_are_per_member(r: ResolvedRun) -> bool:
+    """Whether runs differing in training missingness can share a pack: no stage of the method picks
+    its training samples by their masks (``samples="aligned"`` or ``"complete"`` does; members would take different
+    numbers of steps)."""
+    from ..methods import METHODS
+
+    return all(st.samples not in ("aligned", "complete") for st in METHODS.get(r.method).stages_for(r.method_options))
+
+
+def protocol_overrides(r: ResolvedRun) -> str:
+    """``key=value;...`` of the protocol options this run sets apart from its named protocol's."""
+    from ..runs.protocols import PROTOCOLS
+
+    named = PROTOCOLS.get(r.protocol.name)
+    if named is None:
+        return ""
+    base = named.resolve(r.dataset).as_dict()
+    return ";".join(f"{k}={v}" for k, v in r.protocol.as_dict().items() if k != "name" and base.get(k) != v)
+
+
+def row(
+    r: ResolvedRun,
+    test_missing: str,
+    metric: str,
+    value: float,
+    met: dict[str, Any],
+    extras: dict[str, Any],
+    epoch: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "run_key": r.key,
+        "dataset": r.dataset,
+        "method": r.method,
+        "method_display": r.method_display,
+        "parties": r.parties,
+        "partitioner": r.partitioner,
+        "protocol": r.protocol.name,
+        "train_missing": r.train_missing,
+        "p_miss_train": p_key(r.train_missing),
+        "test_missing": test_missing,
+        "p_miss_test": p_key(test_missing),
+        "seed": r.seed,
+        "epochs": sum(h.epochs for h in r.stage_hp.values()) if r.stage_hp else r.hp.epochs,  # every stage's epochs
+        **({"stage_epochs": ";".join(f"{k}:{h.epochs}" for k, h in r.stage_hp.items())} if len(r.stage_hp) > 1 else {}),
+        **(
+            {
+                "options": ";".join(
+                    f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user"
+                )
+            }
+            if any(src == "user" for src in r.option_sources.values())
+            else {}
+        ),  # the method options a user set (variants of a method)
+        **(
+            {"protocol_options": po} if (po := protocol_overrides(r)) else {}
+        ),  # protocol options set apart from the named protocol's
+        **({"epoch": epoch} if r.eval_epochs else {}),  # runs evaluated at several budgets: the epoch of each row
+        "metric": metric,
+        "value": value,
+        "n_counted": met[
+            "val_n_counted" if metric.startswith("val_") else "n_counted"
+        ],  # validation rows: the held-out samples
+        "n_test": met["val_n_test" if metric.startswith("val_") else "n_test"],
+        "status": "ok",
+        **settings_columns(r.settings),  # declared settings set apart from their defaults (vflbench.runs.settings)
+        **extras,
+    }

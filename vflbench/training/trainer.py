@@ -1,0 +1,569 @@
+"""The trainer: stages, then epochs, then batches; backward, the optimiser step and the schedule;
+callbacks around the step and at the end of each epoch. Data stays in memory as tensors on the
+run's device; the only Python loop is over batches (and epochs and stages).
+
+A method (:mod:`vflbench.methods`) supplies only the maths: the loss of a :class:`Batch` at a stage
+and the members it trains, and predictions. :func:`fit` below is the only training loop: it trains a
+bank of N >= 1 runs in lockstep (a run alone is N = 1); how a step is computed for the bank is a
+step object's job (:class:`DirectStep`, or :class:`vflbench.training.packing.VectorisedStep` under vmap)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.errors import TrainingDiverged, VFLBenchError
+from ..data.partitioners import Partition
+from ..methods import Batch, Epoch, Method, Stage
+from ..nn.optim import MaskedOptimizer, cosine_lr
+from ..runs.faults import PartyFaults, PartyLost
+from ..runs.hparams import HParams
+
+
+class BlockData:
+    """Per-party views of one split. Tabular: ``[K, n, w]`` stacked (zero-padded to the widest block).
+    Images: the full ``[n, C, H, W]`` tensor, tiled per batch (after augmentation, as the authors)."""
+
+    def __init__(self, x: np.ndarray, partition: Partition, device: torch.device):
+        self.partition = partition
+        self.kind = partition.kind
+        xt = torch.as_tensor(x)
+        if self.kind == "features":
+            w = max(partition.widths())
+            stacked = torch.zeros(partition.n_parties, len(xt), w)
+            for k, cols in enumerate(partition.blocks):
+                stacked[k, :, : len(cols)] = xt[:, torch.as_tensor(np.asarray(cols), dtype=torch.long)]
+            self.x = stacked.to(device)
+            self.n = len(xt)
+        else:
+            self.x = xt.to(device)
+            self.n = len(xt)
+
+    @classmethod
+    def stacked(cls, x: torch.Tensor) -> BlockData:
+        """Tabular blocks already stacked as ``[K, n, w]`` (tests, synthetic data)."""
+        out = cls.__new__(cls)
+        out.partition, out.kind, out.x, out.n = None, "features", x, x.shape[1]
+        return out
+
+    def head(self, m: int) -> BlockData:
+        """The first ``m`` samples (a view; for timing a few batches)."""
+        out = copy.copy(self)
+        out.x = self.x[:, :m] if self.kind == "features" else self.x[:m]
+        out.n = min(m, self.n)
+        return out
+
+    def batch(self, idx: torch.Tensor, augment: torch.Generator | None = None):
+        if self.kind == "features":
+            return self.x[:, idx]
+        xb = self.x[idx]
+        if augment is not None:
+            xb = random_crop_flip(xb, 4, augment)
+        return [xb[:, :, r0:r1, c0:c1] for r0, r1, c0, c1 in self.partition.blocks]
+
+
+def random_crop_flip(x: torch.Tensor, pad: int, gen: torch.Generator) -> torch.Tensor:
+    """Per-sample RandomCrop(size, padding=pad) + RandomHorizontalFlip, vectorised."""
+    b, c, h, w = x.shape
+    xp = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=gen, device=x.device)
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=gen, device=x.device)
+    flip = torch.rand(b, generator=gen, device=x.device) < 0.5
+    rows = oy[:, None] + torch.arange(h, device=x.device)[None]
+    cols = ox[:, None] + torch.arange(w, device=x.device)[None]
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    bi = torch.arange(b, device=x.device)[:, None, None]
+    out = xp.permute(0, 2, 3, 1)[bi, rows[:, :, None], cols[:, None, :]]  # [b, h, w, c]
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+def generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+StageHP = HParams  # one hyper-parameter type (vflbench.runs.hparams); the trainer reads one per stage
+
+
+@dataclass(frozen=True)
+class TrainPolicy:
+    """The protocol's say in training (see docs/PROTOCOLS.md)."""
+
+    per_batch_masks: bool
+    shuffle: bool
+    balanced_sampler: bool
+    augment: bool
+    stale_updates: bool = False
+
+
+@dataclass
+class TrainSet:
+    """The training split as the trainer sees it. ``labeled`` ``[n]`` bool (None: all labeled)."""
+
+    blocks: BlockData
+    y: torch.Tensor
+    obs: torch.Tensor
+    labeled: torch.Tensor | None = None
+
+    def pool(self, stage: Stage) -> torch.Tensor | None:
+        """The sample indices a stage trains on (None: every sample, in index order)."""
+        lab = self.labeled
+        if stage.samples == "all":
+            return None
+        keep = lab if lab is not None else None
+        if stage.samples == "complete":  # every fully observed sample, labeled or not
+            return self.obs.all(1).nonzero().view(-1)
+        if stage.samples == "aligned":
+            full = self.obs.all(1)
+            keep = full if keep is None else keep & full
+        return None if keep is None else keep.nonzero().view(-1)
+
+
+def stage_labels(data: TrainSet, stage: Stage) -> torch.Tensor | None:
+    """The labels a stage trains with: None when it hides them; -1 on unlabeled samples when it
+    trains on all samples of a semi-supervised run."""
+    if not stage.labels:
+        return None
+    if stage.samples in ("all", "complete") and data.labeled is not None:
+        return torch.where(data.labeled, data.y, torch.full_like(data.y, -1))
+    return data.y
+
+
+def balanced_weights(
+    data: TrainSet, stage: Stage, pool: torch.Tensor | None, policy: TrainPolicy
+) -> torch.Tensor | None:
+    """Per-sample draw weights of the class-balanced sampler (None: no balanced sampling)."""
+    if not (policy.balanced_sampler and stage.labels):
+        return None
+    yp = data.y if pool is None else data.y[pool]
+    return (1.0 / torch.bincount(yp, minlength=int(yp.max()) + 1).float())[yp]
+
+
+class Callback:
+    """Hooks around the step; override what you need. ``loop`` is the :class:`Loop` state."""
+
+    def on_prepared(self, inputs) -> None:
+        """After the run's data are prepared (split, partition, masks, alignment), before the model is built."""
+
+    def on_stage_start(self, loop: Loop) -> None: ...
+    def before_step(self, loop: Loop, batch: Batch, loss: torch.Tensor) -> None: ...
+    def after_step(self, loop: Loop, batch: Batch, loss: float) -> None: ...
+    def on_epoch_end(self, loop: Loop) -> None: ...
+    def on_stage_end(self, loop: Loop) -> None: ...
+    def extras(self) -> dict[str, Any]:
+        """Per-run scalars this callback adds to the CSV rows (e.g. epochs to a target)."""
+        return {}
+
+
+@dataclass
+class History:
+    loss: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    stage: list[str] = field(default_factory=list)
+    skipped_batches: int = 0
+
+
+@dataclass
+class Loop:
+    """What callbacks can read: the method, the stage, its optimiser, the epoch, the history."""
+
+    method: Method
+    stage: Stage
+    hp: StageHP
+    optimizer: MaskedOptimizer
+    history: History
+    epoch: int = 0
+    epochs: int = 0
+    epoch_loss: float = float("nan")
+
+
+def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
+    opt = MaskedOptimizer(
+        method.store,
+        method.module_params(),
+        method.n_members,
+        name=hp.optimizer,
+        lr=hp.lr,
+        weight_decay=hp.weight_decay,
+        momentum=hp.momentum,
+        groups=method.member_group,
+        stale_updates=policy.stale_updates,
+        trainable=method.trainable(stage),
+    )
+    return opt
+
+
+def epoch_order(
+    pool: torch.Tensor | None, n: int, weights: torch.Tensor | None, shuffle: bool, gen: torch.Generator, device
+) -> torch.Tensor:
+    """The epoch's sample order over ``pool`` (all ``n`` samples when None): class-balanced draws with
+    replacement, a fresh permutation, or index order."""
+    m = n if pool is None else len(pool)
+    if weights is not None:
+        order = torch.multinomial(weights, m, replacement=True, generator=gen)
+    elif shuffle:
+        order = torch.randperm(m, generator=gen, device=device)
+    else:
+        order = torch.arange(m, device=device)
+    return order if pool is None else pool[order]
+
+
+def stage_groups(stages) -> list[list[int]]:
+    """Stage indices in the order they train: a stage alone, or consecutive stages sharing a ``group``
+    name, which alternate epoch by epoch (epoch 1 of each, then epoch 2 of each, ...)."""
+    out: list[list[int]] = []
+    for i, st in enumerate(stages):
+        if out and st.group is not None and stages[out[-1][-1]].group == st.group:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+class DirectStep:
+    """How a bank of one run computes a step: the method's own loss on its own parameters. (A bank of
+    several runs is computed by :class:`vflbench.training.packing.VectorisedStep`, the same interface.)"""
+
+    def __init__(self, methods: Sequence[Method], sets: Sequence[TrainSet]):
+        if len(methods) != 1:
+            raise ValueError(
+                "DirectStep trains one run; a bank of several is vectorised (vflbench.training.packing.VectorisedStep)"
+            )
+        self.method, self.data = methods[0], sets[0]
+        self.faults: PartyFaults | None = None
+
+    def optimizer(self, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
+        return make_optimizer(self.method, stage, hp, policy)
+
+    def batches(self, idx: list[torch.Tensor], j: int, y: list, aug: list, per_batch: bool) -> list[Batch]:
+        d, i = self.data, idx[0]
+        ob = d.obs[i]
+        if self.faults is not None:  # a lost party's block is missing (vflbench.runs.faults)
+            ob = self.faults.mask(ob)
+        if per_batch:  # the batch carries the pattern of its first sample (authors' collate_fn)
+            ob = ob[:1].expand(len(i), -1)
+        return [Batch(d.blocks.batch(i, aug[0]), ob, None if y[0] is None else y[0][i], i, j)]
+
+    def forward(self, stage: Stage, batches: list[Batch]):
+        """``(losses, active, values)``: per member its loss tensor, active members and, when the step
+        trains something, the loss as a float (else None)."""
+        self.method.store.begin()  # fresh views of the flat parameters for this forward
+        loss, active = self.method.channel.step_loss(self.method, batches[0], stage)
+        value = None if loss is None or not bool(active.any()) else float(loss.detach())
+        return [loss], active, [self.method.channel.agree(value, int(active.sum()))]  # one process: the value itself
+
+    def backward(self, opt: MaskedOptimizer, losses: list[torch.Tensor]) -> None:
+        opt.zero_grad()
+        self.method.channel.backward(losses[0])  # across the boundary (vflbench.federation.runtime: between processes)
+
+    def commit(self, took: list[bool]) -> None:
+        ch = self.method.channel
+        if took[0]:
+            ch.commit("train", backward=True)
+        else:
+            ch.discard()
+
+    def end_epoch(self) -> None: ...
+
+
+class _StageRun:
+    """One stage of a bank: its optimiser, every member's sample pool and random streams, the epoch loop."""
+
+    def __init__(
+        self,
+        step,
+        methods: Sequence[Method],
+        sets: Sequence[TrainSet],
+        stage: Stage,
+        index: int,
+        hp: StageHP,
+        policy: TrainPolicy,
+        seeds: Sequence[Callable[[str], int]],
+        hists: Sequence[History],
+    ):
+        device = sets[0].obs.device
+        suffix = "" if index == 0 else f"/{stage.name}"  # the first stage keeps the plain stream names
+        self.step, self.methods, self.sets, self.stage, self.hp, self.policy, self.hists = (
+            step,
+            methods,
+            sets,
+            stage,
+            hp,
+            policy,
+            hists,
+        )
+        self.opt = step.optimizer(stage, hp, policy)
+        self.loops = [Loop(m, stage, hp, self.opt, h, epochs=hp.epochs) for m, h in zip(methods, hists, strict=True)]
+        self.batching = [generator(device, s("batching" + suffix)) for s in seeds]
+        self.aug = [generator(device, s("augment" + suffix)) if policy.augment else None for s in seeds]
+        self.pools = [d.pool(stage) for d in sets]
+        self.y_all = [stage_labels(d, stage) for d in sets]
+        self.weights = [balanced_weights(d, stage, p, policy) for d, p in zip(sets, self.pools, strict=True)]
+        self.several_stages = len(methods[0].stages) > 1
+        self.faults: PartyFaults | None = None
+        self._lost_seen: list[bool] | None = None  # the lost parties the pools were drawn for
+
+    def _sets(self) -> Sequence[TrainSet]:
+        """The training sets as this epoch sees them: with a lost party's block missing for every sample
+        (the pools and sampler weights follow; nothing changes while no party is lost)."""
+        f = self.faults
+        if f is None or not f.any_lost:
+            if self._lost_seen is not None and any(self._lost_seen):  # every party back: the stage's own pools
+                self.pools = [d.pool(self.stage) for d in self.sets]
+                self.weights = [
+                    balanced_weights(d, self.stage, p, self.policy) for d, p in zip(self.sets, self.pools, strict=True)
+                ]
+            self._lost_seen = None if f is None else list(f.lost)
+            return self.sets
+        sets = [TrainSet(d.blocks, d.y, f.mask(d.obs), d.labeled) for d in self.sets]
+        if self._lost_seen != f.lost:
+            self.pools = [d.pool(self.stage) for d in sets]
+            self.weights = [
+                balanced_weights(d, self.stage, p, self.policy) for d, p in zip(sets, self.pools, strict=True)
+            ]
+            self._lost_seen = list(f.lost)
+        return sets
+
+    def run_epoch(self, epoch: int, callbacks: Sequence[Sequence[Callback]]) -> None:
+        hp, policy, opt, stage, step, n = self.hp, self.policy, self.opt, self.stage, self.step, len(self.methods)
+        device = self.sets[0].obs.device
+        for m, loop in zip(self.methods, self.loops, strict=True):
+            m.train(True)
+            m.channel.mode = "train"
+            m.channel.epoch = loop.epoch = epoch
+        t0 = time.perf_counter()
+        if hp.schedule == "cosine":
+            opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
+        faults = self.faults
+        if faults is not None:
+            faults.begin_epoch()  # the schedule's failures and rejoins at this epoch (vflbench.runs.faults)
+        sets = self._sets()
+        orders = [
+            m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
+            for m, p, d, w, g in zip(self.methods, self.pools, sets, self.weights, self.batching, strict=True)
+        ]
+        if len({len(o) for o in orders}) != 1:
+            raise ValueError("the members of a bank train on different numbers of samples")
+        epochs = [
+            Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks, y)
+            for d, o, y in zip(sets, orders, self.y_all, strict=True)
+        ]
+        for m, ep in zip(self.methods, epochs, strict=True):
+            m.begin_epoch(ep)
+        total, count, skipped = [0.0] * n, [0] * n, [0] * n
+        start, j, j0 = 0, 0, 0  # j: the batch's number in the epoch; j0: where the method's epoch draws began
+        while start < len(orders[0]):
+            batches = step.batches(
+                [o[start : start + hp.batch_size] for o in orders],
+                j - j0,
+                self.y_all,
+                self.aug,
+                policy.per_batch_masks,
+            )
+            for m, b in zip(self.methods, batches, strict=True):
+                m.channel.batch_idx = (
+                    b.idx
+                )  # whose values cross the boundary in this step (a mechanism's accountant charges them)
+                m.draw(b, stage)
+            try:
+                losses, active, values = step.forward(stage, batches)
+            except PartyLost as e:  # across processes: a party stopped during this step; it is redone without it
+                if faults is None:
+                    raise
+                for m in self.methods:
+                    m.channel.abandon()  # (a private channel charges what the server already saw)
+                for p in e.parties:
+                    faults.lose(p, j, e.cause)
+                sets = self._sets()
+                rest = [o[start:] for o in orders]
+                for m, d, o, y in zip(
+                    self.methods, sets, rest, self.y_all, strict=True
+                ):  # the method redraws what is left
+                    m.begin_epoch(Epoch(stage, epoch, d.obs, o, hp.batch_size, policy.per_batch_masks, y))
+                j0 = j
+                continue
+            start, j = start + hp.batch_size, j + 1
+            took = [v is not None for v in values]
+            if not any(took):
+                step.commit(took)
+                skipped = [s + 1 for s in skipped]
+                continue
+            for v in values:
+                if v is not None and not math.isfinite(v):  # stop before a NaN reaches the parameters
+                    raise TrainingDiverged(epoch + 1, v, stage.name if self.several_stages else None)
+            step.backward(opt, losses)
+            for cbs, loop, b, loss, t in zip(callbacks, self.loops, batches, losses, took, strict=True):
+                for cb in cbs if t else ():
+                    cb.before_step(loop, b, loss)
+            opt.step(active)
+            step.commit(took)
+            for i, (cbs, loop, b, v) in enumerate(zip(callbacks, self.loops, batches, values, strict=True)):
+                if v is None:
+                    skipped[i] += 1
+                    continue
+                for cb in cbs:
+                    cb.after_step(loop, b, v)
+                total[i] += v
+                count[i] += 1
+        for m, ep in zip(self.methods, epochs, strict=True):
+            m.end_epoch(ep)
+        step.end_epoch()
+        seconds = time.perf_counter() - t0  # a bank's members share their epoch's time
+        for i, (h, loop, cbs) in enumerate(zip(self.hists, self.loops, callbacks, strict=True)):
+            h.skipped_batches += skipped[i]
+            loop.epoch_loss = total[i] / max(count[i], 1)
+            h.loss.append(loop.epoch_loss)
+            h.lr.append(opt.lr)
+            h.stage.append(stage.name)
+            h.seconds.append(seconds)
+            for cb in cbs:
+                cb.on_epoch_end(loop)
+
+
+@dataclass
+class EpochBoundary:
+    """The start of epoch ``epoch`` (0-based) of stage group ``group`` (:func:`stage_groups`) in a run that can
+    lose a party: what the channel sees there (:meth:`vflbench.privacy.channel.Channel.epoch_boundary`). A party
+    process checkpoints :meth:`state` (its models and optimiser state); a restarted one takes
+    :meth:`streams` (every random stream of the run, in step in every process) from the server."""
+
+    group: int
+    epoch: int
+    method: Method
+    runs: list[_StageRun]
+    faults: PartyFaults
+
+    def state(self) -> dict[str, Any]:
+        return {"method": self.method, "optimizers": [r.opt for r in self.runs]}
+
+    def streams(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "batching": [r.batching for r in self.runs],
+            "augment": [r.aug for r in self.runs],
+        }
+
+
+def fit(
+    methods: Method | Sequence[Method],
+    data: TrainSet | Sequence[TrainSet],
+    stage_hp: dict[str, StageHP],
+    policy: TrainPolicy,
+    seeds: Callable[[str], int] | Sequence[Callable[[str], int]],
+    callbacks=(),
+    step=None,
+    faults: PartyFaults | None = None,
+) -> History | list[History]:
+    """Train a bank of N >= 1 runs through their stages; ``stage_hp[stage.name]`` holds each stage's
+    settings, and stages that share a ``group`` alternate epoch by epoch (equal epochs required).
+
+    One run: ``fit(method, data, ..., seeds, callbacks)`` returns its :class:`History`. A bank:
+    lists of methods, training sets, seed functions and callback lists (one per member), returning
+    one History per member. ``step`` is the class that computes a step of the bank: :class:`DirectStep`
+    (the default: one run) or :class:`vflbench.training.packing.VectorisedStep`, which computes the members'
+    steps together and which the caller passes in (packing sits above the trainer; a bank of one
+    vectorised is how a sweep trains a lone packable run, so its numbers never depend on grouping).
+    Every member keeps its own streams, draws, optimiser state and traffic. ``faults``
+    (:class:`vflbench.runs.faults.PartyFaults`, one run only): the party losses the run meets; a lost party's block is
+    missing from the batch it is lost at."""
+    single = isinstance(methods, Method)
+    if single:
+        methods, data, seeds, callbacks = [methods], [data], [seeds], [list(callbacks)]
+    else:
+        methods, data, seeds = list(methods), list(data), list(seeds)
+        callbacks = [list(c) for c in callbacks] or [[] for _ in methods]
+    step_of = step or DirectStep
+    if faults is not None and (len(methods) > 1 or step_of is not DirectStep):
+        raise ValueError("fit: party faults apply to a run trained alone (not a pack)")
+    if len(methods) > 1 and step_of is DirectStep:
+        raise ValueError(
+            "fit: a bank of several runs needs a vectorised step (vflbench.training.packing.VectorisedStep)"
+        )
+    hists = [History() for _ in methods]
+    for m, d in zip(methods, data, strict=True):
+        if m.boundary is not None:
+            m.boundary.start(d.blocks.n)
+    stages = methods[0].stages
+    channel = methods[0].channel
+    resume = channel.resume() if faults is not None else None  # a restarted party process: where it takes up
+    for gi, group in enumerate(stage_groups(stages)):
+        if resume is not None and gi < resume.group:
+            continue
+        runs = [
+            _StageRun(
+                step_of(methods, data), methods, data, stages[i], i, stage_hp[stages[i].name], policy, seeds, hists
+            )
+            for i in group
+        ]
+        for r in runs:
+            r.faults = r.step.faults = faults
+        epochs = {r.hp.epochs for r in runs}
+        if len(epochs) != 1:
+            raise VFLBenchError(
+                f"Stages {', '.join(r.stage.name for r in runs)} alternate epoch by epoch and need equal epochs; "
+                f"got {', '.join(f'{r.stage.name}={r.hp.epochs}' for r in runs)}."
+            )
+        for r in runs:
+            for cbs, loop in zip(callbacks, r.loops, strict=True):
+                for cb in cbs:
+                    cb.on_stage_start(loop)
+        first = 0
+        if resume is not None:  # restore its checkpoint and the run's streams, then train on from there
+            first = resume.epoch
+            resume.apply(EpochBoundary(gi, first, methods[0], runs, faults))
+            resume = None
+        for epoch in range(first, epochs.pop()):
+            if faults is not None:  # across processes: checkpoints, and restarted parties re-admitted
+                channel.epoch_boundary(EpochBoundary(gi, epoch, methods[0], runs, faults))
+            for r in runs:
+                r.run_epoch(epoch, callbacks)
+        for r in runs:
+            for cbs, loop in zip(callbacks, r.loops, strict=True):
+                for cb in cbs:
+                    cb.on_stage_end(loop)
+    for m in methods:
+        m.train(False)
+    return hists[0] if single else hists
+
+
+@torch.no_grad()
+def predict(
+    method: Method,
+    data: BlockData,
+    obs: torch.Tensor,
+    batch_size: int,
+    tta: torch.Generator | None = None,
+    phase: str = "eval",
+):
+    """Concatenate the method's batch predictions over a split; returns numpy arrays. ``phase``
+    "monitor" marks a measuring pass over the training set (its traffic is booked apart)."""
+    was_training, was_mode = method.store.training, method.channel.mode
+    faults = getattr(method, "faults", None)
+    if faults is not None:  # a party lost when training ended (or now, at an evaluation on the way) is missing
+        obs = faults.mask(obs)
+    method.train(False)
+    method.channel.mode = phase
+    method.store.begin()
+    parts = []
+    for j, start in enumerate(range(0, data.n, batch_size)):
+        idx = torch.arange(start, min(start + batch_size, data.n), device=obs.device)
+        method.channel.batch_idx = idx
+        parts.append(method.channel.report(method, method.predict(Batch(data.batch(idx, tta), obs[idx], None, idx, j))))
+        method.channel.commit(phase, backward=False)
+    method.channel.mode = was_mode
+    if was_training:  # a pass in the middle of training (a target monitor, an evaluation at a budget)
+        method.train(True)
+    preds = torch.cat([p.preds for p in parts], 1).cpu().numpy()
+    valid = torch.cat([p.valid for p in parts], 1).cpu().numpy()
+    counted = torch.cat([p.counted for p in parts]).cpu().numpy()
+    scores = None if parts[0].scores is None else torch.cat([p.scores for p in parts], 1).float().cpu().numpy()
+    return preds, valid, scores, counted
