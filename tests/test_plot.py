@@ -41,3 +41,42 @@ def test_scalability_curves_and_bars(tmp_path):
             assert f.exists() and f.stat().st_size > 1000
     r = runner.invoke(app, ["plot", "pie", str(out)])
     assert r.exit_code == 2 and "Unknown plot" in r.output
+
+
+@pytest.mark.parametrize(
+    "kind,folder,extra",
+    [
+        ("bars", "results/pbm/table3", []),
+        ("curves", "results/pbm/fig6", []),
+        ("scalability", "results/pbm/fig6", ["--metric", "auprc"]),
+        ("budget", "results/pbm/fig4", ["--panel", "beta"]),
+        ("frontier", "results/pbm/fig6", []),
+    ],
+)
+def test_legends_cover_no_data(kind, folder, extra, tmp_path, monkeypatch):
+    """Every plot kind puts its legend where no panel is: the legend's box, as drawn, meets no axes' box."""
+    from pathlib import Path
+
+    from vflbench.results import plot as plot_mod
+
+    root = Path(__file__).resolve().parents[1]
+    seen = []
+    real_save = plot_mod._save
+
+    def checking_save(fig, out):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert legends, f"the {kind} plot draws no legend"
+        for leg in legends:
+            box = leg.get_window_extent(renderer)
+            for ax in fig.axes:
+                if ax.axison:
+                    assert not box.overlaps(ax.get_window_extent(renderer)), f"{kind}: the legend covers a panel"
+        seen.append(kind)
+        return real_save(fig, out)
+
+    monkeypatch.setattr(plot_mod, "_save", checking_save)
+    r = runner.invoke(app, ["plot", kind, str(root / folder), "--out", str(tmp_path / kind), *extra])
+    assert r.exit_code == 0, r.output
+    assert seen == [kind]

@@ -292,3 +292,29 @@ def test_partitioners_and_their_options_sweep_like_any_axis():
         ("correlation", {"beta": 0.2}),
         ("correlation", {"beta": 0.8}),
     ]
+
+
+def test_a_lost_ray_node_is_one_line_naming_the_retried_runs(tmp_path):
+    from vflbench.grids.sweep import lost_node_lines
+
+    before = {"a" * 40: "10.0.0.1", "b" * 40: "10.0.0.2"}
+    marks = [f"run1@{'a' * 40}@11", f"run2@{'b' * 40}@12", f"run2@{'a' * 40}@13", f"run3@{'a' * 40}@14"]
+    lines = lost_node_lines(before, {"a" * 40}, marks, tmp_path / "driver.log")
+    assert len(lines) == 1
+    assert "bbbbbbbbbbbb (10.0.0.2) was lost" in lines[0] and "retried on other nodes: run2" in lines[0]
+    assert "run1" not in lines[0] and "run3" not in lines[0]
+    assert lost_node_lines(before, set(before), marks, tmp_path / "driver.log") == []
+
+
+def test_ray_output_goes_to_the_sweep_folder(tmp_path):
+    """Ray's error thread prints through ray._private.worker.print_to_stdstream: the sweep sends it to a file."""
+    ray = pytest.importorskip("ray")
+    from vflbench.grids.sweep import quiet_ray
+
+    saved = ray._private.worker.print_to_stdstream
+    try:
+        quiet_ray(ray, tmp_path / "driver.log")
+        ray._private.worker.print_to_stdstream({"lines": ["node died", "state dump"], "pid": "raylet"}, False)
+    finally:
+        ray._private.worker.print_to_stdstream = saved
+    assert (tmp_path / "driver.log").read_text() == "(raylet) node died\n(raylet) state dump\n"

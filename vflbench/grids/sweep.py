@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -364,20 +365,31 @@ def _worker_init_local(threads: int, explicit: int | None = None) -> None:
 def _execute_ray(
     p: SweepPlan, threads: int, device: str, address: str | None, on_done, threads_per_run: int | None = None
 ) -> list[dict[str, Any]]:
+    """The pending runs as Ray tasks. Ray's own output (worker logs, its messages about lost nodes) goes to
+    ``OUT/ray/driver.log``, not the sweep's output; a node lost during the sweep is reported in one line naming
+    the runs Ray retried elsewhere (each attempt leaves a marker under ``OUT/ray/attempts``: the sweep folder is
+    shared by the cluster's nodes, as the runs write there)."""
     try:
         import ray
     except ImportError:
         raise VFLBenchError("--executor ray needs Ray: pip install 'vflbench[ray]'.") from None
+    log_dir = p.out.resolve() / "ray"
+    attempts = log_dir / "attempts"
+    attempts.mkdir(parents=True, exist_ok=True)
+    quiet_ray(ray, log_dir / "driver.log")
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    alive = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
     gpus = 1 if device == "cuda" else 0
 
     @ray.remote(num_cpus=threads, num_gpus=gpus)
-    def remote_run(resolved, out, device, threads, explicit):
+    def remote_run(resolved, out, device, threads, explicit, marks):
+        node = ray.get_runtime_context().get_node_id()
+        Path(marks, f"{resolved.run_id}@{node}@{os.getpid()}").touch()
         _worker_init_local(threads, explicit)
         return run_one(resolved, out, device)
 
-    refs = [remote_run.remote(r, str(p.out.resolve()), device, threads, threads_per_run) for r in p.todo]
+    refs = [remote_run.remote(r, str(p.out.resolve()), device, threads, threads_per_run, str(attempts)) for r in p.todo]
     records = []
     while refs:
         ready, refs = ray.wait(refs, num_returns=1)
@@ -385,7 +397,46 @@ def _execute_ray(
         records.append(rec)
         if on_done:
             on_done(rec)
+    now_alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    for line in lost_node_lines(alive, now_alive, [f.name for f in attempts.iterdir()], log_dir / "driver.log"):
+        print(line, file=sys.stderr)
     return records
+
+
+def quiet_ray(ray, log_file: Path) -> None:
+    """Ray's driver-side output into ``log_file``: its Python logger, and the messages its error thread prints
+    (``ray._private.worker.print_to_stdstream``: a node's death comes with a state dump of some 36 lines)."""
+    import logging
+
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    rlog = logging.getLogger("ray")
+    for h in list(rlog.handlers):
+        rlog.removeHandler(h)
+    rlog.addHandler(handler)
+    rlog.propagate = False
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is not None and hasattr(worker, "print_to_stdstream"):
+
+        def to_file(data, ignore_prefix=False):
+            with open(log_file, "a") as f:
+                for line in data.get("lines", []):
+                    f.write(f"({data.get('pid', '?')}) {line}\n")
+
+        worker.print_to_stdstream = to_file
+
+
+def lost_node_lines(alive_before: dict[str, str], alive_after: set[str], marks: list[str], log: Path) -> list[str]:
+    """One line per node that was alive when the sweep started and is not now, naming the runs that had an
+    attempt on it (Ray retried them elsewhere: the sweep has their results). ``marks``: ``RUN@NODE@PID``."""
+    lines = []
+    for node, addr in alive_before.items():
+        if node in alive_after:
+            continue
+        runs = sorted({m.split("@")[0] for m in marks if m.split("@")[1:2] == [node]})
+        retried = f"runs retried on other nodes: {', '.join(runs)}" if runs else "no run was on it"
+        lines.append(f"ray: node {node[:12]} ({addr}) was lost during the sweep; {retried} (Ray's log: {log})")
+    return lines
 
 
 def collect(out: Path, run_ids: list[str]) -> pd.DataFrame:

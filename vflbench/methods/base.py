@@ -42,8 +42,9 @@ OPTION_TYPES = (bool, int, float, str)
 @dataclass(frozen=True)
 class Option:
     """One method option. ``protocol`` names a protocol field whose resolved value is the default
-    when the user sets none (an explicit user value always wins). ``check`` returns an error
-    message for a bad value, or None."""
+    when the user sets none (an explicit user value always wins); ``runtime`` gives the default under a
+    runtime (``(("processes", "party"),)``), above the protocol's. ``check`` returns an error message for
+    a bad value, or None."""
 
     name: str
     type: type
@@ -52,6 +53,7 @@ class Option:
     choices: tuple[Any, ...] | None = None
     protocol: str | None = None
     check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+    runtime: tuple[tuple[str, Any], ...] = ()  # (runtime, value): the default under that --runtime (below the user's)
 
     def parse(self, value: Any, owner: str) -> Any:
         """Convert a CLI/YAML value to the declared type and validate it."""
@@ -96,6 +98,8 @@ class Option:
             d["choices"] = list(self.choices)
         if self.protocol:
             d["protocol_default"] = self.protocol
+        if self.runtime:
+            d["runtime_default"] = dict(self.runtime)
         return d
 
 
@@ -209,6 +213,7 @@ class Method:
     )
     pack_state: ClassVar[tuple[str, ...]] = ()  # attributes holding a run's own draws that the loss reads
     boundary_refusal: ClassVar[str | None] = None  # why a --mechanism cannot wrap this method's boundary (None: it can)
+    setting_options: ClassVar[tuple[str, ...]] = ()  # run flags this method takes as its own options (--secagg)
     runtime_refusal: ClassVar[str | None] = (
         None  # why the parties of this method cannot run as separate processes (None: they can; federation.runtime)
     )

@@ -40,6 +40,7 @@ class PBMVFL(SumVFL):
     paper = "PBM-VFL (Tran et al., 2025)"
     eval_variants = ("exact", "mechanism")
     draws_noise = True  # attaches its own privacy mechanism (vflbench.runs.settings: the noise source's default)
+    setting_options = ("secagg",)  # --secagg masked is --method-opt secagg=masked: the mechanism is the method's
     boundary_refusal = (
         "it attaches its own mechanism from its options (--method-opt mechanism=pbm|npq|ldp, b=, "
         "beta=, secagg=); use --method sum with --mechanism"
@@ -96,8 +97,10 @@ class PBMVFL(SumVFL):
             str,
             "shared",
             "whose stream draws the parties' noise: shared (one seeded stream, the simulation of the committed "
-            "results) or party (each party its own, as separate processes draw it; needed by --runtime processes)",
+            "results) or party (each party its own, as separate processes draw it; the default under --runtime "
+            "processes, the only value that runs there)",
             choices=("shared", "party"),
+            runtime=(("processes", "party"),),
         ),
     )
     assumptions = (

@@ -30,6 +30,35 @@ def _manifests(path: Path) -> list[dict]:
     return out
 
 
+def series_colours(names, keep_order: bool = False) -> dict[str, object]:
+    """One colour per series name, the same in every panel of a figure (tab10; tab20 past ten series), so that
+    one legend can serve every panel."""
+    plt = _plt()
+    names = list(dict.fromkeys(names)) if keep_order else sorted(set(names))
+    palette = plt.cm.tab10.colors if len(names) <= 10 else plt.cm.tab20.colors
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
+def legend_outside(fig, axes, fontsize: int = 7) -> None:
+    """One legend for the figure, right of its panels, where it covers no data (the saved figure grows to hold
+    it: ``bbox_inches="tight"``). Entries are the union of the panels' labels, first handle kept: a label
+    means one series across panels (every plot here draws a series in one style throughout)."""
+    seen: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, h)
+    if seen:
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            loc="upper left",
+            bbox_to_anchor=(1.0, 0.98),
+            bbox_transform=fig.transFigure,
+            fontsize=fontsize,
+            frameon=False,
+        )
+
+
 def _save(fig, out: Path) -> list[Path]:
     paths = []
     for ext in (".png", ".pdf"):
@@ -84,9 +113,10 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
         title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""),
     )
     a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
-    a1.legend(fontsize=8)
     a1.grid(alpha=0.3)
     a2.grid(alpha=0.3)
+    fig.tight_layout()
+    legend_outside(fig, [a1, a2], fontsize=8)
     paths = _save(fig, out)
     plt.close(fig)
     return paths
@@ -98,8 +128,10 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
     mans = _manifests(Path(results))
     groups = sorted({(m["config"]["dataset"], m["config"]["train_missing"]) for m in mans})
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.5), squeeze=False)
+    order = method_order(m["config"]["method"] for m in mans)
+    colours = series_colours(order, keep_order=True)
     for ax, (ds, tr) in zip(axes[0], groups, strict=True):
-        for meth in method_order(m["config"]["method"] for m in mans):
+        for meth in order:
             curves = [
                 m["history"]["loss"]
                 for m in mans
@@ -109,10 +141,13 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
                 continue
             n = min(len(c) for c in curves)
             arr = np.array([c[:n] for c in curves])
-            ax.plot(np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=display(meth))
+            ax.plot(
+                np.arange(1, n + 1), arr.mean(0), marker="o", markersize=2.5, label=display(meth), color=colours[meth]
+            )
         ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    legend_outside(fig, axes, fontsize=8)
     paths = _save(fig, out)
     plt.close(fig)
     return paths
@@ -137,7 +172,8 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
     ax.set(ylabel=names.get(agg["metric"].iloc[0], agg["metric"].iloc[0]), title=title)
     lo = np.nanmin(agg["mean"]) - 10
     ax.set_ylim(max(0, lo), None)
-    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    legend_outside(fig, [ax])
     paths = _save(fig, out)
     plt.close(fig)
     return paths
@@ -201,22 +237,21 @@ def plot_budget(
                     cells.append((axes[i][j], name))
                 else:
                     axes[i][j].set_axis_off()
+    colours = series_colours(df["_line"])
     for ax, p in cells:
         g = df[
             (df["_panel"] == p) | (df["_panel"] == "all")
         ]  # lines without the panel key (e.g. NPQ) appear in every panel
-        if g["_line"].nunique() > 10:  # the default cycle repeats its 10 colours: two lines would share one
-            ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for line in dict.fromkeys(sorted(g["_line"])):
             h = g[g["_line"] == line].groupby("epoch")["value"]
             ep = np.array(sorted(h.groups))
             mean, std = h.mean().loc[ep].to_numpy(), h.std(ddof=0).loc[ep].to_numpy()
-            ax.plot(ep, mean, label=line, linewidth=1.3)
-            ax.fill_between(ep, mean - std, mean + std, alpha=0.2)
+            ax.plot(ep, mean, label=line, linewidth=1.3, color=colours[line])
+            ax.fill_between(ep, mean - std, mean + std, alpha=0.2, color=colours[line])
         ax.set(title=f"{panel} = {p}" if panel else p, xlabel="epoch", ylabel=f"test {metric}")
         ax.grid(alpha=0.3)
-    cells[-1][0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    legend_outside(fig, [ax for ax, _ in cells])
     paths = _save(fig, out)
     plt.close(fig)
     return paths
@@ -277,6 +312,7 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
     parties = sorted(set(pts["parties"]))
     fig, axes = plt.subplots(1, len(parties), figsize=(5.2 * len(parties), 4.0), squeeze=False, sharey=True)
     markers = {"PBM": "o", "LDP (paper sigma)": "s", "LDP (epsilon sigma)": "^"}
+    colours = series_colours(pts["series"])
     for ax, k in zip(axes[0], parties, strict=True):
         g = pts[pts["parties"] == k]
         for series, h in g.groupby("series"):
@@ -295,6 +331,7 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
                 capsize=2,
                 label=series,
                 alpha=0.85,
+                color=colours[series],
             )
         ax.set_xscale("log")
         from matplotlib.ticker import NullFormatter
@@ -307,8 +344,8 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
             ylabel=f"test {metric.upper()} x 100",
         )
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    legend_outside(fig, axes)
     paths = _save(fig, out)
     plt.close(fig)
     csv = out.with_suffix(".csv")

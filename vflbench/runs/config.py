@@ -181,11 +181,16 @@ def _dataset_slug(name: str) -> str:
 
 
 def resolve_method_options(
-    mcls, user: dict[str, Any], protocol: ResolvedProtocol, preset: dict[str, Any] | None = None
+    mcls,
+    user: dict[str, Any],
+    protocol: ResolvedProtocol,
+    preset: dict[str, Any] | None = None,
+    runtime: str = "inprocess",
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Each declared option's value and its source: the user's value always wins; otherwise the preset's
-    (a tuned preset's ``method_options``); otherwise the protocol field the option names; otherwise the
-    option's default. Unknown names are errors."""
+    (a tuned preset's ``method_options``); otherwise the option's default under this runtime
+    (``runtime:processes``); otherwise the protocol field the option names; otherwise the option's default.
+    Unknown names are errors."""
     declared = {o.name: o for o in mcls.option_specs}
     preset = dict(preset or {})
     for name in preset:
@@ -204,6 +209,8 @@ def resolve_method_options(
             values[name], sources[name] = opt.parse(user[name], mcls.name), "user"
         elif name in preset:
             values[name], sources[name] = opt.parse(preset[name], mcls.name), "preset"
+        elif runtime in dict(opt.runtime):
+            values[name], sources[name] = opt.parse(dict(opt.runtime)[runtime], mcls.name), f"runtime:{runtime}"
         elif opt.protocol is not None:
             values[name], sources[name] = (
                 opt.parse(getattr(protocol, opt.protocol), mcls.name),
@@ -215,6 +222,27 @@ def resolve_method_options(
     if msg:
         raise VFLBenchError(f"Method '{mcls.name}': {msg}.")
     return values, sources
+
+
+def settings_as_method_options(
+    mcls, settings: dict[str, Any], method_options: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run flag that a method declares as its own option is that option: ``--method pbm --secagg masked``
+    means ``--method-opt secagg=masked`` (PBM-VFL carries its own mechanism). Returns the settings without those
+    flags and the method options with them; the two given apart and different are refused."""
+    own = set(getattr(mcls, "setting_options", ())) & {n for n, v in settings.items() if v is not None}
+    if not own:
+        return settings, method_options
+    settings, method_options = dict(settings), dict(method_options)
+    for name in sorted(own):
+        value = settings.pop(name)
+        if method_options.get(name) is not None and str(method_options[name]) != str(value):
+            raise VFLBenchError(
+                f"--{name.replace('_', '-')} {value} and --method-opt {name}={method_options[name]} disagree; "
+                f"{mcls.display} takes {name} as its own option: give one of them."
+            )
+        method_options[name] = value
+    return settings, method_options
 
 
 def protocol_stage_hp(proto, method: str, stage) -> dict[str, Any]:
@@ -244,7 +272,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .settings import Context as SettingsContext
     from .settings import finish_settings, resolve_settings
 
-    settings = resolve_settings(cfg.settings, mcls)
+    given, method_user = settings_as_method_options(mcls, cfg.settings, cfg.method_options)
+    settings = resolve_settings(given, mcls)
     data_options = dict(cfg.data_options)
     if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
         data_options["split_seed"] = int(settings["seed"])
@@ -279,7 +308,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .presets import preset_method_options
 
     options, sources = resolve_method_options(
-        mcls, cfg.method_options, proto, preset_method_options(preset, cfg.dataset, cfg.method)
+        mcls, method_user, proto, preset_method_options(preset, cfg.dataset, cfg.method), settings["runtime"]
     )
     stages = mcls.stages_for(options)
     unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
