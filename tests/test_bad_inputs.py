@@ -812,3 +812,33 @@ def test_party_data_and_sweep_lists_parse_strictly(tmp_path):
         ["sweep", "experiments/demo.yaml", "--methods", ",laser", "--out", str(tmp_path / "s")],
         "--methods ',laser' has a leading comma",
     )
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["server", "--rendezvous", "tcp://nohost.invalid:99999"], "port 99999 is out of range"),
+        (["server", "--rendezvous", "tcp://:29500"], "tcp://HOST:PORT"),
+        (["party", "--rank", "0", "--rendezvous", "nohost:1"], "tcp://HOST:PORT"),
+        (["run", "--seed", "1180591620717411303425"], "between 0 and 9223372036854775807"),
+        (["run", "--seed", "1180591602270667229696"], "between 0 and 9223372036854775807"),
+    ],
+)
+def test_rendezvous_and_seeds_out_of_range_are_one_line(args, needle, tmp_path):
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    out = [] if args[0] == "party" else ["--out", str(tmp_path / "o")]
+    r = CliRunner().invoke(app, [*args, "--dataset", "synthetic", "--method", "svfl", *out])
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_seed_above_2_to_the_53_is_exact():
+    """Seeds are read as integers, never through a float (which rounds 2^53 + 1 to 2^53)."""
+    from vflbench.runs.config import RunConfig, resolve
+
+    assert resolve(RunConfig(dataset="synthetic", method="svfl", seed=2**53 + 1)).seed == 2**53 + 1
+    assert resolve(RunConfig(dataset="synthetic", method="svfl", seed=str(2**63 - 1))).seed == 2**63 - 1

@@ -196,3 +196,13 @@ def test_the_checker_catches_a_planted_fault(victim, planted, expect):
 def test_a_module_outside_the_layers_is_named():
     sources = {**project_sources(), "vflbench.newthing": ("from .core.errors import VFLBenchError\n", False)}
     assert "vflbench.newthing is in no layer of docs/ARCHITECTURE.md" in problems(sources, LAYERS)
+
+
+def test_every_function_reads_in_one_sitting():
+    """No function of ``vflbench/`` is over 100 lines: a longer one is split along the steps it takes."""
+    long = []
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
+    assert long == []

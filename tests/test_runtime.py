@@ -216,11 +216,35 @@ def test_secret_noise_is_drawn_inside_each_party_and_the_epsilon_says_whom_it_ho
     assert len(ms["runtime"]["measured"]["secagg_key_fingerprint"]) == 19
 
 
-def test_pbm_across_processes_needs_each_party_to_draw_its_own_noise(tmp_path):
+def test_pbm_across_processes_draws_each_partys_own_noise_by_default(tmp_path):
+    """noise=party is the only PBM-VFL setting that runs across processes: it is the default there (source
+    runtime:processes), a value the user sets still wins, and noise=shared is refused in one line."""
+    from vflbench.runs.config import RunConfig, resolve
+
+    run = resolve(RunConfig(dataset="synthetic", method="pbm", runtime="processes"))
+    assert run.method_options["noise"] == "party" and run.option_sources["noise"] == "runtime:processes"
+    alone = resolve(RunConfig(dataset="synthetic", method="pbm"))
+    assert alone.method_options["noise"] == "shared" and alone.option_sources["noise"] == "default"
     r = runner.invoke(
-        app, ["run", "--dataset", "synthetic", "--method", "pbm", "--runtime", "processes", "--out", str(tmp_path)]
+        app,
+        ["run", "--dataset", "synthetic", "--method", "pbm", "--runtime", "processes", "--method-opt", "noise=shared"]
+        + ["--out", str(tmp_path)],
     )
     assert r.exit_code == 2 and "noise=party" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_secagg_masked_is_pbm_vfls_own_option():
+    """--method pbm --secagg masked means --method-opt secagg=masked (the same run key); the two disagreeing is
+    refused."""
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.runs.config import RunConfig, resolve
+
+    flag = resolve(RunConfig(dataset="synthetic", method="pbm", secagg="masked"))
+    option = resolve(RunConfig(dataset="synthetic", method="pbm", method_options={"secagg": "masked"}))
+    assert flag.method_options["secagg"] == "masked" and flag.key == option.key
+    with pytest.raises(VFLBenchError, match="disagree"):
+        resolve(RunConfig(dataset="synthetic", method="pbm", secagg="masked", method_options={"secagg": "plain"}))
 
 
 def test_a_method_that_cannot_run_distributed_is_refused_in_one_line(tmp_path):

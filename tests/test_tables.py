@@ -387,8 +387,8 @@ datasets:
 
 
 @pytest.mark.integration  # `make test-slow` (an end-to-end check: real processes, sweeps or image models; CI runs it)
-def test_the_readme_study_example_writes_a_table(tmp_path):
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+def test_the_docs_study_example_writes_a_table(tmp_path):
+    readme = (Path(__file__).parents[1] / "docs" / "RUNNING.md").read_text()
     block = re.search(r"```yaml\n(name: my-study\n.*?)```", readme, flags=re.S).group(1)
     (tmp_path / "my.yaml").write_text(block)
     r = invoke("sweep", tmp_path / "my.yaml", "--quick", "--out", tmp_path / "out", "--workers", "1")

@@ -63,6 +63,20 @@ def run(
     from ..training.pipeline import execute
 
     check_output_dir(out)
+    if resolved.runtime == "processes":
+        from ..federation.runtime import check
+
+        check(resolved)  # before the progress bar: a refused run prints one line
+    with _progress(quiet) as bar:
+        rows, manifest = execute(
+            resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
+        )
+    run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
+    _print_run(resolved, rows, manifest, run_dir)
+
+
+def _progress(quiet: bool):
+    """The run's progress bar (on stderr; none with --quiet)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -72,11 +86,7 @@ def run(
         TimeRemainingColumn,
     )
 
-    if resolved.runtime == "processes":
-        from ..federation.runtime import check
-
-        check(resolved)  # before the progress bar: a refused run prints one line
-    with Progress(
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -86,14 +96,14 @@ def run(
         console=err_console,
         disable=quiet,
         transient=False,
-    ) as bar:
-        rows, manifest = execute(
-            resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
-        )
-    run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
+    )
+
+
+def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
+    """A run's table of test settings x metrics, its time and traffic, and (private runs) its epsilon."""
     t = Table(
-        title=f"{resolved.method_display} | {dataset} | K={resolved.parties} | train {resolved.train_missing} | "
-        f"{resolved.protocol.name} | seed {resolved.seed}"
+        title=f"{resolved.method_display} | {resolved.dataset} | K={resolved.parties} | "
+        f"train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}"
     )
     t.add_column("test setting")
     metrics = list(dict.fromkeys(r["metric"] for r in rows))

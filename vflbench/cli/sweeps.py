@@ -184,16 +184,7 @@ def sweep(
 def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None, pack=1):
     import time
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from ..grids.sweep import check_same_pack, execute_plan, finalize, plan, write_table
+    from ..grids.sweep import check_same_pack, finalize, plan, write_table
 
     p = plan(exp, out)
     p.pack = pack
@@ -220,32 +211,67 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
                 "or training missingness (--pack 1: one at a time)"
             )
     if dry_run:
-        for r in p.todo:
-            user = ";".join(
-                f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user"
-            )
-            epochs = (
-                "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items())
-                if len(r.stage_hp) > 1
-                else str(r.hp.epochs)
-            )
-            from rich.markup import escape
-
-            popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
-            from ..runs.settings import columns as setting_columns
-
-            user = ";".join(
-                x for x in (user, setting_columns(r.settings).get("settings", "")) if x
-            )  # options and run settings a user set
-            console.print(
-                escape(
-                    f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} "
-                    f"{r.partitioner}{f'[{popts}]' if popts else ''} "
-                    f"train={r.train_missing} seed={r.seed} epochs={epochs}"
-                )
-            )
+        _print_dry_run(p)
         return
     t0 = time.perf_counter()
+    records, failures, diverged = _execute_with_bar(p, exp.name, workers, device, executor, address, threads, pack)
+    df = finalize(p, records, time.perf_counter() - t0)
+    console.print(
+        f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} "
+        f"({time.perf_counter() - t0:.0f}s)"
+    )
+    if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
+        console.print(f"table -> {write_table(exp, df, out)}")
+    if diverged:
+        console.print(
+            f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded "
+            "from tables; lower the learning rate to retry them in a new --out."
+        )
+    if failures:
+        raise VFLBenchError(
+            f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them."
+        )
+
+
+def _print_dry_run(p) -> None:
+    """One line per run a sweep would start: dataset, method and the options and settings a user set."""
+    from rich.markup import escape
+
+    from ..runs.settings import columns as setting_columns
+
+    for r in p.todo:
+        user = ";".join(f"{k}={v}" for k, v in sorted(r.method_options.items()) if r.option_sources.get(k) == "user")
+        epochs = (
+            "+".join(f"{name} {hp.epochs}" for name, hp in r.stage_hp.items())
+            if len(r.stage_hp) > 1
+            else str(r.hp.epochs)
+        )
+        popts = ",".join(f"{k}={v}" for k, v in sorted(r.partition_options.items()) if k != "file_sha256")
+        user = ";".join(
+            x for x in (user, setting_columns(r.settings).get("settings", "")) if x
+        )  # options and run settings a user set
+        console.print(
+            escape(
+                f"  {r.dataset} {r.method}{f'[{user}]' if user else ''} K={r.parties} "
+                f"{r.partitioner}{f'[{popts}]' if popts else ''} "
+                f"train={r.train_missing} seed={r.seed} epochs={epochs}"
+            )
+        )
+
+
+def _execute_with_bar(p, name: str, workers, device, executor, address, threads, pack):
+    """The pending runs with a progress bar; a failed or diverged run is one line as it ends."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from ..grids.sweep import execute_plan
+
     failures, diverged = [], []
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -255,7 +281,7 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
         TimeRemainingColumn(),
         console=err_console,
     ) as bar:
-        task = bar.add_task(exp.name, total=len(p.run_ids), completed=len(p.done))
+        task = bar.add_task(name, total=len(p.run_ids), completed=len(p.done))
 
         def done(rec):
             bar.advance(task)
@@ -278,19 +304,4 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
             threads_per_run=threads,
             pack=pack,
         )
-    df = finalize(p, records, time.perf_counter() - t0)
-    console.print(
-        f"{len(df)} result rows from {df['run_id'].nunique() if len(df) else 0} runs -> {out / 'results.csv'} "
-        f"({time.perf_counter() - t0:.0f}s)"
-    )
-    if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
-        console.print(f"table -> {write_table(exp, df, out)}")
-    if diverged:
-        console.print(
-            f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded "
-            "from tables; lower the learning rate to retry them in a new --out."
-        )
-    if failures:
-        raise VFLBenchError(
-            f"{len(failures)} run(s) failed; see messages above. Re-run the same command to retry them."
-        )
+    return records, failures, diverged

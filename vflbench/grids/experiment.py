@@ -304,11 +304,78 @@ def build_experiment(
     train_missing=None,
     methods_subset=None,
 ) -> Experiment:
-    from ..data.datasets import DATASETS
-    from ..data.missingness import parse_mechanism
-    from ..methods import METHODS
-    from ..runs.protocols import get_protocol
+    """An experiment file's mapping, checked whole before any run, expanded into its runs: the file-level keys,
+    then the datasets' overrides, then one :class:`RunConfig` per cell of the grid."""
+    spec = _check_top(spec, path)
+    _load_plugins(spec, path)
+    methods = _check_methods(spec, path)
+    train, test = _missing_settings(spec, path, train_missing)
+    file_seeds = _list(spec, "seeds", int, path, [0])
+    parties = _list(spec, "parties", int, path, [4])
+    _check_axes(spec, path)
+    ds_spec = _check_datasets(spec, path)
+    quick_spec = _check_quick(spec, path)
+    for key in ("layout", "reference"):
+        if spec.get(key) is not None:
+            _check_artefact(key, spec[key], path)
+    grid_spec = _dict(spec, "method_grid", path)
+    for m in grid_spec:
+        if m not in methods and not any(m in (o or {}).get("methods", []) for o in ds_spec.values()):
+            _fail(path, f"method_grid names '{m}', which is not among the methods ({', '.join(methods)}).")
+    chosen = _chosen_datasets(ds_spec, methods, datasets, methods_subset, path)
+    grid = _Grid(
+        spec=spec,
+        path=path,
+        quick=quick,
+        methods=methods,
+        methods_subset=methods_subset,
+        train=train,
+        test=test,
+        parties=parties,
+        seeds=list(seeds) if seeds else file_seeds,
+        hp=_dict(spec, "hp", path),
+        quick_spec=quick_spec,
+        grids={m: expand_grid(g, m, path) for m, g in grid_spec.items()},
+    )
+    if quick:
+        grid.seeds = list(seeds) if seeds else list(quick_spec.get("seeds", file_seeds[:1]))
+        grid.hp = {**grid.hp, "epochs": int(quick_spec.get("epochs", 2))}
+    runs, stages_used = [], set()
+    for ds in chosen:
+        ds_runs, ds_stages = _dataset_runs(grid, ds, ds_spec[ds] or {})
+        runs += ds_runs
+        stages_used |= ds_stages
+    named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
+    unused = sorted(named - stages_used)
+    if runs and unused:
+        _fail(
+            path,
+            f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: "
+            f"{', '.join(sorted(stages_used))}).",
+        )
+    return Experiment(spec["name"], path, spec, quick, runs)
 
+
+@dataclass
+class _Grid:
+    """The file-level values of an experiment that every dataset's runs expand from."""
+
+    spec: dict
+    path: Path | None
+    quick: bool
+    methods: list[str]
+    methods_subset: Any
+    train: list[str]
+    test: list[str]
+    parties: list[int]
+    seeds: list[int]
+    hp: dict
+    quick_spec: dict
+    grids: dict
+
+
+def _check_top(spec: Any, path: Path | None) -> dict:
+    """The mapping's keys; ``name`` defaults to the file's stem; ``protocol`` read as text."""
     if not isinstance(spec, dict):
         _fail(path, "the file must be a YAML mapping with keys such as name, datasets, methods.")
     unknown = set(spec) - TOP_KEYS
@@ -320,22 +387,34 @@ def build_experiment(
         _fail(path, "'name' (a string) is required.")
     check_name(spec["name"], path)
     if "protocol" in spec:
-        spec = {
-            **spec,
-            "protocol": FIELDS["protocol"].value(spec["protocol"]),
-        }  # `protocol: false` is YAML 1.1's boolean
+        spec = {**spec, "protocol": FIELDS["protocol"].value(spec["protocol"])}  # `protocol: false` is YAML 1.1's bool
+    return spec
+
+
+def _load_plugins(spec: dict, path: Path | None) -> None:
     from ..core import plugins
 
     for plug in _list(spec, "plugins", str, path, []) if spec.get("plugins") else []:
         plugins.add(Path(path).parent / plug if path is not None and not Path(plug).is_absolute() else plug)
+
+
+def _check_methods(spec: dict, path: Path | None) -> list[str]:
+    from ..methods import METHODS
+
     methods = _list(spec, "methods", str, path)
     for m in methods:
         if m not in METHODS:
             _fail(path, f"unknown method '{m}'. Choices: {', '.join(METHODS.names())}.")
+    return methods
+
+
+def _missing_settings(spec: dict, path: Path | None, train_missing) -> tuple[list[str], list[str]]:
+    """The training settings (narrowed by ``--train-missing``) and the test settings, each parsed now."""
+    from ..data.missingness import canonical, parse_mechanism
+    from ..runs.protocols import get_protocol
+
     train = _list(spec, "train_missing", str, path, [str(SETTINGS["train_missing"].default)])
     if train_missing:
-        from ..data.missingness import canonical
-
         have = {canonical(t): t for t in train}
         missing = [t for t in train_missing if canonical(t) not in have]
         if missing:
@@ -356,9 +435,12 @@ def build_experiment(
         get_protocol(spec.get("protocol", "clean"), _dict(spec, "protocol_options", path))
     except VFLBenchError as e:
         _fail(path, str(e))
-    file_seeds = _list(spec, "seeds", int, path, [0])
-    parties = _list(spec, "parties", int, path, [4])
-    for name, setting in SETTINGS.items():  # grid axes of declared settings: every value is checked now
+    return train, test
+
+
+def _check_axes(spec: dict, path: Path | None) -> None:
+    """Grid axes of declared settings, at the file's level and each dataset's: every value is checked now."""
+    for name, setting in SETTINGS.items():
         if setting.axis is None:
             continue
         for level in [spec, *((o or {}) for o in (spec.get("datasets") or {}).values() if isinstance(o, dict))]:
@@ -367,6 +449,11 @@ def build_experiment(
                     setting.parse(value)
                 except VFLBenchError as e:
                     _fail(path, f"{setting.axis} ({name}): {e}")
+
+
+def _check_datasets(spec: dict, path: Path | None) -> dict:
+    from ..data.datasets import DATASETS
+
     ds_spec = _dict(spec, "datasets", path)
     if not ds_spec:
         _fail(path, "'datasets' must list at least one dataset.")
@@ -382,6 +469,10 @@ def build_experiment(
                 f"datasets.{name}: unknown key(s) {', '.join(sorted(bad))}. Allowed: "
                 f"{', '.join(sorted(DATASET_KEYS))}.",
             )
+    return ds_spec
+
+
+def _check_quick(spec: dict, path: Path | None) -> dict:
     quick_spec = _dict(spec, "quick", path)
     bad = set(quick_spec) - QUICK_KEYS
     if bad:
@@ -393,17 +484,11 @@ def build_experiment(
     ):
         _fail(path, f"quick: 'epochs' must be an integer >= 1, got {quick_spec['epochs']!r}.")
     _dict(quick_spec, "data_options", path)
-    for key in ("layout", "reference"):
-        if spec.get(key) is not None:
-            _check_artefact(key, spec[key], path)
-    lr_by_k = _dict(spec, "lr_by_parties", path)
-    method_opts = _dict(spec, "method_options", path)
-    grid_spec = _dict(spec, "method_grid", path)
-    for m in grid_spec:
-        if m not in methods and not any(m in (o or {}).get("methods", []) for o in ds_spec.values()):
-            _fail(path, f"method_grid names '{m}', which is not among the methods ({', '.join(methods)}).")
-    grids = {m: expand_grid(g, m, path) for m, g in grid_spec.items()}
+    return quick_spec
 
+
+def _chosen_datasets(ds_spec: dict, methods: list[str], datasets, methods_subset, path: Path | None) -> list[str]:
+    """The datasets ``--datasets`` keeps (all by default); ``--methods`` must name methods of the file."""
     chosen = list(ds_spec)
     if datasets:
         missing = [d for d in datasets if d not in ds_spec]
@@ -415,103 +500,100 @@ def build_experiment(
         missing = [m for m in methods_subset if m not in named]
         if missing:
             _fail(path, f"--methods {', '.join(missing)} not in this experiment (it has {', '.join(sorted(named))}).")
-    run_seeds = list(seeds) if seeds else file_seeds
-    hp_all = _dict(spec, "hp", path)
-    if quick:
-        run_seeds = list(seeds) if seeds else list(quick_spec.get("seeds", file_seeds[:1]))
-        hp_all = {**hp_all, "epochs": int(quick_spec.get("epochs", 2))}
+    return chosen
 
-    def stage_names(m: str, opts: dict) -> set[str]:
-        cls = METHODS.get(m)
-        return {st.name for st in cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **opts})}
 
+def _stage_names(m: str, opts: dict) -> set[str]:
+    from ..methods import METHODS
+
+    cls = METHODS.get(m)
+    return {st.name for st in cls.stages_for({**{o.name: o.default for o in cls.option_specs}, **opts})}
+
+
+def _dataset_settings(grid: _Grid, over: dict) -> tuple[dict, list[tuple[str, list]]]:
+    """One dataset's run settings (parsed now: a bad value is named with the file) and the other grid axes of
+    declared settings (e.g. fail_party): one run per value, in the file's order."""
+    spec, path, quick_spec = grid.spec, grid.path, grid.quick_spec
+    ds_settings = experiment_values(spec, over)
+    if grid.quick:  # a smoke run evaluates at its end only
+        ds_settings.pop("eval_epochs", None)
+    for name, value in ds_settings.items():
+        try:
+            SETTINGS[name].parse(value)
+        except VFLBenchError as e:
+            _fail(path, f"{name}: {e}")
+    axes = [
+        (name, quick_spec[st.axis] if grid.quick and st.axis in quick_spec else over.get(st.axis, spec.get(st.axis)))
+        for name, st in SETTINGS.items()
+        if st.axis not in (None, "seeds", "parties", "train_missing") and over.get(st.axis, spec.get(st.axis))
+    ]
+    for name, values in axes:
+        if not isinstance(values, list):
+            _fail(path, f"{SETTINGS[name].axis} lists values, one run each (e.g. [none, 2@5]); got {values!r}.")
+    return ds_settings, axes
+
+
+def _dataset_runs(grid: _Grid, ds: str, over: dict) -> tuple[list[RunConfig], set[str]]:
+    """Every run of one dataset: parties x methods (x method_grid entries) x partitions x training settings x
+    other axes x seeds, in that order; and the stages those runs have."""
+    spec, path = grid.spec, grid.path
+    part_variants = partition_variants(spec, over, path)
+    bases = relative_paths(ds, spec, over, path)
+    ds_methods = [m for m in over.get("methods", grid.methods) if not grid.methods_subset or m in grid.methods_subset]
+    data_opts = {**_dict(over, "data_options", path), **(grid.quick_spec.get("data_options", {}) if grid.quick else {})}
+    ds_settings, axes = _dataset_settings(grid, over)
+    lr_by_k = _dict(spec, "lr_by_parties", path)
+    method_opts = _dict(spec, "method_options", path)
     runs, stages_used = [], set()
-    for ds in chosen:
-        over = ds_spec[ds] or {}
-        part_variants = partition_variants(spec, over, path)
-        bases = relative_paths(ds, spec, over, path)
-        ds_methods = [m for m in over.get("methods", methods) if not methods_subset or m in methods_subset]
-        ds_parties = over.get("parties", parties)
-        data_opts = {**_dict(over, "data_options", path), **(quick_spec.get("data_options", {}) if quick else {})}
-        ds_settings = experiment_values(spec, over)
-        if quick:  # a smoke run evaluates at its end only
-            ds_settings.pop("eval_epochs", None)
-        for name, value in ds_settings.items():  # parsed now: a bad value is named with the file, before any run
-            try:
-                SETTINGS[name].parse(value)
-            except VFLBenchError as e:
-                _fail(path, f"{name}: {e}")
-        # the other grid axes of declared settings (e.g. fail_party): one run per value, in the file's order
-        axes = [
-            (name, quick_spec[st.axis] if quick and st.axis in quick_spec else over.get(st.axis, spec.get(st.axis)))
-            for name, st in SETTINGS.items()
-            if st.axis not in (None, "seeds", "parties", "train_missing") and over.get(st.axis, spec.get(st.axis))
-        ]
-        for name, values in axes:
-            if not isinstance(values, list):
-                _fail(path, f"{SETTINGS[name].axis} lists values, one run each (e.g. [none, 2@5]); got {values!r}.")
-        axis_values = list(itertools.product(*[v for _, v in axes]))
-        for k in ds_parties:
-            for m, grid_opts in [(name, g) for name in ds_methods for g in grids.get(name, [{}])]:
-                for (part, part_opts), tr, picked in itertools.product(part_variants, train, axis_values):
-                    for seed in run_seeds:
-                        hp = {**hp_all, **_dict(over, "hp", path)}
-                        if quick:
-                            hp["epochs"] = hp_all["epochs"]
-                        entry = dict(grid_opts)
-                        run_settings = {
-                            **ds_settings,
-                            **{n: v for (n, _), v in zip(axes, picked, strict=True)},
-                            **(entry.pop("settings", None) or {}),
-                        }  # a grid entry's run settings (e.g. a mechanism)
-                        mopts = {
-                            **(method_opts.get(m) or {}),
-                            **(_dict(over, "method_options", path).get(m) or {}),
-                            **entry,
-                        }
-                        names = stage_names(m, mopts)
-                        stages_used |= names
-                        # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's
-                        # stage 1 and a baseline's SimSiam stage, and absent from a baseline without pretraining)
-                        stage_hp = {
-                            k: v
-                            for k, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items()
-                            if k in names
-                        }
-                        lr_table = lr_by_k.get(m) or {}
-                        if k in lr_table:
-                            hp["lr"] = float(lr_table[k])
-                        runs.append(
-                            RunConfig(
-                                dataset=ds,
-                                method=m,
-                                parties=int(k),
-                                partitioner=part,
-                                train_missing=tr,
-                                test_missing=list(over.get("test_missing", test)),
-                                seed=int(seed),
-                                protocol=spec.get("protocol", "clean"),
-                                protocol_options={
-                                    **_dict(spec, "protocol_options", path),
-                                    **_dict(over, "protocol_options", path),
-                                },
-                                data_options=data_opts,
-                                partition_options=part_opts,
-                                method_options=mopts,
-                                hp=hp,
-                                stage_hp=stage_hp,
-                                hp_sources=dict.fromkeys(hp, "experiment"),
-                                model={**_dict(spec, "model", path), **_dict(over, "model", path)},
-                                path_bases=bases,
-                                settings=run_settings,
-                            )
-                        )
-    named = set(_dict(spec, "stage_hp", path)) | {k for o in ds_spec.values() for k in _dict(o or {}, "stage_hp", path)}
-    unused = sorted(named - stages_used)
-    if runs and unused:
-        _fail(
-            path,
-            f"stage_hp names stage(s) {', '.join(unused)}, which no run of this experiment has (its stages: "
-            f"{', '.join(sorted(stages_used))}).",
+    cells = itertools.product(
+        over.get("parties", grid.parties),
+        [(name, g) for name in ds_methods for g in grid.grids.get(name, [{}])],
+        part_variants,
+        grid.train,
+        itertools.product(*[v for _, v in axes]),
+        grid.seeds,
+    )
+    for k, (m, grid_opts), (part, part_opts), tr, picked, seed in cells:
+        hp = {**grid.hp, **_dict(over, "hp", path)}
+        if grid.quick:
+            hp["epochs"] = grid.hp["epochs"]
+        entry = dict(grid_opts)
+        run_settings = {
+            **ds_settings,
+            **{n: v for (n, _), v in zip(axes, picked, strict=True)},
+            **(entry.pop("settings", None) or {}),
+        }  # a grid entry's run settings (e.g. a mechanism)
+        mopts = {**(method_opts.get(m) or {}), **(_dict(over, "method_options", path).get(m) or {}), **entry}
+        names = _stage_names(m, mopts)
+        stages_used |= names
+        # stage settings apply to the runs that have the stage (e.g. `pretrain` is FALSE-VFL's stage 1 and a
+        # baseline's SimSiam stage, and absent from a baseline without pretraining)
+        stage_hp = {
+            s: v for s, v in {**_dict(spec, "stage_hp", path), **_dict(over, "stage_hp", path)}.items() if s in names
+        }
+        lr_table = lr_by_k.get(m) or {}
+        if k in lr_table:
+            hp["lr"] = float(lr_table[k])
+        runs.append(
+            RunConfig(
+                dataset=ds,
+                method=m,
+                parties=int(k),
+                partitioner=part,
+                train_missing=tr,
+                test_missing=list(over.get("test_missing", grid.test)),
+                seed=int(seed),
+                protocol=spec.get("protocol", "clean"),
+                protocol_options={**_dict(spec, "protocol_options", path), **_dict(over, "protocol_options", path)},
+                data_options=data_opts,
+                partition_options=part_opts,
+                method_options=mopts,
+                hp=hp,
+                stage_hp=stage_hp,
+                hp_sources=dict.fromkeys(hp, "experiment"),
+                model={**_dict(spec, "model", path), **_dict(over, "model", path)},
+                path_bases=bases,
+                settings=run_settings,
+            )
         )
-    return Experiment(spec["name"], path, spec, quick, runs)
+    return runs, stages_used

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core.errors import TrainingDiverged, VFLBenchError
 from ..runs.config import RunConfig, resolve
+from ..runs.presets import hyperparameters, load_preset
 from .sweep import worker_init
 
 COMMON = ("lr", "weight_decay", "batch_size", "epochs")
@@ -345,8 +346,7 @@ def tune(
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the storage's heartbeat
-    from ..methods import METHODS
-    from ..runs.presets import hyperparameters, load_preset
+    from ..data.datasets import fetch_all
     from ..runs.protocols import default_preset
     from .experiment import load_experiment
 
@@ -363,6 +363,35 @@ def tune(
             f"--seeds {','.join(map(str, clash))} are reporting seeds of {exp_path}; tune on other seeds "
             f"(default {DEFAULT_SEEDS[0]})."
         )
+    plan = _plan(exp)
+    fetch_all(p[0] for p in plan)  # data missing is one message, before any study or folder exists
+    out.mkdir(parents=True, exist_ok=True)
+    url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
+    todo = _open_studies(plan, open_storage(url), trials)
+    _run_trials(todo, url, (trials, seeds, val_split, metric, device), workers, progress)
+    base_name = plan[0][4].settings["preset"] if plan else default_preset("clean")
+    summary = {
+        "experiment": str(exp_path),
+        "storage": url,
+        "metric": metric,
+        "val_split": val_split,
+        "tuning_seeds": seeds,
+        "reporting_seeds": reporting,
+        "trials_per_method": trials,
+        "studies": [],
+    }
+    preset = copy.deepcopy(load_preset(base_name))
+    for study, ds, m, cfgs_of, space, _, first in todo:
+        summary["studies"].append(_judge(study, ds, m, cfgs_of, space, first, trials, preset, base_name))
+    _write_tuned(out, preset, summary, exp_path, trials, base_name, metric, seeds)
+    return summary
+
+
+def _plan(exp) -> list[tuple]:
+    """(dataset, method, runs, search space, first run resolved) per study; a method that cannot be tuned, or
+    whose space is empty, is refused before any study exists."""
+    from ..methods import METHODS
+
     plan = []
     for ds, m, cfgs in studies(exp):
         mcls = METHODS.get(m)
@@ -379,14 +408,23 @@ def tune(
                 f"({', '.join(COMMON)}) and the method has no option to search; drop some from hp."
             )
         plan.append((ds, m, cfgs, space, first))
-    from ..data.datasets import fetch_all
+    return plan
 
-    fetch_all(p[0] for p in plan)  # data missing is one message, before any study or folder exists
-    out.mkdir(parents=True, exist_ok=True)
-    url = storage or f"sqlite:///{(out / 'tuning.db').resolve()}"
-    store = open_storage(url)
+
+COUNTED = ("COMPLETE", "PRUNED")  # the trial states a budget counts (a diverged trial is pruned)
+
+
+def _counted():
+    import optuna
+
+    return tuple(getattr(optuna.trial.TrialState, s) for s in COUNTED)
+
+
+def _open_studies(plan: list[tuple], store, trials: int) -> list[tuple]:
+    """Each study created or reopened, with the number of trials it still owes."""
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # a diverged trial is pruned
     todo = []
     for ds, m, cfgs, space, first in plan:
         study = optuna.create_study(
@@ -396,13 +434,16 @@ def tune(
             sampler=trial_seeded_sampler(0),
             load_if_exists=True,
         )
-        done = len(study.get_trials(deepcopy=False, states=counted))
+        done = len(study.get_trials(deepcopy=False, states=_counted()))
         todo.append((study, ds, m, cfgs, space, max(0, trials - done), first))
-    total = sum(t[5] for t in todo)
+    return todo
+
+
+def _run_trials(todo: list[tuple], url: str, run: tuple, workers: int, progress) -> None:
+    """The owed trials: by ``workers`` processes sharing the storage, else in this one."""
     if progress is not None:
-        progress.start(total)
+        progress.start(sum(t[5] for t in todo))
     pending = [(study, study_name(ds, m), cfgs, space) for study, ds, m, cfgs, space, n, _ in todo if n]
-    run = (trials, seeds, val_split, metric, device)
     if workers > 1 and pending:
         _in_parallel(url, pending, run, workers, progress)
 
@@ -418,71 +459,68 @@ def tune(
     run_studies([(study, cfgs, space, advanced(name)) for study, name, cfgs, space in pending], run)
     if progress is not None:
         progress.stop()
-    base_name = plan[0][4].settings["preset"] if plan else default_preset("clean")
-    preset = copy.deepcopy(load_preset(base_name))
-    summary = {
-        "experiment": str(exp_path),
-        "storage": url,
-        "metric": metric,
-        "val_split": val_split,
-        "tuning_seeds": seeds,
-        "reporting_seeds": reporting,
-        "trials_per_method": trials,
-        "studies": [],
+
+
+def _judge(study, ds: str, m: str, cfgs_of, space, first, trials: int, preset: dict, base_name: str) -> dict:
+    """A study's best trial among its first N written into ``preset`` (a method:NAME block, per stage where the
+    method has several, and its options); returns the study's summary entry."""
+    import optuna
+
+    from ..methods import METHODS
+
+    # the budget is the first N finished trials by number: a study can hold more (a trial added by hand, or
+    # tuners of earlier versions, which counted only finished trials), and those never decide the preset, so
+    # that every method is judged on N trials
+    finished = study.get_trials(deepcopy=False, states=_counted())
+    budget = sorted(finished, key=lambda t: t.number)[:trials]
+    done = [t for t in budget if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
+    best = max(done, key=lambda t: (t.value, -t.number))  # Optuna's best_trial: the first of the best values
+    judged = study
+    if len(budget) < len(finished):
+        judged = optuna.create_study(direction="maximize")
+        judged.add_trials(done)
+    mcls = METHODS.get(m)
+    blocks = preset.setdefault("hyperparameters", {}).setdefault(ds, {})
+    if len(first.stage_hp) == 1:
+        base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
+        blocks[f"method:{m}"] = {"default": {**base, **{k: v for k, v in best.params.items() if k in COMMON}}}
+    else:
+        # each stage: its recipe in the preset (without the experiment's own hp, which a sweep of the
+        # experiment applies again) with the tuned values in it, as a block of its own
+        recipe = resolve(replace(cfgs_of[0], hp={}, stage_hp={}))
+        tuned = stage_params(best.params)
+        for st in mcls.stages_for(recipe.method_options):
+            stage_block = {**recipe.stage_hp[st.name].as_dict(), **tuned.get(st.name, {})}
+            # a stage on the method's own recipe (the supervised stage after SimSiam) tunes the method's block
+            blocks[f"method:{m}.{st.hp}" if st.hp else f"method:{m}"] = {"default": stage_block}
+    opts = {k[7:]: v for k, v in best.params.items() if k.startswith("option:")}
+    if opts:
+        preset.setdefault("method_options", {}).setdefault(ds, {})[m] = opts
+    try:
+        importance = {k: float(v) for k, v in optuna.importance.get_param_importances(judged).items()}
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        importance = {}  # fewer than two distinct finished trials
+    return {
+        "study": study.study_name,
+        "dataset": ds,
+        "method": m,
+        "trials": len(done),
+        "failed": sum(
+            not t.user_attrs.get("surplus")
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+        ),
+        "beyond_budget": len(finished) - len(budget),
+        "seconds": float(sum(t.user_attrs.get("seconds", 0.0) for t in done)),
+        "best_value": float(best.value),
+        "best_params": best.params,
+        "importance": importance,
+        "space": {k: list(v[1]) if v[0] == "choice" else list(v) for k, v in space.items()},
     }
-    for study, ds, m, cfgs_of, space, _, first in todo:
-        # the budget is the first N finished trials by number: a study can hold more (a trial added by hand, or
-        # tuners of earlier versions, which counted only finished trials), and those never decide the preset, so
-        # that every method is judged on N trials
-        finished = study.get_trials(deepcopy=False, states=counted)
-        budget = sorted(finished, key=lambda t: t.number)[:trials]
-        done = [t for t in budget if t.state == optuna.trial.TrialState.COMPLETE]
-        if not done:
-            raise VFLBenchError(f"Every trial of {ds}/{m} failed; nothing to write. Check the runs' settings.")
-        best = max(done, key=lambda t: (t.value, -t.number))  # Optuna's best_trial: the first of the best values
-        judged = study
-        if len(budget) < len(finished):
-            judged = optuna.create_study(direction="maximize")
-            judged.add_trials(done)
-        mcls = METHODS.get(m)
-        blocks = preset.setdefault("hyperparameters", {}).setdefault(ds, {})
-        if len(first.stage_hp) == 1:
-            base = hyperparameters(base_name, ds, mcls.hp_key, None, m)
-            blocks[f"method:{m}"] = {"default": {**base, **{k: v for k, v in best.params.items() if k in COMMON}}}
-        else:
-            # each stage: its recipe in the preset (without the experiment's own hp, which a sweep of the
-            # experiment applies again) with the tuned values in it, as a block of its own
-            recipe = resolve(replace(cfgs_of[0], hp={}, stage_hp={}))
-            tuned = stage_params(best.params)
-            for st in mcls.stages_for(recipe.method_options):
-                stage_block = {**recipe.stage_hp[st.name].as_dict(), **tuned.get(st.name, {})}
-                # a stage on the method's own recipe (the supervised stage after SimSiam) tunes the method's block
-                blocks[f"method:{m}.{st.hp}" if st.hp else f"method:{m}"] = {"default": stage_block}
-        opts = {k[7:]: v for k, v in best.params.items() if k.startswith("option:")}
-        if opts:
-            preset.setdefault("method_options", {}).setdefault(ds, {})[m] = opts
-        try:
-            importance = {k: float(v) for k, v in optuna.importance.get_param_importances(judged).items()}
-        except (RuntimeError, ValueError, ZeroDivisionError):
-            importance = {}  # fewer than two distinct finished trials
-        summary["studies"].append(
-            {
-                "study": study.study_name,
-                "dataset": ds,
-                "method": m,
-                "trials": len(done),
-                "failed": sum(
-                    not t.user_attrs.get("surplus")
-                    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
-                ),
-                "beyond_budget": len(finished) - len(budget),
-                "seconds": float(sum(t.user_attrs.get("seconds", 0.0) for t in done)),
-                "best_value": float(best.value),
-                "best_params": best.params,
-                "importance": importance,
-                "space": {k: list(v[1]) if v[0] == "choice" else list(v) for k, v in space.items()},
-            }
-        )
+
+
+def _write_tuned(out: Path, preset: dict, summary: dict, exp_path, trials: int, base_name: str, metric, seeds) -> None:
     import yaml
 
     from ..core.files import atomic_write_text
@@ -494,7 +532,6 @@ def tune(
     atomic_write_text(out / "tuned.yaml", header + yaml.safe_dump(preset, sort_keys=False))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     atomic_write_text(out / "summary.md", summary_md(summary))
-    return summary
 
 
 def summary_md(summary: dict[str, Any]) -> str:

@@ -252,38 +252,9 @@ def protocol_stage_hp(proto, method: str, stage) -> dict[str, Any]:
     return {}
 
 
-def resolve(cfg: RunConfig) -> ResolvedRun:
-    """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
-    any work."""
-    from ..data.datasets import DATASETS, resolve_options
-    from .protocols import get_protocol
-
-    register_paths(cfg.path_bases)
-    spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
-    proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
-    from ..core.catalog import check_method_name
-
-    check_method_name(cfg.method)
-    from ..data.missingness import p_key
-    from ..methods import METHODS
-    from .presets import hyperparameters, model_spec, stage_hyperparameters
-
-    mcls = METHODS.get(cfg.method)
-    from .settings import Context as SettingsContext
-    from .settings import finish_settings, resolve_settings
-
-    given, method_user = settings_as_method_options(mcls, cfg.settings, cfg.method_options)
-    settings = resolve_settings(given, mcls)
-    data_options = dict(cfg.data_options)
-    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
-        data_options["split_seed"] = int(settings["seed"])
-    data_options = resolve_options(spec, data_options)
-    if "file_sha256" in data_options:  # a user's table: its content is part of the run (an edited file is a new run)
-        from ..data.datasets.table import file_checksum
-
-        data_options["file_sha256"] = file_checksum(cfg.dataset, data_options)
-    info = spec.info_for(data_options)
-    train_missing = settings["train_missing"]  # parsed once (a MissingSpec), as test_missing
+def resolve_partition(cfg: RunConfig, info, parties: int) -> tuple[str, dict[str, Any]]:
+    """The partitioner (by default: a party per file of --party-data, tiles of an image, contiguous columns) and
+    its options; a parties file is read now, and its checksum joins the run."""
     from ..data.partitioners import check_options
 
     partitioner = cfg.partitioner or (
@@ -299,24 +270,19 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             raise VFLBenchError(
                 "Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names)."
             )
-        read_parties_file(partition_options["file"], int(settings["parties"]))
+        read_parties_file(partition_options["file"], parties)
         partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
-    settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
-    preset = settings["preset"]
-    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), cfg.method)
-    overrides = {k: v for k, v in cfg.hp.items() if v is not None}
-    from .presets import preset_method_options
+    return partitioner, partition_options
 
-    options, sources = resolve_method_options(
-        mcls, method_user, proto, preset_method_options(preset, cfg.dataset, cfg.method), settings["runtime"]
-    )
-    stages = mcls.stages_for(options)
-    unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
-    if unknown_stages:
-        raise VFLBenchError(
-            f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: "
-            f"{', '.join(s.name for s in stages)}."
-        )
+
+def resolve_stage_hp(
+    cfg: RunConfig, mcls, stages, preset, base: dict, overrides: dict, proto, train_missing
+) -> tuple[dict[str, HParams], dict[str, dict[str, str]]]:
+    """Each stage's hyper-parameters, from the preset's blocks, the protocol's and the user's values (highest
+    last), and the source of every value."""
+    from ..data.missingness import p_key
+    from .presets import stage_hyperparameters
+
     stage_hp, hp_sources = {}, {}
     for st in stages:
         block = (
@@ -345,6 +311,60 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             else ("preset (stage block)" if k in block else "preset")
             for k in HP_FIELDS
         }
+    return stage_hp, hp_sources
+
+
+def resolve(cfg: RunConfig) -> ResolvedRun:
+    """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
+    any work."""
+    from ..data.datasets import DATASETS, resolve_options
+    from .protocols import get_protocol
+
+    register_paths(cfg.path_bases)
+    spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
+    proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
+    from ..core.catalog import check_method_name
+
+    check_method_name(cfg.method)
+    from ..data.missingness import p_key
+    from ..methods import METHODS
+    from .presets import hyperparameters, model_spec
+
+    mcls = METHODS.get(cfg.method)
+    from .settings import Context as SettingsContext
+    from .settings import finish_settings, resolve_settings
+
+    given, method_user = settings_as_method_options(mcls, cfg.settings, cfg.method_options)
+    settings = resolve_settings(given, mcls)
+    data_options = dict(cfg.data_options)
+    if str(data_options.get("split_seed", "")).lower() == "run":  # a fresh split per run seed (VFLAIR style)
+        data_options["split_seed"] = int(settings["seed"])
+    data_options = resolve_options(spec, data_options)
+    if "file_sha256" in data_options:  # a user's table: its content is part of the run (an edited file is a new run)
+        from ..data.datasets.table import file_checksum
+
+        data_options["file_sha256"] = file_checksum(cfg.dataset, data_options)
+    info = spec.info_for(data_options)
+    train_missing = settings["train_missing"]  # parsed once (a MissingSpec), as test_missing
+
+    partitioner, partition_options = resolve_partition(cfg, info, int(settings["parties"]))
+    settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
+    preset = settings["preset"]
+    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), cfg.method)
+    overrides = {k: v for k, v in cfg.hp.items() if v is not None}
+    from .presets import preset_method_options
+
+    options, sources = resolve_method_options(
+        mcls, method_user, proto, preset_method_options(preset, cfg.dataset, cfg.method), settings["runtime"]
+    )
+    stages = mcls.stages_for(options)
+    unknown_stages = set(cfg.stage_hp) - {s.name for s in stages}
+    if unknown_stages:
+        raise VFLBenchError(
+            f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: "
+            f"{', '.join(s.name for s in stages)}."
+        )
+    stage_hp, hp_sources = resolve_stage_hp(cfg, mcls, stages, preset, base, overrides, proto, train_missing)
     hp = stage_hp[stages[0].name]
     model = model_spec(preset, cfg.dataset, info.kind)
     model.update({k: v for k, v in cfg.model.items() if v is not None})

@@ -260,8 +260,6 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     """Split, encode and scale a table (fitted on the training split only)."""
     import warnings
 
-    from sklearn.model_selection import train_test_split
-
     from ...core.errors import VFLBenchWarning
 
     tgt = resolve_target(tab, opts)
@@ -292,41 +290,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     X_df = full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
     is_train = (np.arange(len(full)) < n_train_rows)[keep]
-    if tab.test is None:
-        test_size, seed = float(opts["test_size"]), int(opts["split_seed"])
-        if not 0.0 < test_size < 1.0:
-            raise VFLBenchError(f"{tab.label}: test_size must be in (0, 1), got {test_size}.")
-        idx = np.arange(len(y))
-        try:
-            tr_idx, te_idx = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
-        except ValueError as e:
-            counts = np.bincount(y, minlength=len(tgt.classes))
-            raise VFLBenchError(
-                f"{tab.label}: cannot make a stratified split with test_size={test_size} ({e}). Class counts: "
-                + ", ".join(f"{c}={n}" for c, n in zip(tgt.classes, counts, strict=True))
-                + ". Give a test file with test=PATH, or change test_size."
-            ) from None
-    else:
-        tr_idx, te_idx = np.flatnonzero(is_train), np.flatnonzero(~is_train)
-        if len(te_idx) == 0:
-            raise VFLBenchError(f"{tab.label}: the test file has no rows with a target value.")
-    num = [c for c in feats if kinds[c] == "numeric"]
-    cat = [c for c in feats if kinds[c] == "categorical"]
+    tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes)
     scaler = str(opts.get("scaler") or "none")
-    X_df, ct = column_encoder(X_df, num, cat, scaler, f"{tab.label}: ")
-    Xtr = ct.fit_transform(X_df.iloc[tr_idx])
-    Xte = ct.transform(X_df.iloc[te_idx])
-    # encoded column -> source column, then back into the source columns' order
-    sources: list[str] = list(num)
-    names: list[str] = list(num)
-    if cat:
-        enc = ct.named_transformers_["cat"].named_steps["onehot"]
-        for c, cats in zip(cat, enc.categories_, strict=True):
-            sources += [c] * len(cats)
-            names += [f"{c}={v}" for v in cats]
-    order = np.argsort([feats.index(s) for s in sources], kind="stable")
-    Xtr, Xte = Xtr[:, order], Xte[:, order]
-    sources, names = [sources[i] for i in order], [names[i] for i in order]
+    Xtr, Xte, sources, names = _encode(tab.label, X_df, feats, kinds, scaler, tr_idx, te_idx)
     info = DatasetInfo(
         name=tab.label,
         title=tab.source or tab.label,
@@ -369,6 +335,53 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     ds.preprocessing = prep
     ds.checksums = dict(tab.checksums)
     return ds
+
+
+def _split(tab: Table, opts: dict[str, Any], y: np.ndarray, is_train: np.ndarray, classes) -> tuple:
+    """Train and test row indices: the test file's rows, else a stratified split (``test_size``, ``split_seed``)."""
+    from sklearn.model_selection import train_test_split
+
+    if tab.test is None:
+        test_size, seed = float(opts["test_size"]), int(opts["split_seed"])
+        if not 0.0 < test_size < 1.0:
+            raise VFLBenchError(f"{tab.label}: test_size must be in (0, 1), got {test_size}.")
+        idx = np.arange(len(y))
+        try:
+            tr_idx, te_idx = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
+        except ValueError as e:
+            counts = np.bincount(y, minlength=len(classes))
+            raise VFLBenchError(
+                f"{tab.label}: cannot make a stratified split with test_size={test_size} ({e}). Class counts: "
+                + ", ".join(f"{c}={n}" for c, n in zip(classes, counts, strict=True))
+                + ". Give a test file with test=PATH, or change test_size."
+            ) from None
+    else:
+        tr_idx, te_idx = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+        if len(te_idx) == 0:
+            raise VFLBenchError(f"{tab.label}: the test file has no rows with a target value.")
+    return tr_idx, te_idx
+
+
+def _encode(label: str, X_df, feats: list[str], kinds: dict, scaler: str, tr_idx, te_idx) -> tuple:
+    """The encoder fitted on the training rows (impute, one-hot, scale); encoded columns in the source columns'
+    order, each with its source column and name."""
+    num = [c for c in feats if kinds[c] == "numeric"]
+    cat = [c for c in feats if kinds[c] == "categorical"]
+    X_df, ct = column_encoder(X_df, num, cat, scaler, f"{label}: ")
+    Xtr = ct.fit_transform(X_df.iloc[tr_idx])
+    Xte = ct.transform(X_df.iloc[te_idx])
+    # encoded column -> source column, then back into the source columns' order
+    sources: list[str] = list(num)
+    names: list[str] = list(num)
+    if cat:
+        enc = ct.named_transformers_["cat"].named_steps["onehot"]
+        for c, cats in zip(cat, enc.categories_, strict=True):
+            sources += [c] * len(cats)
+            names += [f"{c}={v}" for v in cats]
+    order = np.argsort([feats.index(s) for s in sources], kind="stable")
+    Xtr, Xte = Xtr[:, order], Xte[:, order]
+    sources, names = [sources[i] for i in order], [names[i] for i in order]
+    return Xtr, Xte, sources, names
 
 
 def _numeric_with_stray_text(

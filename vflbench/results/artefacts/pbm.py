@@ -175,35 +175,7 @@ def pbm_table(
         if with_ref:
             cols += ["paper epochs", "paper cost (GB)", "agree: reach", "within 2x", "within max(2 sd, 2)"]
         lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for r in g.itertuples():
-            fb = "–" if pd.isna(r.b) or r.mechanism == "npq" else str(int(float(r.b)))
-            fbeta = "–" if pd.isna(r.beta) or r.mechanism == "npq" else f"{float(r.beta):g}"
-            cost = "∞" if not np.isfinite(r.cost_paper_gbit) else f"{r.cost_paper_gbit:.2f}"
-            wire = "∞" if not np.isfinite(r.cost_wire_gbyte) else f"{r.cost_wire_gbyte:.3f}"
-            mech = r.mechanism.upper() + (f" (σ: {r.ldp_match})" if r.ldp_match else "")
-            row = [
-                mech,
-                fb,
-                fbeta,
-                r.epochs_seeds,
-                _epochs_cell(r.epochs_list),
-                cost,
-                wire,
-                f"{r.test_mean:.1f} ± {r.test_std:.1f}",
-                *(_eps_cell(v) for v in (r.eps_target, r.eps_block_target, r.eps_run, r.eps_paper_run)),
-            ]
-            if with_ref:
-                pe = (
-                    "–"
-                    if pd.isna(r.paper_epochs)
-                    else ("∞" if not np.isfinite(r.paper_epochs) else f"{r.paper_epochs:g}")
-                )
-                pc = "–" if pd.isna(r.paper_cost) else ("∞" if not np.isfinite(r.paper_cost) else f"{r.paper_cost:g}")
-                ag = "–" if pd.isna(r.agree_reach) else ("yes" if r.agree_reach else "**no**")
-                w2 = "–" if pd.isna(r.within_2x) else ("yes" if r.within_2x else "**no**")
-                wt = "–" if pd.isna(r.within_tol) else ("yes" if r.within_tol else "**no**")
-                row += [pe, pc, ag, w2, wt]
-            lines.append("| " + " | ".join(row) + " |")
+        lines += ["| " + " | ".join(_pbm_row(r, with_ref)) + " |" for r in g.itertuples()]
         lines.append("")
         if with_ref:
             h = g[g["paper_epochs"].notna()]
@@ -235,6 +207,35 @@ def pbm_table(
             "",
         ]
     return "\n".join(lines), agg
+
+
+def _pbm_row(r, with_ref: bool) -> list[str]:
+    """One row of the PBM-VFL table: the mechanism and its parameters, epochs, costs, utility and epsilons, and
+    (with the paper's numbers) the paper's epochs and cost and the three agreements."""
+    fb = "–" if pd.isna(r.b) or r.mechanism == "npq" else str(int(float(r.b)))
+    fbeta = "–" if pd.isna(r.beta) or r.mechanism == "npq" else f"{float(r.beta):g}"
+    cost = "∞" if not np.isfinite(r.cost_paper_gbit) else f"{r.cost_paper_gbit:.2f}"
+    wire = "∞" if not np.isfinite(r.cost_wire_gbyte) else f"{r.cost_wire_gbyte:.3f}"
+    mech = r.mechanism.upper() + (f" (σ: {r.ldp_match})" if r.ldp_match else "")
+    row = [
+        mech,
+        fb,
+        fbeta,
+        r.epochs_seeds,
+        _epochs_cell(r.epochs_list),
+        cost,
+        wire,
+        f"{r.test_mean:.1f} ± {r.test_std:.1f}",
+        *(_eps_cell(v) for v in (r.eps_target, r.eps_block_target, r.eps_run, r.eps_paper_run)),
+    ]
+    if with_ref:
+        pe = "–" if pd.isna(r.paper_epochs) else ("∞" if not np.isfinite(r.paper_epochs) else f"{r.paper_epochs:g}")
+        pc = "–" if pd.isna(r.paper_cost) else ("∞" if not np.isfinite(r.paper_cost) else f"{r.paper_cost:g}")
+        ag = "–" if pd.isna(r.agree_reach) else ("yes" if r.agree_reach else "**no**")
+        w2 = "–" if pd.isna(r.within_2x) else ("yes" if r.within_2x else "**no**")
+        wt = "–" if pd.isna(r.within_tol) else ("yes" if r.within_tol else "**no**")
+        row += [pe, pc, ag, w2, wt]
+    return row
 
 
 def _eps_cell(v: float) -> str:
