@@ -303,6 +303,11 @@ def test_a_lost_ray_node_is_one_line_naming_the_retried_runs(tmp_path):
     assert len(lines) == 1
     assert "bbbbbbbbbbbb (10.0.0.2) was lost" in lines[0] and "retried on other nodes: run2" in lines[0]
     assert "run1" not in lines[0] and "run3" not in lines[0]
+    marks.append(f"run4@{'b' * 40}@12")  # a run that finished on the node before it was lost
+    assert (
+        "retried on other nodes: run2; finished there before: run4"
+        in lost_node_lines(before, {"a" * 40}, marks, tmp_path / "driver.log")[0]
+    )
     assert lost_node_lines(before, set(before), marks, tmp_path / "driver.log") == []
 
 

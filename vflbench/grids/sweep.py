@@ -391,12 +391,20 @@ def _execute_ray(
 
     refs = [remote_run.remote(r, str(p.out.resolve()), device, threads, threads_per_run, str(attempts)) for r in p.todo]
     records = []
-    while refs:
-        ready, refs = ray.wait(refs, num_returns=1)
-        rec = ray.get(ready[0])
-        records.append(rec)
-        if on_done:
-            on_done(rec)
+    try:
+        while refs:
+            ready, refs = ray.wait(refs, num_returns=1)
+            rec = ray.get(ready[0])
+            records.append(rec)
+            if on_done:
+                on_done(rec)
+    except ray.exceptions.RayError as e:  # the cluster itself failed (its head, or every retry of a run)
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise VFLBenchError(
+            f"The Ray cluster failed during the sweep ({type(e).__name__}: {why[:160]}); {len(records)} of "
+            f"{len(p.todo)} runs finished and are kept. Re-run the same command to resume (Ray's log: "
+            f"{log_dir / 'driver.log'})."
+        ) from None
     now_alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     for line in lost_node_lines(alive, now_alive, [f.name for f in attempts.iterdir()], log_dir / "driver.log"):
         print(line, file=sys.stderr)
@@ -427,15 +435,24 @@ def quiet_ray(ray, log_file: Path) -> None:
 
 
 def lost_node_lines(alive_before: dict[str, str], alive_after: set[str], marks: list[str], log: Path) -> list[str]:
-    """One line per node that was alive when the sweep started and is not now, naming the runs that had an
-    attempt on it (Ray retried them elsewhere: the sweep has their results). ``marks``: ``RUN@NODE@PID``."""
+    """One line per node that was alive when the sweep started and is not now, naming the runs Ray retried
+    elsewhere (an attempt on it and one on another node) and those that had finished there before it was lost.
+    ``marks``: ``RUN@NODE@PID``, one per attempt."""
+    nodes_of: dict[str, set[str]] = {}
+    for m in marks:
+        run, node = m.split("@")[:2]
+        nodes_of.setdefault(run, set()).add(node)
     lines = []
     for node, addr in alive_before.items():
         if node in alive_after:
             continue
-        runs = sorted({m.split("@")[0] for m in marks if m.split("@")[1:2] == [node]})
-        retried = f"runs retried on other nodes: {', '.join(runs)}" if runs else "no run was on it"
-        lines.append(f"ray: node {node[:12]} ({addr}) was lost during the sweep; {retried} (Ray's log: {log})")
+        on_it = sorted(r for r, ns in nodes_of.items() if node in ns)
+        retried = [r for r in on_it if len(nodes_of[r]) > 1]
+        kept = [r for r in on_it if len(nodes_of[r]) == 1]
+        parts = [f"runs retried on other nodes: {', '.join(retried) or 'none'}"]
+        if kept:
+            parts.append(f"finished there before: {', '.join(kept)}")
+        lines.append(f"ray: node {node[:12]} ({addr}) was lost during the sweep; {'; '.join(parts)} (Ray's log: {log})")
     return lines
 
 
