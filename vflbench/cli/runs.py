@@ -106,6 +106,8 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
         f"train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}"
     )
     t.add_column("test setting")
+    attack_rows = [r for r in rows if str(r["metric"]).startswith("attack:")]
+    rows = [r for r in rows if not str(r["metric"]).startswith("attack:")]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:
         t.add_column(m, justify="right")
@@ -118,6 +120,8 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
             f"{vals[metrics[0]]['n_counted']}/{vals[metrics[0]]['n_test']}",
         )
     console.print(t)
+    if attack_rows:
+        _print_attacks(attack_rows)
     tm = manifest["timings"]
     ex = manifest["extras"]
     console.print(
@@ -142,6 +146,21 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
 
         for line in describe(ex):
             console.print(line, markup=False, highlight=False)
+
+
+def _print_attacks(rows: list[dict]) -> None:
+    """The attacks' results at the last evaluated epoch: one line per metric, its value per adversary."""
+    last = max((r.get("epoch") or 0) for r in rows)
+    rows = [r for r in rows if (r.get("epoch") or 0) == last]
+    t = Table(title="attacks on the training samples" + (f" (epoch {last})" if last else ""))
+    who = list(dict.fromkeys(r["adversary"] for r in rows))
+    t.add_column("attack metric")
+    for w in who:
+        t.add_column(w, justify="right")
+    for metric in dict.fromkeys(r["metric"] for r in rows):
+        vals = {r["adversary"]: r["value"] for r in rows if r["metric"] == metric}
+        t.add_row(metric, *[f"{vals[w]:.3f}" if w in vals else "" for w in who])
+    console.print(t)
 
 
 def _run_from(given: dict, run_file: Path | None):

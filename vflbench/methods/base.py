@@ -323,6 +323,15 @@ class Method:
             return None
         return ext(blocks, need=obs.T) * obs.T[:, :, None].float()
 
+    def party_representations(self, blocks, obs: torch.Tensor) -> torch.Tensor | None:
+        """Each party's bottom model on its own block, ``[K, B, D]``: what party k can compute by itself (model
+        completion, vflbench.privacy.attacks.completion, starts from it). The default reads the party extractors
+        ``self.ext`` of a method with one sender per party; None when there is no such model."""
+        ext = getattr(self, "ext", None)
+        if ext is None or getattr(self, "party_of", None) is not None:
+            return None
+        return ext(blocks, need=obs.T)
+
     def collapse_std(self, blocks, obs: torch.Tensor) -> float | None:
         """SimSiam's collapse diagnostic on these samples (see :meth:`SimSiam.collapse_std`); None without one."""
         ssl = getattr(self, "ssl", None)

@@ -46,6 +46,11 @@ class Channel:
         self.batch_idx: torch.Tensor | None = (
             None  # the sample indices of the batch in flight (set by the trainer; accountants read it)
         )
+        # what watches the boundary in training (vflbench.privacy.attacks): ``taps`` observe what the server
+        # receives (``on_up``) and the gradients the parties get back (``on_down``); ``down_hooks`` (label
+        # defenses, vflbench.privacy.defenses) change those gradients before they go down
+        self.taps: list[Any] = []
+        self.down_hooks: list[Any] = []
 
     # -- the boundary
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
@@ -54,7 +59,31 @@ class Channel:
         it must not be modified in place afterwards); ``party_of`` ``[M]``: the party each sender
         belongs to (default: sender m is party m). Returns what the server receives."""
         self.count(reps, sent, party_of)
-        return self.transform(reps, sent, party_of)
+        return self.watch(self.transform(reps, sent, party_of), sent, party_of)
+
+    def watch(
+        self, received: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None, summed: bool = False
+    ) -> torch.Tensor:
+        """A training crossing as the two sides see it: the taps observe ``received`` (what the server holds:
+        ``[M, B, D]``, or ``[B, D]`` for a sum, ``summed``), and, through a hook on it, the gradient that goes
+        back down for it, after the label defenses changed it. Returns ``received`` (the same tensor)."""
+        if self.mode != "train" or not (self.taps or self.down_hooks):
+            return received
+        idx = self.batch_idx
+        for tap in self.taps:
+            tap.on_up(received.detach(), sent, party_of, idx, summed)
+        if received.requires_grad:
+            hooks, taps = list(self.down_hooks), list(self.taps)
+
+            def down(g: torch.Tensor) -> torch.Tensor:
+                for h in hooks:
+                    g = h(g, sent, party_of, summed)
+                for tap in taps:
+                    tap.on_down(g.detach(), sent, party_of, idx, summed)
+                return g
+
+            received.register_hook(down)
+        return received
 
     def count(
         self,

@@ -198,7 +198,7 @@ class LDPChannel(AccountedChannel):
     def aggregate(self, reps, sent, idx=None):
         self.note_release(idx, sent, reps.shape[-1], "sum")
         self.count(reps, sent)
-        return (self._noisy(reps) * sent[..., None].to(reps.dtype)).sum(0)
+        return (self.watch(self._noisy(reps), sent) * sent[..., None].to(reps.dtype)).sum(0)
 
 
 class PBMChannel(AccountedChannel):
@@ -250,7 +250,7 @@ class PBMChannel(AccountedChannel):
     def up(self, reps, sent, party_of=None):
         # one count in {0..b} per value: ceil(log2(b+1)) bits up
         self.count(reps, sent, party_of, up_bytes=math.ceil(math.log2(self.b + 1)) / 8)
-        return self.transform(reps, sent, party_of)
+        return self.watch(self.transform(reps, sent, party_of), sent, party_of)
 
     def transform(self, reps, sent, party_of):
         if party_of is not None:
@@ -285,7 +285,7 @@ class PBMChannel(AccountedChannel):
         exact = (reps * w).sum(0)
         # straight-through: the forward value is exactly the estimate (a function of the released
         # counts only), the gradient flows to the exact embeddings
-        return est + (exact - exact.detach())
+        return self.watch(est + (exact - exact.detach()), sent, None, summed=True)
 
 
 # ----------------------------------------------------------------------------- the run's boundary

@@ -69,6 +69,35 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
     return method
 
 
+def attack_truth(run: ResolvedRun, inputs: RunInputs):
+    """What scores a run's attacks: the true training labels and each party's plain block (None: no attack)."""
+    from .attacking import attack_specs
+
+    if not attack_specs(run):
+        return None
+    blocks = inputs.train.blocks
+    if blocks.kind != "features":
+        raise VFLBenchError("--attack runs on tabular data only for now (image blocks are tiles cut per batch).")
+    widths = inputs.prep.partition.widths()
+    return inputs.train.y.clone(), [blocks.x[k, :, : widths[k]].float().cpu().numpy() for k in range(len(widths))]
+
+
+def privacy_callbacks(run: ResolvedRun, inputs: RunInputs, method: Method, truth) -> list[Callback]:
+    """The run's label defense (installed now: randomized response redraws the training labels) and its attacks
+    (tapping the channel), as callbacks whose extras and rows the record takes."""
+    from .attacking import AttackHarness, Extras, apply_label_defense
+
+    out: list[Callback] = []
+    extras = apply_label_defense(run, inputs, method)
+    if extras:
+        out.append(Extras(extras))
+    if truth is not None:
+        harness = AttackHarness(run, inputs, *truth)
+        harness.install(method)
+        out.append(harness)
+    return out
+
+
 def stage_hp(run: ResolvedRun) -> dict[str, StageHP]:
     return dict(run.stage_hp)
 
@@ -149,6 +178,7 @@ def record(
         for metric in metrics
         if metric in e.metrics
     ]
+    rows += attack_rows(run, inputs, callbacks, extras)
     prep = inputs.prep
     mask_info = {"train": {**inputs.train_masks.info, **mask_summary(inputs.train_masks.observed)}}
     mask_info.update({f"test/{e.setting}": e.masks for e in evals})
@@ -209,8 +239,31 @@ def record(
             **privacy,
             **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {}),
         }
+    if "label_defense" in extras:  # the label side's protection, beside the feature side's
+        manifest.setdefault("privacy", {}).update(
+            {k: extras[k] for k in ("label_defense", "epsilon_label") if k in extras}
+        )
+    attacks = [cb for cb in callbacks if hasattr(cb, "attacks")]
+    if attacks:
+        manifest["attacks"] = [text for cb in attacks for text, _ in cb.attacks]
     manifest["timings"]["record_s"] = time.perf_counter() - t_record
     return rows, manifest
+
+
+def attack_rows(
+    run: ResolvedRun, inputs: RunInputs, callbacks: list[Callback], extras: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``attack:NAME:METRIC`` rows, one per adversary and evaluated epoch, beside the utility rows: scored on the
+    training samples, under the training missingness (``test_missing`` is the training setting's)."""
+    n = int(inputs.train.y.shape[0])
+    counts = {"n_counted": n, "n_test": n}
+    out = []
+    for cb in callbacks:
+        for epoch, items in sorted(getattr(cb, "rows", {}).items()) if hasattr(cb, "attacks") else ():
+            for who, metric, spec, value in items:
+                r = row(run, run.train_missing, metric, value, counts, extras, epoch)
+                out.append({**r, "adversary": who, "attack": spec})
+    return out
 
 
 def secret_streams(used: dict[str, int]) -> dict[str, Any]:
@@ -252,6 +305,7 @@ def execute(
     torch.set_num_threads(intra_op_threads(run))
     inputs = prepare(run, device)
     inputs.timings["started_at"] = started
+    truth = attack_truth(run, inputs)  # before a process keeps only its share: the harness scores attacks with it
     if wire is not None:
         from ..federation.runtime import place, wire_channel
 
@@ -268,7 +322,7 @@ def execute(
     if wire is not None:
         method.channel = wire_channel(method, wire, run)
     method.faults = party_faults(run, wire)
-    callbacks = list(callbacks)
+    callbacks = [*callbacks, *privacy_callbacks(run, inputs, method, truth)]
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
     if run.eval_epochs:
