@@ -437,6 +437,9 @@ class WireChannel(Channel):
                     g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
             outs.append(reps)
             grads.append(g.to(reps.device))
+            for tap in self.taps:  # what this party received, as it received it (its label attacks observe it)
+                party_of = None if owner == list(range(len(owner))) else torch.tensor(owner)
+                tap.on_down(g, rows, party_of, self.batch_idx, False)
         if outs:
             torch.autograd.backward(outs, grads)
         if local is not None:  # this party's own loss term (a method whose parties train alone)
@@ -501,7 +504,7 @@ class WirePBMChannel(WireChannel, PBMChannel):
                 return est
             exact = torch.zeros(reps.shape[1:], dtype=reps.dtype, device=reps.device, requires_grad=True)
             self.crossings.append((exact, rows, everyone))  # a summed crossing: one gradient [B, P] for every party
-            return est + (exact - exact.detach())
+            return self.watch(est + (exact - exact.detach()), sent, None, summed=True)
         me = wire.rank - 1
         q = self.quantise(reps, rows=(me,))[me] * sent[me][:, None].to(reps.dtype)
         _trace(f"party{me}_release{t}_{phase}", q.to(torch.int64), rows, self.noise_source)

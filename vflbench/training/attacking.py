@@ -66,8 +66,12 @@ class AttackHarness(Callback):
     """A run's attacks: built before training (their truth taken before any label defense or placement), observing
     the channel, scored at every evaluated epoch."""
 
-    def __init__(self, run: ResolvedRun, inputs: RunInputs, truth_y: torch.Tensor, blocks: list[np.ndarray]):
-        self.run, self.inputs = run, inputs
+    def __init__(self, run: ResolvedRun, inputs: RunInputs, truth_y: torch.Tensor, blocks: list[np.ndarray], wire=None):
+        self.run, self.inputs, self.wire = run, inputs, wire
+        # across processes each attack runs in its adversary's process, on what that process received: a party
+        # plays itself in the label attacks, the server runs the inversions
+        self.rank = None if wire is None else int(wire.rank)
+        here = None if self.rank in (None, 0) else (self.rank - 1,)
         self.total = sum(h.epochs for h in run.stage_hp.values()) or int(run.hp.epochs)
         self.evaluated = set(run.eval_epochs or ()) | {self.total}
         self.seen = 0
@@ -88,6 +92,7 @@ class AttackHarness(Callback):
             initial_reps=lambda k: self._initial.get(k),
             seed=streams.seed_for("attack"),
             known_order=torch.randperm(len(truth_y), generator=streams.torch("attack/known")),
+            here=here,
         )
         self.attacks = []
         for text in attack_specs(run):
@@ -95,20 +100,28 @@ class AttackHarness(Callback):
             attack = ATTACKS.get(name)(opts, self.ctx)
             attack.check_known()
             self.attacks.append((text, attack))
+        self.local = [(t, a) for t, a in self.attacks if self._runs_here(a)]
         self.rows: dict[int, list[tuple[str, str, str, float]]] = {}
+
+    def _runs_here(self, attack) -> bool:
+        if self.rank is None:
+            return True
+        if self.rank == 0:
+            return attack.adversary == "server"
+        return attack.adversary == "party" and bool(attack.parties())
 
     def install(self, method: Method) -> None:
         """Tap the method's channel, and keep each party's bottom model output before any gradient (the
         baseline of model completion). Refuses an attack that needs a bottom model the method lacks."""
         self.method = method
-        if any(a.name == "completion" for _, a in self.attacks):
-            for k in range(self.ctx.k):
+        if any(a.name == "completion" for _, a in self.local):
+            for k in range(self.ctx.k) if self.ctx.here is None else self.ctx.here:
                 self._initial[k] = self._party_reps(k)
                 if self._initial[k] is None:
                     raise VFLBenchError(
                         f"--attack completion: {method.display} exposes no bottom model per party to complete."
                     )
-        method.channel.taps.extend(a for _, a in self.attacks)
+        method.channel.taps.extend(a for _, a in self.local)
 
     @torch.no_grad()
     def _party_reps(self, k: int) -> np.ndarray | None:
@@ -134,10 +147,35 @@ class AttackHarness(Callback):
     def on_epoch_end(self, loop) -> None:
         self.seen += 1
         evaluated = self.seen in self.evaluated
-        for text, attack in self.attacks:
+        for _, attack in self.local:
             attack.end_epoch(self.seen, evaluated)
-            if evaluated:
-                name = text.split(":")[0]
-                self.rows.setdefault(self.seen, []).extend(
-                    (who, f"attack:{name}:{metric}", text, value) for who, metric, value in attack.results(self.seen)
-                )
+        if not evaluated:
+            return
+        rows = self.rows.setdefault(self.seen, [])
+        for text, attack in self.local:
+            rows += [(who, f"attack:{attack.name}:{m}", text, v) for who, m, v in attack.results(self.seen)]
+        if self.rank is not None:
+            self._gather(rows)
+
+    def _gather(self, rows: list) -> None:
+        """Across processes: each party sends the server its label attacks' values at an evaluated epoch (a
+        control message, in the order of the attacks and their metrics); the server files them as that party's."""
+        from ..core.role import SERVER
+
+        wire = self.wire
+        theirs = [(t, a) for t, a in self.attacks if a.adversary == "party"]
+        if self.rank != SERVER:
+            values = [v for _, _, _, v in rows]
+            if values:
+                wire.send(torch.tensor(values, dtype=torch.float64), SERVER, None)
+            rows.clear()  # the server records them
+            return
+        for k in range(self.ctx.k):
+            mine = [(t, a) for t, a in theirs if k in a.targets()]
+            n = sum(len(a.metrics) for _, a in mine)
+            if not n:
+                continue
+            got = wire.recv((n,), torch.float64, k + 1, None).tolist()
+            for t, a in mine:
+                for m in a.metrics:
+                    rows.append((a.adversary_of(k), f"attack:{a.name}:{m}", t, got.pop(0)))

@@ -79,10 +79,12 @@ def attack_truth(run: ResolvedRun, inputs: RunInputs):
     if blocks.kind != "features":
         raise VFLBenchError("--attack runs on tabular data only for now (image blocks are tiles cut per batch).")
     widths = inputs.prep.partition.widths()
-    return inputs.train.y.clone(), [blocks.x[k, :, : widths[k]].float().cpu().numpy() for k in range(len(widths))]
+    return inputs.train.y.clone(), [
+        blocks.x[k, :, : widths[k]].float().cpu().numpy().copy() for k in range(len(widths))
+    ]
 
 
-def privacy_callbacks(run: ResolvedRun, inputs: RunInputs, method: Method, truth) -> list[Callback]:
+def privacy_callbacks(run: ResolvedRun, inputs: RunInputs, method: Method, truth, wire=None) -> list[Callback]:
     """The run's label defense (installed now: randomized response redraws the training labels) and its attacks
     (tapping the channel), as callbacks whose extras and rows the record takes."""
     from .attacking import AttackHarness, Extras, apply_label_defense
@@ -92,7 +94,7 @@ def privacy_callbacks(run: ResolvedRun, inputs: RunInputs, method: Method, truth
     if extras:
         out.append(Extras(extras))
     if truth is not None:
-        harness = AttackHarness(run, inputs, *truth)
+        harness = AttackHarness(run, inputs, *truth, wire=wire)
         harness.install(method)
         out.append(harness)
     return out
@@ -322,7 +324,7 @@ def execute(
     if wire is not None:
         method.channel = wire_channel(method, wire, run)
     method.faults = party_faults(run, wire)
-    callbacks = [*callbacks, *privacy_callbacks(run, inputs, method, truth)]
+    callbacks = [*callbacks, *privacy_callbacks(run, inputs, method, truth, wire)]
     if run.target:
         callbacks.append(TargetMonitor(run.target, inputs, method, run.eval_batch_size))
     if run.eval_epochs:

@@ -78,6 +78,7 @@ class AttackContext:
     initial_reps: Callable[[int], np.ndarray | None]  # the same before any gradient reached it
     seed: int  # the attack's own stream (fits of heads and decoders)
     known_order: torch.Tensor  # [n] a permutation: the first round(known * n) samples are known (nested shares)
+    here: tuple[int, ...] | None = None  # across processes: the parties this process attacks as (None: every one)
 
     def known(self, share: float) -> torch.Tensor:
         """[n] bool: the samples whose label (or plain record) the adversary knows."""
@@ -143,9 +144,15 @@ class Attack:
                 f"at least {self.min_known}; raise known."
             )
 
-    def parties(self) -> list[int]:
+    def targets(self) -> list[int]:
+        """The parties this attack is run for (its ``target`` option: one, or all)."""
         t = self.opts.get("target", "all")
         return list(range(self.ctx.k)) if t == "all" else [int(t)]
+
+    def parties(self) -> list[int]:
+        """The targets this process plays (all of them in one process; across processes a party plays itself)."""
+        here = self.ctx.here
+        return [k for k in self.targets() if here is None or k in here]
 
     def adversary_of(self, k: int) -> str:
         return f"party {k}" if self.adversary == "party" else "server"
