@@ -52,8 +52,8 @@ from ..runs.settings import FIELDS, SETTINGS, experiment_field_keys, experiment_
 # the keys of the file itself (what it is, how its grid is laid out); every other key is a run field or
 # a run setting, declared in vflbench.runs.settings
 FILE_KEYS = {"name", "description", "layout", "reference", "lr_by_parties", "quick", "plugins", "method_grid"}
-TOP_KEYS = FILE_KEYS | experiment_field_keys("top") | experiment_keys()
-DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys()) - {
+TOP_KEYS = FILE_KEYS | experiment_field_keys("top") | experiment_keys() | {"attacks"}
+DATASET_KEYS = (experiment_field_keys("dataset") | experiment_keys() | {"attacks"}) - {
     "seeds",
     "train_missing",
 }  # grid axes read once, at the top level
@@ -381,6 +381,7 @@ def _check_top(spec: Any, path: Path | None) -> dict:
     unknown = set(spec) - TOP_KEYS
     if unknown:
         _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}. Allowed: {', '.join(sorted(TOP_KEYS))}.")
+    spec = _attacks_key(spec, path)
     if "name" not in spec and path is not None:
         spec = {**spec, "name": Path(path).stem}
     if not isinstance(spec.get("name"), str):
@@ -389,6 +390,27 @@ def _check_top(spec: Any, path: Path | None) -> dict:
     if "protocol" in spec:
         spec = {**spec, "protocol": FIELDS["protocol"].value(spec["protocol"])}  # `protocol: false` is YAML 1.1's bool
     return spec
+
+
+def _attacks_key(spec: dict, path: Path | None) -> dict:
+    """``attacks: [direction, inversion:known=0.1]`` is the run setting ``attack`` (every run measures all of
+    them), at the top level and per dataset."""
+
+    def one(level: dict, where: str) -> dict:
+        if "attacks" not in level:
+            return level
+        value = level["attacks"]
+        if "attack" in level:
+            _fail(path, f"{where}gives both attacks and attack; keep attacks.")
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            _fail(path, f"{where}attacks lists attacks, e.g. [direction, inversion:known=0.1]; got {value!r}.")
+        return {**{k: v for k, v in level.items() if k != "attacks"}, "attack": ";".join(value) or "none"}
+
+    out = one(spec, "")
+    if isinstance(out.get("datasets"), dict):
+        sets = {d: one(o, f"datasets.{d}: ") if isinstance(o, dict) else o for d, o in out["datasets"].items()}
+        out = {**out, "datasets": sets}
+    return out
 
 
 def _load_plugins(spec: dict, path: Path | None) -> None:

@@ -60,6 +60,11 @@ def why_not_packable(run) -> str | None:
     mech = run.settings.get("mechanism")
     if mech is not None and mech.name not in ("none", "npq"):
         return "a mechanism at the party-to-server boundary is applied one run at a time"
+    if run.settings.get("attack", "none") != "none":
+        return "a run with attacks (--attack) observes its own boundary and is trained alone"
+    defense = run.settings.get("label_defense")
+    if defense is not None and defense.name != "none":
+        return "a run with a label defense (--label-defense) is trained alone"
     return None
 
 
