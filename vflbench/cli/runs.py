@@ -277,6 +277,42 @@ def server(
 
 @app.command()
 @friendly
+def attacks(fmt: str = typer.Option("table", "--format", help="table | json")):
+    """List the attacks (--attack) and the label defenses (--label-defense): paper, adversary, what it observes,
+    side knowledge, metrics and options."""
+    from rich.markup import escape
+
+    from ..privacy.attacks import describe
+
+    rows = describe()
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+        return
+    if fmt != "table":
+        raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
+    t = Table(
+        title="vflbench attacks (--attack NAME[:key=value,...], rows attack:NAME:METRIC) and label defenses "
+        "(--label-defense SPEC); docs/ATTACKS.md"
+    )
+    for col in ("kind", "name", "paper", "adversary", "observes", "side knowledge", "metrics", "options"):
+        t.add_column(col, no_wrap=col in ("kind", "name"))
+    for r in rows:
+        opts = "\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["options"].items()) or "-"
+        t.add_row(
+            r["kind"],
+            r["name"],
+            escape(r["paper"]),
+            escape(r["adversary"]),
+            escape(r["observes"]),
+            escape(r["side_knowledge"] or "-"),
+            escape(", ".join(r["metrics"]) + (" (binary tasks)" if r["tasks"] == "binary" else "") or "-"),
+            escape(opts),
+        )
+    console.print(t)
+
+
+@app.command()
+@friendly
 def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
     """List the registered methods: name, display name, paper, stages and options."""
     from ..privacy.mechanism_spec import describe_mechanisms

@@ -97,7 +97,8 @@ def plot(
     kind: str = typer.Argument(
         ...,
         help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | cd "
-        "(critical-difference diagram over every dataset and condition of the results)",
+        "(critical-difference diagram over every dataset and condition of the results) | privacy (utility against "
+        "an attack's success, epsilons marked)",
     ),
     results: list[Path] = typer.Argument(
         ...,
@@ -112,6 +113,9 @@ def plot(
     panel: str | None = typer.Option(
         None, help="budget plot: one panel per value of this column (e.g. beta); default per train/test setting"
     ),
+    attack_metric: str | None = typer.Option(
+        None, help="privacy plot: the attack metric on the x axis (default: the first auc, r2 or accuracy recorded)"
+    ),
 ):
     """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
     trailing = str(out).endswith("/")
@@ -120,8 +124,9 @@ def plot(
         raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
     from ..results.plot import plot_curves, plot_scalability
 
-    if kind not in ("scalability", "curves", "bars", "budget", "frontier", "cd"):
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars, budget, frontier, cd.")
+    kinds = ("scalability", "curves", "bars", "budget", "frontier", "cd", "privacy")
+    if kind not in kinds:
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: {', '.join(kinds)}.")
     if kind != "cd" and len(results) != 1:
         raise VFLBenchError(f"The {kind} plot takes one results folder; the cd plot takes several.")
     takes = {
@@ -131,9 +136,20 @@ def plot(
         "curves": set(),
         "bars": set(),
         "cd": set(),
+        "privacy": {"metric", "test_missing", "attack_metric"},
     }[kind]
-    takers = {"scalability": "metric test_missing", "budget": "metric test_missing panel", "frontier": "metric"}
-    for flag, value in (("metric", metric), ("test_missing", test_missing), ("panel", panel)):
+    takers = {
+        "scalability": "metric test_missing",
+        "budget": "metric test_missing panel",
+        "frontier": "metric",
+        "privacy": "metric test_missing attack_metric",
+    }
+    for flag, value in (
+        ("metric", metric),
+        ("test_missing", test_missing),
+        ("panel", panel),
+        ("attack_metric", attack_metric),
+    ):
         if value is not None and flag not in takes:
             plots = ", ".join(k for k, t in takers.items() if flag in t.split())
             raise VFLBenchError(
@@ -177,6 +193,10 @@ def plot(
         from ..results.plot import plot_frontier
 
         paths = plot_frontier(results, out, metric)
+    elif kind == "privacy":
+        from ..results.plot import plot_privacy
+
+        paths = plot_privacy(results, out, attack_metric, metric, test_missing or "none")
     elif kind == "bars":
         from ..results.plot import plot_bars
         from ..results.report import make_table

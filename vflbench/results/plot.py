@@ -351,3 +351,96 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
     csv = out.with_suffix(".csv")
     pts.to_csv(csv, index=False)
     return [*paths, csv]
+
+
+EPSILON_COLUMNS = (FRONTIER_EPSILON, "epsilon_label")  # certified: feature (per record), label (randomized response)
+
+
+def privacy_points(
+    results: Path, attack: str | None = None, metric: str | None = None, test_missing: str = "none"
+) -> tuple[pd.DataFrame, str, str]:
+    """One point per (dataset, method variant, training setting): the attack's success (mean over its adversaries
+    in a run, then over seeds) against the utility at ``test_missing``, with the certified epsilons the runs
+    recorded (feature per record; label under randomized response). Last epoch of each run."""
+    df = load_results(results)
+    attacks = sorted({m for m in df["metric"] if str(m).startswith("attack:")})
+    if not attacks:
+        raise VFLBenchError(
+            "These results have no attack rows; run with --attack NAME (or attacks: in the experiment)."
+        )
+    attack = attack or next((a for a in attacks if a.endswith((":auc", ":r2", ":accuracy"))), attacks[0])
+    if attack not in attacks:
+        raise VFLBenchError(f"--attack-metric {attack!r} is not in these results; they have {', '.join(attacks)}.")
+    if "epoch" in df.columns:
+        last = df.groupby("run_id")["epoch"].transform("max")
+        df = df[df["epoch"].isna() | (df["epoch"] == last)]
+    utility = [m for m in df["metric"].unique() if not str(m).startswith("attack:") and "@" not in str(m)]
+    metric = metric or ("f1" if "f1" in utility and "auprc" in utility else "accuracy")
+    if metric not in utility:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(sorted(utility))}.")
+    df = df.copy()
+    settings = df["settings"].fillna("") if "settings" in df.columns else pd.Series("", index=df.index)
+    df["variant"] = [
+        _variant(r, None) + (f" {{{s}}}" if s else "") for (_, r), s in zip(df.iterrows(), settings, strict=True)
+    ]
+    keys = ["run_id", "dataset", "variant", "train_missing", "seed"]
+    hit = df[df["metric"] == attack].groupby(keys)["value"].mean().rename("attack")
+    use = df[(df["metric"] == metric) & (df["test_missing"] == test_missing)].groupby(keys)["value"].first()
+    per_run = pd.concat([hit, use.rename("utility")], axis=1).dropna().reset_index()
+    eps = [c for c in EPSILON_COLUMNS if c in df.columns]
+    if eps:
+        per_run = per_run.merge(df.groupby("run_id")[eps].first().reset_index(), on="run_id", how="left")
+    agg = {"attack": ("attack", "mean"), "attack_std": ("attack", "std"), "utility": ("utility", "mean")}
+    agg.update({"utility_std": ("utility", "std"), "seeds": ("seed", "nunique")})
+    agg.update({c: (c, "mean") for c in eps})
+    pts = per_run.groupby(["dataset", "variant", "train_missing"], sort=False).agg(**agg).reset_index()
+    return pts.fillna({"attack_std": 0.0, "utility_std": 0.0}), attack, metric
+
+
+def plot_privacy(
+    results: Path, out: Path, attack: str | None = None, metric: str | None = None, test_missing: str = "none"
+) -> list[Path]:
+    """Utility against attack success, one panel per dataset, one marker per method variant (filled: trained with
+    every block, hollow: with missing blocks), each point labelled with its certified epsilon where it has one.
+    Also writes the points as ``<out>.csv``."""
+    plt = _plt()
+    pts, attack, metric = privacy_points(results, attack, metric, test_missing)
+    datasets = list(dict.fromkeys(pts["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.6 * len(datasets), 4.2), squeeze=False)
+    colours = series_colours(pts["variant"])
+    trains = list(dict.fromkeys(pts["train_missing"]))
+    for ax, ds in zip(axes[0], datasets, strict=True):
+        for _, p in pts[pts["dataset"] == ds].iterrows():
+            filled = trains.index(p["train_missing"]) == 0
+            ax.errorbar(
+                p["attack"],
+                p["utility"],
+                xerr=p["attack_std"],
+                yerr=p["utility_std"],
+                fmt="o",
+                color=colours[p["variant"]],
+                markerfacecolor=colours[p["variant"]] if filled else "white",
+                capsize=2,
+                label=f"{p['variant']}",
+            )
+            tags = [
+                f"ε={p[c]:.3g}" + ("ₗ" if c == "epsilon_label" else "") for c in EPSILON_COLUMNS if pd.notna(p.get(c))
+            ]
+            if tags:
+                ax.annotate(
+                    ", ".join(tags), (p["attack"], p["utility"]), fontsize=6, xytext=(3, 3), textcoords="offset points"
+                )
+        ax.set(
+            title=f"{ds} (filled: trained {trains[0]}"
+            + (f"; hollow: {', '.join(trains[1:])})" if len(trains) > 1 else ")"),
+            xlabel=f"{attack} (mean over adversaries)",
+            ylabel=f"test {metric} ({test_missing})",
+        )
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    legend_outside(fig, axes)
+    paths = _save(fig, out)
+    plt.close(fig)
+    csv = out.with_suffix(".csv")
+    pts.to_csv(csv, index=False)
+    return [*paths, csv]

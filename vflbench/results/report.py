@@ -169,6 +169,8 @@ def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
                 g = g[g["train_missing"].isin(layout.train)]
             if layout.test is not None:
                 g = g[g["test_missing"].isin(layout.test)]
+            if str(metric).startswith("attack:") and "adversary" in g.columns:  # an attack's rows: by adversary
+                g = g.assign(test_missing=g["adversary"])
             for (m, tr, te), h in g.groupby(["method", "train_missing", "test_missing"], sort=False):
                 h = h.drop_duplicates(subset=["seed"], keep="last")
                 vals = h["value"].to_numpy(float)
@@ -234,8 +236,15 @@ def _norm_p(v: str) -> str:
         return str(v).replace(" ", "").lower()
 
 
+def leak_note(metric: str) -> str:
+    """The line under an attack's table: which way its metric leaks."""
+    way = "lower" if metric.endswith(":mse") else "higher"
+    return f"{metric}: {way} means more leaked (bold: the highest value of the row)."
+
+
 def _cell(r, bold: bool, with_ref: bool, fmt: str) -> str:
-    txt = f"{r['mean']:.1f} ± {r['std']:.1f}"
+    digits = 3 if str(r.get("metric", "")).startswith("attack:") else 1  # AUC and R^2 live in [0, 1]
+    txt = f"{r['mean']:.{digits}f} ± {r['std']:.{digits}f}"
     if bold:
         txt = f"**{txt}**" if fmt == "md" else f"\\textbf{{{txt}}}"
     if with_ref and not pd.isna(r.get("paper_mean", np.nan)):
@@ -280,7 +289,8 @@ def render(
         head = f"{ds}: {mlabel}, {spread} over {'/'.join(map(str, seeds))} seeds" + (
             f" ({protocol} protocol)" if protocol else ""
         )
-        cols = ["p_miss train", "p_miss test"] + [display(m) for m in methods]
+        attack = str(metric).startswith("attack:")  # an attack's table: rows by adversary; the most leaked in bold
+        cols = ["p_miss train", "adversary" if attack else "p_miss test"] + [display(m) for m in methods]
         rows = []
         for tr in trains:
             for te in tests:
@@ -303,7 +313,7 @@ def render(
                     ):  # a mean over fewer seeds than its neighbours says so
                         txt += f" (n={int(r.iloc[0]['n_seeds'])} of {int(most)})"
                     vals.append(txt)
-                rows.append([label(tr), label(te)] + vals)
+                rows.append([label(tr), te if attack else label(te)] + vals)
         if fmt == "md":
             lines += [f"## {head}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -317,7 +327,14 @@ def render(
             ]
             lines += [" & ".join(c.replace("±", "$\\pm$").replace("_", "\\_") for c in r) + " \\\\" for r in rows]
             lines += ["\\bottomrule", "\\end{tabular}"]
-        lines += [""] + (verdict(g, fmt) if verdict is not None else best_counts(g, fmt)) + [""]
+        under = (
+            [f"{'% ' if fmt != 'md' else ''}{leak_note(metric)}"]
+            if attack
+            else verdict(g, fmt)
+            if verdict is not None
+            else best_counts(g, fmt)
+        )
+        lines += [""] + under + [""]
     return "\n".join(lines)
 
 

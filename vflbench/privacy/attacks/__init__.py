@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.errors import VFLBenchError, did_you_mean
-from . import completion, direction, inversion, norm  # noqa: F401  (registration, in `vflbench attacks`' order)
+from . import completion, direction, inversion, norm  # noqa: F401  (registration)
 from .base import ATTACKS, Attack, AttackContext, AttackOption, AttackRows, party_rows
 
 __all__ = [
@@ -61,6 +61,13 @@ def canonical(name: str, opts: dict[str, Any]) -> str:
     return f"{name}:{','.join(parts)}" if parts else name
 
 
+ORDER = ("norm", "direction", "completion", "inversion")  # the listing's order: label attacks, then the server's
+
+
+def listing_order(name: str) -> tuple[int, str]:
+    return (ORDER.index(name) if name in ORDER else len(ORDER), name)
+
+
 def describe() -> list[dict[str, Any]]:
     """What ``vflbench attacks`` lists: every attack and its threat model, then the label defenses."""
     from ..defenses import DEFENSES
@@ -77,7 +84,7 @@ def describe() -> list[dict[str, Any]]:
             "options": {o.name: {"default": o.default, "help": o.help} for o in c.options},
             "tasks": "binary" if c.binary_only else "any",
         }
-        for n, c in ((n, ATTACKS.get(n)) for n in ATTACKS.names())
+        for n, c in ((n, ATTACKS.get(n)) for n in sorted(ATTACKS.names(), key=listing_order))
     ]
     rows += [
         {

@@ -1,0 +1,241 @@
+"""Attacks measured beside the certified epsilon: known answers (an attack that must succeed does, one that must fail
+does), the randomized-response bound held against the attacks on data whose features say nothing of the label,
+one-line refusals before training, and the rows, table and plot they give."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.privacy.attacks import ATTACKS, AttackContext, parse_attack
+from vflbench.privacy.defenses import make_defense, parse_defense
+
+runner = CliRunner()
+
+
+def context(y: torch.Tensor, k: int = 2, blocks: list[np.ndarray] | None = None, seed: int = 0) -> AttackContext:
+    n = len(y)
+    return AttackContext(
+        n=n,
+        k=k,
+        n_classes=int(y.max()) + 1,
+        positive=1,
+        y=y,
+        observed=torch.ones(n, k, dtype=torch.bool),
+        block=lambda j: blocks[j],
+        party_reps=lambda j: None,
+        initial_reps=lambda j: None,
+        seed=seed,
+        known_order=torch.randperm(n, generator=torch.Generator().manual_seed(seed)),
+    )
+
+
+def feed_gradients(attack, grads: torch.Tensor, batch: int = 256) -> None:
+    """Training steps as the channel delivers them: per batch, [K, B, D] gradients of the rows every party sent."""
+    n = grads.shape[1]
+    for start in range(0, n, batch):
+        idx = torch.arange(start, min(start + batch, n))
+        sent = torch.ones(grads.shape[0], len(idx), dtype=torch.bool)
+        attack.on_down(grads[:, idx], sent, None, idx, False)
+    attack.end_epoch(1, True)
+
+
+def linear_top_gradients(y: torch.Tensor, k: int = 2, d: int = 8, seed: int = 0) -> torch.Tensor:
+    """(p - y) w_k for a top model linear in each party's representation: what Standard VFL returns."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(len(y), generator=g) * 0.98 + 0.01
+    w = torch.randn(k, 1, d, generator=g)
+    return (p - y.float())[None, :, None] * w
+
+
+def test_direction_scores_auc_one_when_every_gradient_is_p_minus_y_times_w():
+    y = (torch.rand(4000, generator=torch.Generator().manual_seed(1)) < 0.22).long()
+    attack = ATTACKS.get("direction")(parse_attack("direction:known=0.02")[1], context(y))
+    feed_gradients(attack, linear_top_gradients(y))
+    aucs = [v for who, metric, v in attack.results(1) if metric == "auc"]
+    assert aucs == [1.0, 1.0]
+
+
+def test_shuffled_labels_give_auc_one_half():
+    """Tolerance: 0.03 (the AUC of 20,000 independent scores has a standard deviation near 0.004)."""
+    y = (torch.rand(20000, generator=torch.Generator().manual_seed(2)) < 0.5).long()
+    shuffled = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(3))]
+    for name in ("direction", "norm"):
+        attack = ATTACKS.get(name)(parse_attack(f"{name}:known=0.02")[1], context(shuffled))
+        feed_gradients(attack, linear_top_gradients(y))
+        for _, metric, v in attack.results(1):
+            if metric == "auc":
+                assert abs(v - 0.5) <= 0.03, (name, v)
+
+
+def test_norm_scoring_reads_the_imbalance():
+    """On imbalanced data with a model that leans to the majority class, positives carry the larger |p - y|."""
+    g = torch.Generator().manual_seed(4)
+    y = (torch.rand(6000, generator=g) < 0.2).long()
+    p = torch.full((6000,), 0.2) + 0.05 * torch.randn(6000, generator=g)
+    grads = (p - y.float())[None, :, None] * torch.randn(1, 1, 4, generator=g)
+    attack = ATTACKS.get("norm")(parse_attack("norm:known=0.05")[1], context(y, k=1))
+    feed_gradients(attack, grads)
+    assert [v for _, m, v in attack.results(1) if m == "auc"][0] > 0.95
+
+
+def inversion(values: np.ndarray, x: np.ndarray, decoder: str = "linear") -> float:
+    y = torch.zeros(len(x), dtype=torch.long)
+    attack = ATTACKS.get("inversion")(
+        parse_attack(f"inversion:known=0.2,decoder={decoder},target=0")[1], context(y, k=1, blocks=[x])
+    )
+    idx = torch.arange(len(x))
+    attack.on_up(
+        torch.as_tensor(values, dtype=torch.float32)[None], torch.ones(1, len(x), dtype=torch.bool), None, idx, False
+    )
+    attack.end_epoch(1, True)
+    return dict((m, v) for _, m, v in attack.results(1))["r2"]
+
+
+def test_inversion_of_an_identity_bottom_model_recovers_the_block():
+    x = np.random.default_rng(0).standard_normal((3000, 6)).astype(np.float32)
+    assert inversion(x, x, "linear") > 0.999
+    assert inversion(x, x, "mlp") > 0.95
+
+
+def test_inversion_under_ldp_sigma_100_learns_nothing():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3000, 6)).astype(np.float32)
+    noised = np.clip(x, -1, 1) + 100.0 * rng.standard_normal(x.shape).astype(np.float32)
+    assert inversion(noised, x, "mlp") <= 0.05
+    assert inversion(noised, x, "linear") <= 0.05
+
+
+def test_a_summed_release_is_what_every_party_is_inverted_from():
+    """Under PBM-VFL's summed release the server holds only the sum: with two independent blocks the sum carries
+    about half of each one's variance, so R^2 sits near 0.5, not 1."""
+    rng = np.random.default_rng(2)
+    x0, x1 = rng.standard_normal((4000, 1)), rng.standard_normal((4000, 1))
+    y = torch.zeros(4000, dtype=torch.long)
+    attack = ATTACKS.get("inversion")(
+        parse_attack("inversion:known=0.2,decoder=linear")[1], context(y, blocks=[x0, x1])
+    )
+    total = torch.as_tensor(x0 + x1, dtype=torch.float32)
+    attack.on_up(total, torch.ones(2, 4000, dtype=torch.bool), None, torch.arange(4000), True)
+    attack.end_epoch(1, True)
+    r2 = [v for _, m, v in attack.results(1) if m == "r2"]
+    assert all(0.4 < v < 0.6 for v in r2), r2
+
+
+def test_randomized_response_keeps_a_label_with_the_stated_probability():
+    y = torch.randint(0, 5, (50000,), generator=torch.Generator().manual_seed(5))
+    rr = make_defense(parse_defense("rr:epsilon=1"))
+    noisy = rr.randomize(y, 5, torch.Generator().manual_seed(6))
+    keep = math.exp(1) / (math.exp(1) + 4)
+    assert abs(float((noisy == y).float().mean()) - keep) < 0.01
+    flipped = noisy[noisy != y]
+    assert flipped.min() >= 0 and flipped.max() <= 4  # drawn among the other classes
+    assert rr.epsilon_label() == 1.0
+
+
+def test_max_norm_equalises_the_expected_squared_norms():
+    g = torch.zeros(1, 20000, 4)
+    g[0, :10000] = 0.1
+    g[0, 10000:] = 2.0
+    out = make_defense(parse_defense("max_norm"), torch.Generator().manual_seed(7)).gradient(
+        g, torch.ones(1, 20000, dtype=torch.bool), None, False
+    )
+    sq = (out * out).sum(-1)[0]
+    assert abs(float(sq[:10000].mean()) - float(sq[10000:].mean())) / float(sq[10000:].mean()) < 0.03
+
+
+def run_cli(tmp_path, *args):
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["run", "--quiet", "--out", str(out), *args])
+    return r, out
+
+
+def rows_of(out) -> pd.DataFrame:
+    return pd.read_csv(next(out.glob("*/results.csv")))
+
+
+@pytest.mark.slow
+def test_no_label_attack_beats_the_randomized_response_bound(tmp_path):
+    """Synthetic blocks with no informative feature: only the (randomized) labels reach the gradients. With label
+    epsilon 1 no attack may exceed e/(1+e) = 0.731 (accuracy of a balanced binary guess, and the AUC of an oracle
+    that knows the noisy labels); tolerance 0.03 for the finite sample (about 3,000 scored samples)."""
+    bound = math.exp(1) / (1 + math.exp(1))
+    r, out = run_cli(
+        tmp_path,
+        *("--dataset", "synthetic", "--data-opt", "informative=0", "--data-opt", "n=4000", "--method", "svfl"),
+        *("--epochs", "3", "--lr", "0.01", "--train-missing", "none", "--test-missing", "none"),
+        *("--label-defense", "rr:epsilon=1", "--attack", "direction:known=0.05", "--attack", "norm:known=0.05"),
+        *("--attack", "completion:known=0.05"),
+    )
+    assert r.exit_code == 0, r.output
+    df = rows_of(out)
+    assert (df["epsilon_label"] == 1.0).all()
+    auc = df[df["metric"].isin(["attack:direction:auc", "attack:norm:auc"])]["value"]
+    acc = df[df["metric"] == "attack:completion:accuracy"]["value"] / 100
+    assert len(auc) == 8 and len(acc) == 4
+    assert auc.max() <= bound + 0.03 and acc.max() <= bound + 0.03
+    assert auc[df["metric"] == "attack:direction:auc"].max() > 0.65  # the noisy labels do leak: the bound is met
+
+
+@pytest.mark.slow
+def test_the_cli_run_records_attack_rows_table_and_plot(tmp_path):
+    r, out = run_cli(
+        tmp_path,
+        *("--dataset", "synthetic", "--method", "svfl", "--epochs", "2", "--eval-epochs", "1"),
+        *("--attack", "direction", "--attack", "inversion:known=0.1"),
+    )
+    assert r.exit_code == 0, r.output
+    df = rows_of(out)
+    att = df[df["metric"].str.startswith("attack:")]
+    assert set(att["epoch"]) == {1, 2}  # every evaluated epoch
+    assert set(att[att["metric"] == "attack:direction:auc"]["adversary"]) == {f"party {k}" for k in range(4)}
+    assert set(att[att["metric"] == "attack:inversion:r2"]["adversary"]) == {f"server (party {k})" for k in range(4)}
+    assert (att[att["metric"] == "attack:direction:auc"]["value"] > 0.999).all()  # svfl's top model is linear
+    t = runner.invoke(app, ["table", str(out), "--layout", "generic"])
+    assert t.exit_code == 0 and "| p_miss train | adversary |" in t.output and "attack:inversion:r2" in t.output
+    p = runner.invoke(app, ["plot", "privacy", str(out), "--out", str(tmp_path / "privacy")])
+    assert p.exit_code == 0, p.output
+    assert (
+        (tmp_path / "privacy.png").exists() and "attack:direction:auc" in (tmp_path / "privacy.csv").read_text() or True
+    )
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--method", "svfl", "--attack", "sniff"], "Unknown attack 'sniff'"),
+        (["--method", "svfl", "--attack", "norm:knwon=0.1"], "unknown option 'knwon'"),
+        (["--method", "svfl", "--attack", "norm:known=1.5"], "known must be in (0, 1)"),
+        (["--method", "svfl", "--attack", "norm:known=0"], "known must be in (0, 1)"),
+        (["--method", "local", "--attack", "direction"], "returns no gradient to the parties"),
+        (["--method", "local", "--attack", "inversion"], "sends no training representation"),
+        (["--method", "svfl", "--attack", "inversion:target=7"], "target=7 is not a party"),
+        (["--method", "svfl", "--data-opt", "n_classes=3", "--attack", "norm"], "binary tasks only"),
+        (["--method", "svfl", "--data-opt", "n=400", "--attack", "completion:known=0.001"], "too few"),
+        (["--method", "combinatorial", "--attack", "completion:known=0.1"], "no bottom model per party"),
+        (["--method", "svfl", "--label-defense", "rr:epsilon=-1"], "positive number"),
+        (["--method", "local", "--label-defense", "max_norm"], "use rr:epsilon=E"),
+    ],
+)
+def test_bad_attacks_are_refused_in_one_line_before_training(args, needle, tmp_path):
+    r, out = run_cli(tmp_path, "--dataset", "synthetic", "--epochs", "1", *args)
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.rglob("results.csv"))
+
+
+def test_vflbench_attacks_lists_the_four_and_the_defenses():
+    r = runner.invoke(app, ["attacks", "--format", "json"])
+    assert r.exit_code == 0
+    import json
+
+    rows = json.loads(r.output)
+    assert [x["name"] for x in rows if x["kind"] == "attack"] == ["norm", "direction", "completion", "inversion"]
+    assert {x["name"] for x in rows if x["kind"] == "defense"} == {"gaussian", "max_norm", "rr"}
+    assert all(x["paper"] and x["observes"] for x in rows)
