@@ -239,3 +239,20 @@ def test_vflbench_attacks_lists_the_four_and_the_defenses():
     assert [x["name"] for x in rows if x["kind"] == "attack"] == ["norm", "direction", "completion", "inversion"]
     assert {x["name"] for x in rows if x["kind"] == "defense"} == {"gaussian", "max_norm", "rr"}
     assert all(x["paper"] and x["observes"] for x in rows)
+
+
+@pytest.mark.integration  # `make test-slow`: party processes
+def test_attacks_across_processes_give_the_in_process_rows(tmp_path):
+    """Label attacks run in each party's process on the gradients it received, inversion in the server's on what it
+    received; the rows equal the in-process run's (within 1e-3; here they are identical)."""
+    flags = ("--dataset", "synthetic", "--method", "svfl", "--epochs", "2", "--train-missing", "mcar:0.3")
+    attacks = ("--attack", "direction", "--attack", "norm", "--attack", "inversion:known=0.1")
+    frames = []
+    for runtime in ("inprocess", "processes"):
+        r, out = run_cli(tmp_path / runtime, *flags, *attacks, "--runtime", runtime)
+        assert r.exit_code == 0, r.output
+        df = rows_of(out)
+        frames.append(df[df["metric"].str.startswith("attack:")].set_index(["metric", "adversary"])["value"])
+    a, b = frames
+    assert len(a) == 32 and a.index.equals(b.sort_index().reindex(a.index).index)
+    assert float((a - b.reindex(a.index)).abs().max()) <= 1e-3

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ATTACKS, party_rows
+from .base import ATTACKS
 from .scoring import GradientScoring
 
 
@@ -22,19 +22,17 @@ class DirectionScoring(GradientScoring):
     def __init__(self, opts, ctx):
         super().__init__(opts, ctx)
         self.known_pos = self.known & (ctx.y == ctx.positive)
-        self.ref: dict[int, torch.Tensor] = {}
+        self.ref: torch.Tensor | None = None  # [K, W] each party's latest reference
+        self.has_ref = torch.zeros(ctx.k, dtype=torch.bool)
 
-    def on_down(self, grads, sent, party_of, idx, summed) -> None:
-        for k in self.score:
-            rows, vec = party_rows(grads, sent, party_of, k, summed)
-            if not len(vec):
-                continue
-            ids = idx[rows.to(idx.device)].cpu()
-            vec = vec.float().cpu()
-            kp = self.known_pos[ids]
-            if kp.any():
-                self.ref[k] = vec[kp].mean(0)
-            ref = self.ref.get(k)
-            if ref is None:  # no known positive seen yet in this run
-                continue
-            self.score[k][ids] = torch.nn.functional.cosine_similarity(vec, ref[None], dim=1, eps=1e-12)
+    def step_scores(self, g, sent, ids):
+        kp = (sent & self.known_pos[ids][None]).to(g.dtype)  # [K, B] this step's known positives, per party
+        count = kp.sum(1)  # [K]
+        now = (g * kp[..., None]).sum(1) / count.clamp_min(1)[:, None]  # [K, W]
+        if self.ref is None or self.ref.shape != now.shape:
+            self.ref = torch.zeros_like(now)
+        fresh = count > 0
+        self.ref = torch.where(fresh[:, None], now, self.ref)
+        self.has_ref |= fresh
+        cos = torch.nn.functional.cosine_similarity(g, self.ref[:, None, :], dim=-1, eps=1e-12)  # [K, B]
+        return torch.where(self.has_ref[:, None], cos, torch.full_like(cos, float("nan")))

@@ -66,23 +66,33 @@ class FeatureInversion(Attack):
 
     def __init__(self, opts, ctx):
         super().__init__(opts, ctx)
-        self.msg: dict[int, torch.Tensor | None] = dict.fromkeys(self.parties())
-        self.seen = {k: torch.zeros(ctx.n, dtype=torch.bool) for k in self.parties()}
+        self.msg: torch.Tensor | None = None  # [K, n, W]: each party's latest message of the epoch, as received
+        self.seen = torch.zeros(ctx.k, ctx.n, dtype=torch.bool)
         self.rows: dict[int, list[tuple[str, str, float]]] = {}
 
     def adversary_of(self, k: int) -> str:
         return f"server (party {k})"
 
     def on_up(self, values, sent, party_of, idx, summed) -> None:
-        for k in self.msg:
-            rows, vec = party_rows(values, sent, party_of, k, summed)
-            if not len(vec):
-                continue
-            if self.msg[k] is None:
-                self.msg[k] = torch.zeros(self.ctx.n, vec.shape[1])
-            ids = idx[rows.to(idx.device)].cpu()
-            self.msg[k][ids] = vec.float().cpu()
-            self.seen[k][ids] = True
+        if not self.parties():
+            return
+        ids, sent = idx.cpu(), sent.cpu()
+        if summed:  # the server holds only the sum: what it knows about every party that took part
+            v = values.float().cpu()[None].expand(self.ctx.k, -1, -1)
+        elif party_of is None:
+            v = values.float().cpu()
+        else:
+            per = [party_rows(values, sent, party_of, k, False) for k in range(self.ctx.k)]
+            width = max(x.shape[1] for _, x in per)
+            v = torch.zeros(self.ctx.k, len(ids), width)
+            sent = torch.zeros(self.ctx.k, len(ids), dtype=torch.bool)
+            for k, (rows, x) in enumerate(per):
+                v[k, rows.cpu(), : x.shape[1]] = x.float().cpu()
+                sent[k] = rows.cpu()
+        if self.msg is None:
+            self.msg = torch.zeros(self.ctx.k, self.ctx.n, v.shape[-1])
+        self.msg[:, ids] = torch.where(sent[..., None], v, self.msg[:, ids])
+        self.seen[:, ids] |= sent
 
     def end_epoch(self, epoch: int, evaluated: bool) -> None:
         if evaluated:
@@ -90,15 +100,14 @@ class FeatureInversion(Attack):
             for k in self.parties():
                 seen, known = self.seen[k].numpy(), self.known.numpy()
                 fit, score = seen & known, seen & ~known
-                if self.msg[k] is None or fit.sum() < self.min_known or not score.any():
+                if self.msg is None or fit.sum() < self.min_known or not score.any():
                     r2, mse = float("nan"), float("nan")
                 else:
                     x = self.ctx.block(k)
                     r2, mse = decode(self.msg[k].numpy(), x, fit, score, self.opts["decoder"], self.ctx.seed + k)
                 out += [(self.adversary_of(k), "r2", r2), (self.adversary_of(k), "mse", mse)]
             self.rows[epoch] = out
-        for k in self.seen:
-            self.seen[k].zero_()
+        self.seen.zero_()
 
     def results(self, epoch: int) -> list[tuple[str, str, float]]:
         return self.rows.get(epoch, [])

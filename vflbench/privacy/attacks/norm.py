@@ -4,7 +4,7 @@ minority class carries the larger |p - y|, so the larger gradient."""
 
 from __future__ import annotations
 
-from .base import ATTACKS, party_rows
+from .base import ATTACKS
 from .scoring import GradientScoring
 
 
@@ -16,8 +16,5 @@ class NormScoring(GradientScoring):
     observes = "the gradients returned to it, for the rows it sent"
     side_knowledge = "known: the share of training labels it knows (orients the score)"
 
-    def on_down(self, grads, sent, party_of, idx, summed) -> None:
-        for k in self.score:
-            rows, vec = party_rows(grads, sent, party_of, k, summed)
-            if len(vec):
-                self.score[k][idx[rows.to(idx.device)].cpu()] = vec.float().norm(dim=1).cpu()
+    def step_scores(self, g, sent, ids):
+        return g.norm(dim=-1)
