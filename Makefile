@@ -36,9 +36,10 @@ lint: $(STAMP)  ## ruff (line length 120, no blanket ignore) and its formatter, 
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
 	$(BIN)/ruff format --check vflbench tests benchmarks scripts docs/examples
 
-bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), then LASER-VFL over Standard VFL (Credit compat/clean, CIFAR-10-shaped)
+bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), LASER-VFL over Standard VFL (Credit compat/clean, CIFAR-10-shaped), each attack over a run without one
 	$(BIN)/python benchmarks/bench_methods.py --full-run
 	$(BIN)/python benchmarks/laser_overhead.py
+	$(BIN)/python benchmarks/attack_overhead.py
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo

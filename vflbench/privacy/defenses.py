@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import VFLBenchError, did_you_mean
 from ..core.registry import Registry
+
+if TYPE_CHECKING:  # torch is imported where a defense acts, not where a flag is parsed (the CLI answers at once)
+    import torch
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class GaussianGradientNoise(LabelDefense):
         norms = g.norm(dim=-1)[rows]
         if not len(norms):
             return g
+        import torch
+
         sigma = float(self.spec.get("scale")) * float(norms.median())
         noise = torch.randn(g.shape, generator=self.gen, device=g.device, dtype=g.dtype) * sigma
         return g + noise * rows[..., None].to(g.dtype)
@@ -103,6 +106,8 @@ class MaxNorm(LabelDefense):
         sq = (g * g).sum(-1) * rows  # [..., B]
         top = sq.max(dim=-1, keepdim=True).values
         var = ((top - sq).clamp_min(0) / g.shape[-1]) * rows
+        import torch
+
         noise = torch.randn(g.shape, generator=self.gen, device=g.device, dtype=g.dtype)
         return g + noise * var.sqrt()[..., None]
 
@@ -120,6 +125,8 @@ class RandomizedResponse(LabelDefense):
         return float(self.spec.get("epsilon"))
 
     def randomize(self, y: torch.Tensor, n_classes: int, gen: torch.Generator) -> torch.Tensor:
+        import torch
+
         eps = self.epsilon_label()
         keep_p = math.exp(eps) / (math.exp(eps) + n_classes - 1)
         u = torch.rand(y.shape, generator=gen)
