@@ -117,94 +117,91 @@ def plot(
         None, help="privacy plot: the attack metric on the x axis (default: the first auc, r2 or accuracy recorded)"
     ),
 ):
-    """Figures to PNG and PDF: the scalability figure (metric and time per epoch against K) or training curves."""
+    """Figures to PNG and PDF (and the points as CSV where a figure has them): one kind per call."""
     trailing = str(out).endswith("/")
     out = out_path(out)
     if trailing or out.is_dir():
         raise VFLBenchError(f"--out {out} is a directory; give a file path without extension, e.g. {out / 'figure'}.")
-    from ..results.plot import plot_curves, plot_scalability
-
-    kinds = ("scalability", "curves", "bars", "budget", "frontier", "cd", "privacy")
-    if kind not in kinds:
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: {', '.join(kinds)}.")
+    if kind not in PLOTS:
+        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: {', '.join(PLOTS)}.")
     if kind != "cd" and len(results) != 1:
         raise VFLBenchError(f"The {kind} plot takes one results folder; the cd plot takes several.")
-    takes = {
-        "scalability": {"metric", "test_missing"},
-        "budget": {"metric", "test_missing", "panel"},
-        "frontier": {"metric"},
-        "curves": set(),
-        "bars": set(),
-        "cd": set(),
-        "privacy": {"metric", "test_missing", "attack_metric"},
-    }[kind]
-    takers = {
-        "scalability": "metric test_missing",
-        "budget": "metric test_missing panel",
-        "frontier": "metric",
-        "privacy": "metric test_missing attack_metric",
-    }
-    for flag, value in (
-        ("metric", metric),
-        ("test_missing", test_missing),
-        ("panel", panel),
-        ("attack_metric", attack_metric),
-    ):
-        if value is not None and flag not in takes:
-            plots = ", ".join(k for k, t in takers.items() if flag in t.split())
+    given = {"metric": metric, "test_missing": test_missing, "panel": panel, "attack_metric": attack_metric}
+    for flag, value in given.items():
+        if value is not None and flag not in PLOTS[kind][0]:
+            plots = ", ".join(k for k, (takes, _) in PLOTS.items() if flag in takes)
             raise VFLBenchError(
                 f"The {kind} plot does not take --{flag.replace('_', '-')}; it applies to the {plots} plot(s)."
             )
     from ..results.outputs import check_output_file
 
     check_output_file(out.with_suffix(".png"))
-    if kind == "cd":
-        import pandas as pd
-
-        from ..results.report import load_many, make_table
-        from ..results.stats import critical_difference
-        from ..results.verdicts import display
-
-        parts = []
-        for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
-            joined = [Path(p) for p in str(folder).split("+")]  # A+B: two folders' rows as one (methods side by side)
-            _, agg = make_table(load_many(joined), "generic")
-            headline = agg.groupby("dataset", sort=False)["metric"].first()  # the generic layout lists it first
-            parts.append(agg[agg["metric"] == agg["dataset"].map(headline)].assign(source=str(folder)))
-        table = pd.concat(parts).pivot_table(
-            index=["source", "dataset", "train_missing", "test_missing"], columns="method", values="mean"
-        )
-        table.columns = [display(m) for m in table.columns]
-        paths, text = critical_difference(table, out)
-        console.print(text, highlight=False)
-        for p in paths:
-            console.print(f"-> {p}")
-        return
-    results = results[0]
-    if kind == "scalability":
-        paths = plot_scalability(results, out, metric or "accuracy", test_missing)
-    elif kind == "curves":
-        paths = plot_curves(results, out)
-    elif kind == "budget":
-        from ..results.plot import plot_budget
-
-        paths = plot_budget(results, out, metric, panel, test_missing)
-    elif kind == "frontier":
-        from ..results.plot import plot_frontier
-
-        paths = plot_frontier(results, out, metric)
-    elif kind == "privacy":
-        from ..results.plot import plot_privacy
-
-        paths = plot_privacy(results, out, attack_metric, metric, test_missing or "none")
-    elif kind == "bars":
-        from ..results.plot import plot_bars
-        from ..results.report import make_table
-
-        _, agg = make_table(results, "generic")
-        seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))
-        paths = plot_bars(agg, out, title=f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds")
-    else:
-        raise VFLBenchError(f"Unknown plot '{kind}'. Choices: scalability, curves, bars.")
+    paths = PLOTS[kind][1](results if kind == "cd" else results[0], out, **{k: given[k] for k in PLOTS[kind][0]})
     for p in paths:
         console.print(f"-> {p}")
+
+
+def _plot_cd(results: list[Path], out: Path) -> list[Path]:
+    """A critical-difference diagram over every folder's conditions (A+B: two folders' rows as one)."""
+    import pandas as pd
+
+    from ..results.report import load_many, make_table
+    from ..results.stats import critical_difference
+    from ..results.verdicts import display
+
+    parts = []
+    for folder in results:  # a condition: a folder's dataset x train x test, on the dataset's own metric
+        joined = [Path(p) for p in str(folder).split("+")]  # A+B: two folders' rows as one (methods side by side)
+        _, agg = make_table(load_many(joined), "generic")
+        headline = agg.groupby("dataset", sort=False)["metric"].first()  # the generic layout lists it first
+        parts.append(agg[agg["metric"] == agg["dataset"].map(headline)].assign(source=str(folder)))
+    table = pd.concat(parts).pivot_table(
+        index=["source", "dataset", "train_missing", "test_missing"], columns="method", values="mean"
+    )
+    table.columns = [display(m) for m in table.columns]
+    paths, text = critical_difference(table, out)
+    console.print(text, highlight=False)
+    return paths
+
+
+def _plot_bars(results: Path, out: Path) -> list[Path]:
+    from ..results.plot import plot_bars
+    from ..results.report import make_table
+
+    _, agg = make_table(results, "generic")
+    seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))
+    return plot_bars(agg, out, title=f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds")
+
+
+def _drawer(name: str):
+    """A plot of vflbench.results.plot, imported when drawn (matplotlib is heavy)."""
+
+    def draw(results, out, *args, **kw):
+        from ..results import plot as plots
+
+        return getattr(plots, name)(results, out, *args, **kw)
+
+    return draw
+
+
+# kind -> (the options it takes, how it is drawn): the registry of `vflbench plot`
+PLOTS = {
+    "scalability": (
+        {"metric", "test_missing"},
+        lambda r, o, metric, test_missing: _drawer("plot_scalability")(r, o, metric or "accuracy", test_missing),
+    ),
+    "curves": (set(), _drawer("plot_curves")),
+    "bars": (set(), _plot_bars),
+    "budget": (
+        {"metric", "test_missing", "panel"},
+        lambda r, o, metric, test_missing, panel: _drawer("plot_budget")(r, o, metric, panel, test_missing),
+    ),
+    "frontier": ({"metric"}, _drawer("plot_frontier")),
+    "cd": (set(), _plot_cd),
+    "privacy": (
+        {"metric", "test_missing", "attack_metric"},
+        lambda r, o, metric, test_missing, attack_metric: _drawer("plot_privacy")(
+            r, o, attack_metric, metric, test_missing or "none"
+        ),
+    ),
+}

@@ -29,6 +29,8 @@ class Channel:
 
     bytes_up_per_value: float | None = None  # None: the tensor's element size
     bytes_down_per_value: float | None = None
+    taps: list[Any] | tuple = ()  # (instances get their own lists; a stand-in channel that skips __init__ has none)
+    down_hooks: list[Any] | tuple = ()
 
     def __init__(self, n_parties: int):
         self.k = int(n_parties)

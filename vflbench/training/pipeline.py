@@ -235,21 +235,26 @@ def record(
         manifest["alignment"] = prep.data.preprocessing["alignment"]  # intersection sizes (vflbench.data.alignment)
     if method.faults is not None:
         manifest["party_losses"] = method.faults.manifest()
-    privacy = method.boundary.manifest() if method.boundary is not None else None
-    if privacy is not None:
-        manifest["privacy"] = {
-            **privacy,
+    manifest.update(privacy_manifest(run, method, extras, callbacks))
+    manifest["timings"]["record_s"] = time.perf_counter() - t_record
+    return rows, manifest
+
+
+def privacy_manifest(run: ResolvedRun, method: Method, extras: dict[str, Any], callbacks) -> dict[str, Any]:
+    """The manifest's ``privacy`` (the mechanism's certified epsilons and, beside them, the label defense and its
+    certified label epsilon) and ``attacks`` (the attacks measured on the run)."""
+    out: dict[str, Any] = {}
+    if method.boundary is not None:
+        out["privacy"] = {
+            **method.boundary.manifest(),
             **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {}),
         }
     if "label_defense" in extras:  # the label side's protection, beside the feature side's
-        manifest.setdefault("privacy", {}).update(
-            {k: extras[k] for k in ("label_defense", "epsilon_label") if k in extras}
-        )
-    attacks = [cb for cb in callbacks if hasattr(cb, "attacks")]
+        out.setdefault("privacy", {}).update({k: extras[k] for k in ("label_defense", "epsilon_label") if k in extras})
+    attacks = [text for cb in callbacks if hasattr(cb, "attacks") for text, _ in cb.attacks]
     if attacks:
-        manifest["attacks"] = [text for cb in attacks for text, _ in cb.attacks]
-    manifest["timings"]["record_s"] = time.perf_counter() - t_record
-    return rows, manifest
+        out["attacks"] = attacks
+    return out
 
 
 def attack_rows(
