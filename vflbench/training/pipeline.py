@@ -244,9 +244,10 @@ def privacy_manifest(run: ResolvedRun, method: Method, extras: dict[str, Any], c
     """The manifest's ``privacy`` (the mechanism's certified epsilons and, beside them, the label defense and its
     certified label epsilon) and ``attacks`` (the attacks measured on the run)."""
     out: dict[str, Any] = {}
-    if method.boundary is not None:
+    privacy = method.boundary.manifest() if method.boundary is not None else None
+    if privacy is not None:
         out["privacy"] = {
-            **method.boundary.manifest(),
+            **privacy,
             **(method.privacy_manifest(bool(run.target)) if hasattr(method, "privacy_manifest") else {}),
         }
     if "label_defense" in extras:  # the label side's protection, beside the feature side's
