@@ -62,3 +62,30 @@ def test_multiclass_f1_is_macro():
     preds = np.array([[0, 1, 2, 1]])
     got = f1(preds, np.ones((1, 4), bool), np.ones(4, bool), y, "single", 3, None)
     assert got == pytest.approx(np.mean([1.0, 2 / 3, 2 / 3]))
+
+
+def test_f1_and_average_precision_equal_scikit_learns_bit_for_bit():
+    """vflbench computes F1 and AP itself (importing scikit-learn costs a run about a second): the same float64
+    arithmetic, so the same numbers, bit for bit, on random cases with ties, absent classes and every class count."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score as sk_ap
+    from sklearn.metrics import f1_score as sk_f1
+
+    from vflbench.training.metrics import average_precision_score, f1_score
+
+    rng = np.random.default_rng(0)
+    for case in range(300):
+        n, c = int(rng.integers(1, 400)), int(rng.integers(2, 12))
+        y = rng.integers(0, c, n)
+        pred = np.where(rng.random(n) < 0.6, y, rng.integers(0, c, n))
+        if c == 2:
+            pos = int(rng.integers(0, 2))
+            assert f1_score(y, pred, [pos]) == sk_f1(y, pred, pos_label=pos, average="binary", zero_division=0)
+        assert f1_score(y, pred, list(range(c))) == sk_f1(
+            y, pred, labels=np.arange(c), average="macro", zero_division=0
+        )
+        truth = rng.random(n) < rng.random()
+        if truth.all() or not truth.any():
+            continue
+        score = np.round(rng.random(n), int(rng.integers(1, 4))).astype(np.float32 if case % 2 else np.float64)
+        assert average_precision_score(truth, score) == sk_ap(truth, score), case

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
+import sys
 import typing
 import warnings
 from pathlib import Path
@@ -163,5 +165,25 @@ def out_path(text: str | None, flag: str = "--out") -> Path | None:
     return Path(text)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+# Commands that start no process of their own and leave nothing to clean up: once they have written their files and
+# printed, the process leaves without the interpreter's teardown, whose module finalisation (torch's above all) held
+# a finished `vflbench run` for about a second (docs/SPEED.md, "Start-up"). Commands that start Ray, party
+# processes' launchers or Optuna's storage keep the ordinary exit.
+QUICK_EXIT = frozenset({"run", "table", "methods", "attacks", "datasets", "masks", "inspect"})
+
+
+def main() -> None:
+    """The console entry point (``vflbench``, ``python -m vflbench``)."""
+    command = next((a for a in sys.argv[1:] if a in QUICK_EXIT or a in {"sweep", "tune", "server", "party"}), None)
+    try:
+        app(prog_name="vflbench")
+    except SystemExit as e:
+        if command not in QUICK_EXIT:
+            raise
+        code = e.code
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(0 if code is None else int(code))

@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.special import log_ndtr, logsumexp
 
 from ..core.errors import VFLBenchError
 
@@ -83,12 +82,16 @@ def pure_dp_cap(b: int, beta: float) -> float:
 
 def renyi(log_p: np.ndarray, log_q: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """D_alpha(P||Q) for distributions on a common support, log-space, for every order in ``alpha``."""
+    from scipy.special import logsumexp  # scipy costs a run's start; only private runs account
+
     a = np.asarray(alpha, dtype=float)[:, None]
     return logsumexp(a * log_p[None] + (1 - a) * log_q[None], axis=1) / (a[:, 0] - 1)
 
 
 def log_convolve(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     """log of the convolution of two PMFs given as logs (no underflow in the tails)."""
+    from scipy.special import logsumexp
+
     n = len(la) + len(lb) - 1
     grid = la[:, None] + lb[None, :]
     out = np.full(n, -np.inf)
@@ -174,6 +177,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     mu = sqrt(sum Delta_i^2) / sigma, so this is the tight value, not a bound on it."""
     if mu <= 0:
         return 0.0
+
+    from scipy.special import log_ndtr
 
     def log_delta(eps: float) -> float:
         a = log_ndtr(-eps / mu + mu / 2)

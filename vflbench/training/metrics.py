@@ -15,7 +15,6 @@ Inputs are the concatenated per-predictor outputs of a method over the test set:
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import average_precision_score, f1_score
 
 from ..core.errors import VFLBenchError
 
@@ -43,6 +42,36 @@ def _combine(values: list[float], rule: str) -> float:
     return float(np.mean(vals))
 
 
+def f1_score(y: np.ndarray, pred: np.ndarray, labels: list[int]) -> float:
+    """F1 of ``labels`` (one: binary, its positive class; several: their unweighted mean, macro-F1), zero where a
+    label is neither true nor predicted. The arithmetic of scikit-learn's ``f1_score(..., zero_division=0)``
+    (2 tp / (true + predicted) in float64, then ``np.nanmean``) without importing it at every run's start:
+    ``tests/test_metrics.py`` checks the two equal bit for bit."""
+    f = np.empty(len(labels), dtype=np.float64)
+    for i, c in enumerate(labels):
+        t, p = y == c, pred == c
+        tp, denom = float(np.sum(t & p)), float(np.sum(t)) + float(np.sum(p))
+        f[i] = 2.0 * tp / denom if denom != 0 else 0.0
+    return float(np.nanmean(f))
+
+
+def average_precision_score(y_true: np.ndarray, score: np.ndarray) -> float:
+    """Average precision (the step integral of the precision-recall curve) of binary truth ``y_true`` and scores:
+    the arithmetic of scikit-learn's ``average_precision_score`` (thresholds at the distinct scores, float64
+    counts), bit for bit (``tests/test_metrics.py``), without its import."""
+    order = np.argsort(-np.asarray(score), kind="stable")
+    s, t = np.asarray(score)[order], np.asarray(y_true)[order].astype(np.float64)
+    idx = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1]
+    tps = np.cumsum(t, dtype=np.float64)[idx]
+    fps = 1 + idx.astype(np.float64) - tps
+    ps = tps + fps
+    precision = np.where(ps != 0, np.divide(tps, ps, out=np.zeros_like(tps), where=ps != 0), 0.0)
+    recall = tps / tps[-1]
+    precision = np.concatenate((np.flip(precision), [1.0]))
+    recall = np.concatenate((np.flip(recall), [0.0]))
+    return float(max(0.0, -np.sum(np.diff(recall) * precision[:-1])))
+
+
 def f1(preds, valid, counted, y, rule: str, n_classes: int, positive_class: int | None = 1) -> float:
     per = []
     for p in range(preds.shape[0]):
@@ -51,17 +80,9 @@ def f1(preds, valid, counted, y, rule: str, n_classes: int, positive_class: int 
             per.append(float("nan") if rule != "per_predictor_mean" else 0.0)
             continue
         if n_classes == 2:
-            per.append(
-                f1_score(
-                    y[m],
-                    preds[p, m],
-                    pos_label=positive_class if positive_class is not None else 1,
-                    average="binary",
-                    zero_division=0,
-                )
-            )
+            per.append(f1_score(y[m], preds[p, m], [positive_class if positive_class is not None else 1]))
         else:
-            per.append(f1_score(y[m], preds[p, m], labels=np.arange(n_classes), average="macro", zero_division=0))
+            per.append(f1_score(y[m], preds[p, m], list(range(n_classes))))
     return _combine(per, rule)
 
 
