@@ -7,6 +7,8 @@ choice is an option recorded in the manifest, so alternatives can be swept.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,29 +55,31 @@ VARIANTS = (
 )
 
 
-def read_raw(ds_dir: Path) -> tuple[pd.DataFrame, dict[str, str] | None]:
+def read_raw(ds_dir: Path) -> tuple[np.ndarray, list[str], dict[str, str] | None]:
     """Parse the raw file once; later loads read a small .npy cache, verified against the sha256 of
     the source file and of its own bytes (a cache that fails either check is rebuilt with a warning).
-    Returns the table and what the manifest records about the cache."""
-    import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
-
+    Returns the table as float64 (ID, the 23 attributes, the label), its columns, and what the manifest records
+    about the cache. A cached table needs no pandas."""
     from .fetch import load_verified_cache, sha256_file, write_verified_cache
 
+    cols = ["ID"] + COLUMNS + [LABEL]
     src = ds_dir / XLS if (ds_dir / XLS).exists() else ds_dir / CSV_GZ
     if not src.exists():
-        return _parse(ds_dir), None
-    cols = ["ID"] + COLUMNS + [LABEL]
+        return _table(_parse(ds_dir), cols), cols, None
     source = sha256_file(src)
     cache = ds_dir / f".parsed-v3-{src.suffix.strip('.')}-{source[:16]}.npy"
     arr, info = load_verified_cache(cache, source, "credit")
     if arr is not None and arr.shape == (30000, len(cols)):
-        return pd.DataFrame(arr, columns=cols), info
-    df = _parse(ds_dir)
+        return arr, cols, info
+    arr = _table(_parse(ds_dir), cols)
+    info = {**write_verified_cache(cache, arr, source), "status": info.get("status", "built")}
+    return arr, cols, info
+
+
+def _table(df, cols: list[str]) -> np.ndarray:
     if "ID" not in df.columns:
         df.insert(0, "ID", np.arange(1, len(df) + 1))
-    arr = df[cols].to_numpy(np.float64)
-    info = {**write_verified_cache(cache, arr, source), "status": info.get("status", "built")}
-    return pd.DataFrame(arr, columns=cols), info
+    return df[cols].to_numpy(np.float64)
 
 
 def _parse(ds_dir: Path) -> pd.DataFrame:
@@ -104,7 +108,7 @@ def _parse(ds_dir: Path) -> pd.DataFrame:
 
 
 def load(ds_dir: Path, opts: dict) -> Dataset:
-    df, cache = read_raw(ds_dir)
+    arr, table_cols, cache = read_raw(ds_dir)
     if opts["columns"] == "all":
         cols = COLUMNS
     else:
@@ -112,20 +116,63 @@ def load(ds_dir: Path, opts: dict) -> Dataset:
     bad = [c for c in cols if c not in COLUMNS]
     if bad:
         raise VFLBenchError(f"Unknown Credit columns {bad}. Known: {', '.join(COLUMNS)}.")
-    X = df[cols].to_numpy(np.float64)
-    y = df[LABEL].to_numpy().astype(np.int64)
-    Xtr, ytr, Xte, yte = split_scale(
-        X,
-        y,
-        test_size=opts["test_size"],
-        split_seed=opts["split_seed"],
-        stratify=opts["stratify"],
-        scaler=opts["scaler"],
-    )
-    ds = Dataset(INFO, Xtr, ytr, Xte, yte, feature_names=list(cols))
+    split, split_info = _split_cache(ds_dir, cache, opts)
+    if split is None:
+        X = arr[:, [table_cols.index(c) for c in cols]]
+        y = arr[:, table_cols.index(LABEL)].astype(np.int64)
+        split = dict(
+            zip(
+                ("x_train", "y_train", "x_test", "y_test"),
+                split_scale(
+                    X,
+                    y,
+                    test_size=opts["test_size"],
+                    split_seed=opts["split_seed"],
+                    stratify=opts["stratify"],
+                    scaler=opts["scaler"],
+                ),
+                strict=True,
+            )
+        )
+        split_info = _write_split(ds_dir, cache, opts, split) or split_info
+    ds = Dataset(INFO, split["x_train"], split["y_train"], split["x_test"], split["y_test"], feature_names=list(cols))
     if cache:
         ds.preprocessing["parsed_cache"] = cache
+    if split_info:
+        ds.preprocessing["split_cache"] = split_info
     return ds
+
+
+SPLIT_OPTIONS = ("test_size", "split_seed", "stratify", "scaler", "columns")
+
+
+def _split_key(cache: dict[str, str] | None, opts: dict) -> str | None:
+    """The digest a split cache is known by: the source file's and the options that shape the split."""
+    if not cache or "source_sha256" not in cache:
+        return None
+    spec = {"source": cache["source_sha256"], **{k: str(opts[k]) for k in SPLIT_OPTIONS}, "version": 1}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _split_cache(ds_dir: Path, cache: dict[str, str] | None, opts: dict) -> tuple[dict | None, dict | None]:
+    """The split and scaled arrays of these options, from a verified cache (a run then needs neither pandas nor
+    scikit-learn: both cost a short run's start more than a second); None when there is none yet."""
+    from .fetch import load_verified_cache
+
+    key = _split_key(cache, opts)
+    if key is None:
+        return None, None
+    arrays, info = load_verified_cache(ds_dir / f".split-v1-{key[:16]}.npz", key, "credit split")
+    return arrays, info
+
+
+def _write_split(ds_dir: Path, cache: dict[str, str] | None, opts: dict, split: dict) -> dict | None:
+    from .fetch import write_verified_cache
+
+    key = _split_key(cache, opts)
+    if key is None:
+        return None
+    return {**write_verified_cache(ds_dir / f".split-v1-{key[:16]}.npz", split, key), "status": "built"}
 
 
 INFO = DatasetInfo(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,23 +155,13 @@ def fetch_all(names) -> None:
 
 def load_dataset(name: str, options: dict[str, Any] | None = None, download: bool = True) -> Dataset:
     """Load a dataset by registry name, fetching its raw files first if needed."""
-    import pandas as pd  # lazy: listing and validating datasets must not pay for pandas
-
     spec = DATASETS.get(name)
     opts = resolve_options(spec, options)
     sums = spec.fetch(download=download)
     try:
         ds = spec.loader(spec.ds_dir(), opts)
-    except (
-        OSError,
-        EOFError,
-        zlib.error,
-        UnicodeDecodeError,
-        pd.errors.ParserError,
-        pd.errors.EmptyDataError,
-        struct.error,
-    ) as e:
-        if not sums:
+    except Exception as e:
+        if not unreadable(e) or not sums:
             raise
         # the files passed their checks (or have none) but cannot be parsed: set them aside
         first = spec.ds_dir() / next(iter(sums))
@@ -186,6 +177,16 @@ def load_dataset(name: str, options: dict[str, Any] | None = None, download: boo
 
     ds.checksum_checks = dict(LAST_CHECKS.get(name, {}))
     return ds
+
+
+def unreadable(e: BaseException) -> bool:
+    """A loader's error that means its files cannot be parsed (pandas' parser errors only where a loader used
+    pandas: a loader that did not import it cannot have raised them, and importing it costs a run's start)."""
+    kinds: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, UnicodeDecodeError, struct.error)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        kinds += (pd.errors.ParserError, pd.errors.EmptyDataError)
+    return isinstance(e, kinds)
 
 
 # ----------------------------------------------------------------------------- shared helpers
