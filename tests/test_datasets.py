@@ -56,6 +56,35 @@ def test_a_tampered_parsed_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_credits_split_cache_is_verified_and_spares_pandas_and_scikit_learn(tmp_path, monkeypatch):
+    """A run's split and scaled Credit arrays are cached per options (verified like the parsed table): the cached
+    load equals the computed one, a tampered cache is rebuilt with a warning, and a cached load imports neither
+    pandas nor scikit-learn (they cost a short run's start more than a second)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("VFLBENCH_DATA", str(tmp_path))
+    first = load_dataset("credit", download=False)
+    assert first.preprocessing["split_cache"]["status"] == "built"
+    again = load_dataset("credit", download=False)
+    assert again.preprocessing["split_cache"]["status"] == "verified"
+    assert all(np.array_equal(getattr(first, a), getattr(again, a)) for a in ("x_train", "y_train", "x_test", "y_test"))
+    other = load_dataset("credit", {"split_seed": "3"}, download=False)
+    assert other.preprocessing["split_cache"]["status"] == "built"  # other options: another cache
+    cache = next(tmp_path.rglob(first.preprocessing["split_cache"]["cache"]))
+    cache.write_bytes(cache.read_bytes()[:-8] + b"damaged!")
+    with pytest.warns(UserWarning, match="do not match the checksum"):
+        fixed = load_dataset("credit", download=False)
+    assert np.array_equal(fixed.x_train, first.x_train) and np.array_equal(fixed.y_test, first.y_test)
+    code = (
+        "import sys; from vflbench.data.datasets import load_dataset; load_dataset('credit', download=False); "
+        "print(sorted(m for m in ('pandas', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@needs_mirror
 def test_isolet_phishing_fashion_from_mirror():
     iso = load_dataset("isolet", download=False)
     assert iso.x_train.shape == (6238, 617) and iso.x_test.shape == (1559, 617) and iso.y_train.max() == 25
