@@ -47,10 +47,16 @@ from vflbench.training.trainer import StageHP, fit  # noqa: E402
 
 def base_optimizer(rev: str):
     """``MaskedOptimizer`` of ``vflbench/nn/optim.py`` at git revision ``rev`` (its relative imports made absolute)."""
-    src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:vflbench/nn/optim.py"], check=True, capture_output=True, text=True
-    ).stdout
-    src = src.replace("from .errors", "from vflbench.core.errors").replace("from .models", "from vflbench.nn.models")
+    for where in ("vflbench/nn/optim.py", "vflbench/optim.py"):  # the module's place before and after the folders
+        got = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{where}"], capture_output=True, text=True)
+        if got.returncode == 0:
+            src = got.stdout
+            break
+    else:
+        raise SystemExit(f"revision {rev} has no vflbench/nn/optim.py or vflbench/optim.py")
+    for a, b in (("from ..core.errors", "from .errors"), ("from .errors", "from vflbench.core.errors")):
+        src = src.replace(a, b)
+    src = src.replace("from .models", "from vflbench.nn.models")
     path = Path(tempfile.mkdtemp()) / "base_optim.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("base_optim", path)

@@ -172,13 +172,20 @@ def out_path(text: str | None, flag: str = "--out") -> Path | None:
 QUICK_EXIT = frozenset({"run", "table", "methods", "attacks", "datasets", "masks", "inspect"})
 
 
+def observed() -> bool:
+    """A profiler, tracer or coverage run watches this process: it writes its data at the interpreter's exit,
+    which therefore stays the ordinary one."""
+    watchers = ("cProfile", "profile", "coverage", "pyinstrument", "yappi", "line_profiler")
+    return sys.getprofile() is not None or sys.gettrace() is not None or any(w in sys.modules for w in watchers)
+
+
 def main() -> None:
     """The console entry point (``vflbench``, ``python -m vflbench``)."""
     command = next((a for a in sys.argv[1:] if a in QUICK_EXIT or a in {"sweep", "tune", "server", "party"}), None)
     try:
         app(prog_name="vflbench")
     except SystemExit as e:
-        if command not in QUICK_EXIT:
+        if command not in QUICK_EXIT or observed():
             raise
         code = e.code
         if isinstance(code, str):
