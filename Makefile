@@ -40,6 +40,8 @@ bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and 
 	$(BIN)/python benchmarks/bench_methods.py --full-run
 	$(BIN)/python benchmarks/laser_overhead.py
 	$(BIN)/python benchmarks/attack_overhead.py
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/combinatorial_k8.py
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo

@@ -69,7 +69,7 @@ def per_run(folder: Path) -> pd.DataFrame:
 
 
 def table(runs: pd.DataFrame, by: list[str], cols: list[str]) -> str:
-    g = runs.groupby(by, sort=False)
+    g = runs.groupby(by, sort=True)
     lines = ["| " + " | ".join(by + cols + ["seeds"]) + " |", "|" + "---|" * (len(by) + len(cols) + 1)]
     for key, h in g:
         key = key if isinstance(key, tuple) else (key,)
@@ -102,21 +102,16 @@ def main() -> None:
     grid = per_run(a.root / "grid")
     cols = ["utility none", "utility mcar:0.5", *ATTACKS.values(), EPS]
     parts += ["## The grid (`grid/`)", "", table(grid, ["dataset", "variant", "train_missing"], cols), ""]
-    pbm = per_run(a.root / "pbm")
-    parts += [
-        "## PBM-VFL at the paper's settings (`pbm/`)",
-        "",
-        table(pbm, ["dataset", "variant", "train_missing"], cols),
-        "",
-    ]
-    sweep = pd.concat([per_run(a.root / "pbm_epsilon"), pbm[pbm["train_missing"] == "none"]])
-    sweep = sweep.assign(order=sweep[EPS]).sort_values("order")
-    parts += [
-        "## PBM-VFL's epsilon against inversion (`pbm_epsilon/`, and the paper's beta = 0.1 from `pbm/`)",
-        "",
-        table(sweep, ["variant"], [EPS, "inversion R²", "direction AUC", "utility none"]),
-        "",
-    ]
+    if (a.root / "pbm" / "results.csv").exists():  # (a sweep still running has no results.csv yet)
+        pbm = per_run(a.root / "pbm")
+        rows = table(pbm, ["dataset", "variant", "train_missing"], cols)
+        parts += ["## PBM-VFL at the paper's settings (`pbm/`)", "", rows, ""]
+        if (a.root / "pbm_epsilon" / "results.csv").exists():
+            sweep = pd.concat([per_run(a.root / "pbm_epsilon"), pbm[pbm["train_missing"] == "none"]])
+            sweep = sweep.assign(order=sweep[EPS]).sort_values("order")
+            rows = table(sweep, ["variant"], [EPS, "inversion R²", "direction AUC", "utility none"])
+            title = "## PBM-VFL's epsilon against inversion (`pbm_epsilon/`, and the paper's beta = 0.1 from `pbm/`)"
+            parts += [title, "", rows, ""]
     d = per_run(a.root / "defenses")
     dcols = [
         "utility none",
@@ -134,7 +129,7 @@ def main() -> None:
             "| variant | train | epsilon_label | e^eps | completion odds gain (mean, max over seeds) | direction AUC |"
         ]
         rows.append("|---|---|---|---|---|---|")
-        for (v, tr), h in rr.groupby(["variant", "train_missing"], sort=False):
+        for (v, tr), h in rr.groupby(["variant", "train_missing"], sort=True):
             gains = [odds(x) / odds(y) for x, y in zip(h["completion acc."], h["completion acc. at init"], strict=True)]
             eps = float(h["epsilon_label"].iloc[0])
             rows.append(

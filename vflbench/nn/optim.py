@@ -160,8 +160,8 @@ class MaskedOptimizer:
                 if span.stop == span.start:
                     continue
                 p, grad, mem = param.detach()[span], grad[span], mem[span]
-            if not all_active and self.bounds[i] is not None:
-                self._step_members(p, grad, st, self.bounds[i], active)
+            if self.bounds[i] is not None:
+                self._step_members(p, grad, st, self.bounds[i], active, all_active)
             else:
                 self._step_flat(p, grad, mem, st, all_active, active)
         for mem, idx in owned.items():
@@ -195,15 +195,23 @@ class MaskedOptimizer:
         else:
             m.lerp_(g, (1 - b1) * a)
             v.lerp_(g * g, (1 - b2) * a)
-        bc2_sqrt, scale = self._bias_corrections(self.steps)  # one value per member (its step count), gathered
-        denom = (v.sqrt() / bc2_sqrt[..., mem]).add_(self.eps)
-        step = m / denom * scale[..., mem]
+        bc2_sqrt, scale = self._bias_corrections(self.steps)  # one value per member (its step count)
+        if self.pack is None and bool((self.steps == self.steps[0]).all()):  # one count for all: two numbers
+            bc2_el, scale_el = bc2_sqrt[0].item(), scale[0].item()
+        else:  # gathered per element
+            bc2_el, scale_el = bc2_sqrt[..., mem], scale[..., mem]
+        denom = (v.sqrt() / bc2_el).add_(self.eps)
+        step = m / denom * scale_el
         p.sub_(step if a is None else step * a)
 
-    def _step_members(self, p, grad, st, bounds: list[tuple[int, int]], active: torch.Tensor) -> None:
-        """The masked update of :meth:`_step_flat` on the active members' spans only (members whose elements are
-        contiguous): an inactive member's elements would not move there (its mask is 0), so they are left alone,
-        and the active ones get the same arithmetic, element for element, so the same numbers bit for bit."""
+    def _step_members(
+        self, p, grad, st, bounds: list[tuple[int, int]], active: torch.Tensor, all_active: bool = False
+    ) -> None:
+        """:meth:`_step_flat`'s update on the active members' spans only (members whose elements are contiguous),
+        with each span's bias corrections as one number (consecutive members of one step count share a span): an
+        inactive member's elements would not move (its mask is 0), so they are left alone, and the active ones get
+        the same arithmetic, element for element (the masked formulas, or the unmasked ones when every member is
+        active), so the same numbers bit for bit."""
         b1, b2 = self.betas
         if self.name == "adam" and "m" not in st:
             st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
@@ -211,7 +219,7 @@ class MaskedOptimizer:
             st["buf"] = torch.zeros_like(p)
         steps = self.steps.tolist()
         segs: list[tuple[int, int, float]] = []  # consecutive active members of one step count share a segment
-        for j in active.nonzero().view(-1).tolist():
+        for j in range(len(bounds)) if all_active else active.nonzero().view(-1).tolist():
             lo, hi = bounds[j]
             if hi == lo:
                 continue
@@ -226,18 +234,26 @@ class MaskedOptimizer:
         if self.wd:
             gs = torch._foreach_add(gs, ps, alpha=self.wd)
         if self.name == "sgd":
-            if self.momentum:  # buf + (buf (momentum - 1) + g): the masked formula at mask 1
+            if self.momentum:
                 bufs = [st["buf"][lo:hi] for lo, hi, _ in segs]
-                moved = torch._foreach_mul(bufs, self.momentum - 1.0)
-                torch._foreach_add_(moved, gs)
-                torch._foreach_add_(bufs, moved)
+                if all_active:
+                    torch._foreach_mul_(bufs, self.momentum)
+                    torch._foreach_add_(bufs, gs)
+                else:  # buf + (buf (momentum - 1) + g): the masked formula at mask 1
+                    moved = torch._foreach_mul(bufs, self.momentum - 1.0)
+                    torch._foreach_add_(moved, gs)
+                    torch._foreach_add_(bufs, moved)
                 gs = bufs
             torch._foreach_add_(ps, gs, alpha=-self.lr)
             return
         ms = [st["m"][lo:hi] for lo, hi, _ in segs]
         vs = [st["v"][lo:hi] for lo, hi, _ in segs]
         torch._foreach_lerp_(ms, gs, 1 - b1)
-        torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1 - b2)
+        if all_active:
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+        else:
+            torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1 - b2)
         bc2_sqrt, scale = self._bias_corrections(torch.tensor([s for _, _, s in segs], device=p.device))
         denom = torch._foreach_sqrt(vs)
         torch._foreach_div_(denom, bc2_sqrt.tolist())

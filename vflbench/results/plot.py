@@ -408,7 +408,7 @@ def plot_privacy(
     datasets = list(dict.fromkeys(pts["dataset"]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.6 * len(datasets), 4.2), squeeze=False)
     colours = series_colours(pts["variant"])
-    trains = list(dict.fromkeys(pts["train_missing"]))
+    trains = sorted(dict.fromkeys(pts["train_missing"]), key=lambda s: (s != "none", s))  # every block first
     for ax, ds in zip(axes[0], datasets, strict=True):
         for _, p in pts[pts["dataset"] == ds].iterrows():
             filled = trains.index(p["train_missing"]) == 0
@@ -424,7 +424,9 @@ def plot_privacy(
                 label=f"{p['variant']}",
             )
             tags = [
-                f"ε={p[c]:.3g}" + ("ₗ" if c == "epsilon_label" else "") for c in EPSILON_COLUMNS if pd.notna(p.get(c))
+                ("ε label=" if c == "epsilon_label" else "ε=") + f"{p[c]:.3g}"
+                for c in EPSILON_COLUMNS
+                if pd.notna(p.get(c))
             ]
             if tags:
                 ax.annotate(
