@@ -68,8 +68,8 @@ def per_run(folder: Path) -> pd.DataFrame:
     return out
 
 
-def table(runs: pd.DataFrame, by: list[str], cols: list[str]) -> str:
-    g = runs.groupby(by, sort=True)
+def table(runs: pd.DataFrame, by: list[str], cols: list[str], sort: bool = True) -> str:
+    g = runs.groupby(by, sort=sort)
     lines = ["| " + " | ".join(by + cols + ["seeds"]) + " |", "|" + "---|" * (len(by) + len(cols) + 1)]
     for key, h in g:
         key = key if isinstance(key, tuple) else (key,)
@@ -109,7 +109,7 @@ def main() -> None:
         if (a.root / "pbm_epsilon" / "results.csv").exists():
             sweep = pd.concat([per_run(a.root / "pbm_epsilon"), pbm[pbm["train_missing"] == "none"]])
             sweep = sweep.assign(order=sweep[EPS]).sort_values("order")
-            rows = table(sweep, ["variant"], [EPS, "inversion R²", "direction AUC", "utility none"])
+            rows = table(sweep, ["variant"], [EPS, "inversion R²", "direction AUC", "utility none"], sort=False)
             title = "## PBM-VFL's epsilon against inversion (`pbm_epsilon/`, and the paper's beta = 0.1 from `pbm/`)"
             parts += [title, "", rows, ""]
     d = per_run(a.root / "defenses")
