@@ -82,8 +82,13 @@ def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None) -> list[s
 
     new = execute_rows(manifest)
     old = read_results_csv(baseline or run_dir / "results.csv")
-    ident = [c for c in ("test_missing", "metric", "epoch") if c in old.columns]
-    key = lambda df: df[ident].astype(str).agg("|".join, axis=1)  # noqa: E731
+    ident = [
+        c for c in ("test_missing", "metric", "epoch", "adversary") if c in old.columns
+    ]  # attack rows: per adversary
+
+    def key(df):  # a row's identity as text (a column a row lacks, e.g. a utility row's adversary, is "")
+        return df[ident].astype(object).where(df[ident].notna(), "").astype(str).agg("|".join, axis=1)
+
     new.index, old.index = key(new), key(old)
     diffs = []
     missing = sorted(set(old.index) - set(new.index))

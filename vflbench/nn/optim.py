@@ -84,14 +84,6 @@ class MaskedOptimizer:
                         self.spans[i] = slice(lo, hi)
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
         self._has_owned = any(isinstance(mem, int) for _, mem in self.entries)
-        # Each member's elements of a shared tensor, as (start, end) on the host, where they are contiguous (the flat
-        # store lays members out one after another): a step then touches only its active members' spans.
-        self.bounds: list[list[tuple[int, int]] | None] = [None] * len(self.entries)
-        if pack is None:
-            for i, (_, mem) in enumerate(self.entries):
-                if isinstance(mem, torch.Tensor):
-                    span = self.spans[i]
-                    self.bounds[i] = member_bounds(mem if span is None else mem[span], n_members)
 
     def placement(self) -> dict[str, torch.device]:
         """Where each index, mask and counter the optimiser keeps lives (all on :attr:`device`)."""
@@ -160,10 +152,7 @@ class MaskedOptimizer:
                 if span.stop == span.start:
                     continue
                 p, grad, mem = param.detach()[span], grad[span], mem[span]
-            if self.bounds[i] is not None:
-                self._step_members(p, grad, st, self.bounds[i], active, all_active)
-            else:
-                self._step_flat(p, grad, mem, st, all_active, active)
+            self._step_flat(p, grad, mem, st, all_active, active)
         for mem, idx in owned.items():
             self._step_owned(mem, idx)
 
@@ -171,6 +160,13 @@ class MaskedOptimizer:
         """One tensor shared by many members (the flat store): each element moves only if its member is active."""
         b1, b2 = self.betas
         a = None if all_active else active[..., mem].to(p.dtype)
+        t = st.get("t")
+        if t is None:
+            t = st["t"] = torch.zeros_like(p)
+        if a is None:
+            t.add_(1.0)
+        else:
+            t.add_(a)
         g = grad if not self.wd else torch.add(grad, p, alpha=self.wd)
         if self.name == "sgd":
             if self.momentum:
@@ -195,72 +191,10 @@ class MaskedOptimizer:
         else:
             m.lerp_(g, (1 - b1) * a)
             v.lerp_(g * g, (1 - b2) * a)
-        bc2_sqrt, scale = self._bias_corrections(self.steps)  # one value per member (its step count)
-        if self.pack is None and bool((self.steps == self.steps[0]).all()):  # one count for all: two numbers
-            bc2_el, scale_el = bc2_sqrt[0].item(), scale[0].item()
-        else:  # gathered per element
-            bc2_el, scale_el = bc2_sqrt[..., mem], scale[..., mem]
-        denom = (v.sqrt() / bc2_el).add_(self.eps)
-        step = m / denom * scale_el
+        bc2_sqrt, scale = self._bias_corrections(t)
+        denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+        step = m / denom * scale
         p.sub_(step if a is None else step * a)
-
-    def _step_members(
-        self, p, grad, st, bounds: list[tuple[int, int]], active: torch.Tensor, all_active: bool = False
-    ) -> None:
-        """:meth:`_step_flat`'s update on the active members' spans only (members whose elements are contiguous),
-        with each span's bias corrections as one number (consecutive members of one step count share a span): an
-        inactive member's elements would not move (its mask is 0), so they are left alone, and the active ones get
-        the same arithmetic, element for element (the masked formulas, or the unmasked ones when every member is
-        active), so the same numbers bit for bit."""
-        b1, b2 = self.betas
-        if self.name == "adam" and "m" not in st:
-            st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
-        if self.name == "sgd" and self.momentum and "buf" not in st:
-            st["buf"] = torch.zeros_like(p)
-        steps = self.steps.tolist()
-        segs: list[tuple[int, int, float]] = []  # consecutive active members of one step count share a segment
-        for j in range(len(bounds)) if all_active else active.nonzero().view(-1).tolist():
-            lo, hi = bounds[j]
-            if hi == lo:
-                continue
-            if segs and segs[-1][1] == lo and segs[-1][2] == steps[j]:
-                segs[-1] = (segs[-1][0], hi, steps[j])
-            else:
-                segs.append((lo, hi, steps[j]))
-        if not segs:
-            return
-        ps = [p[lo:hi] for lo, hi, _ in segs]
-        gs = [grad[lo:hi] for lo, hi, _ in segs]
-        if self.wd:
-            gs = torch._foreach_add(gs, ps, alpha=self.wd)
-        if self.name == "sgd":
-            if self.momentum:
-                bufs = [st["buf"][lo:hi] for lo, hi, _ in segs]
-                if all_active:
-                    torch._foreach_mul_(bufs, self.momentum)
-                    torch._foreach_add_(bufs, gs)
-                else:  # buf + (buf (momentum - 1) + g): the masked formula at mask 1
-                    moved = torch._foreach_mul(bufs, self.momentum - 1.0)
-                    torch._foreach_add_(moved, gs)
-                    torch._foreach_add_(bufs, moved)
-                gs = bufs
-            torch._foreach_add_(ps, gs, alpha=-self.lr)
-            return
-        ms = [st["m"][lo:hi] for lo, hi, _ in segs]
-        vs = [st["v"][lo:hi] for lo, hi, _ in segs]
-        torch._foreach_lerp_(ms, gs, 1 - b1)
-        if all_active:
-            torch._foreach_mul_(vs, b2)
-            torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
-        else:
-            torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1 - b2)
-        bc2_sqrt, scale = self._bias_corrections(torch.tensor([s for _, _, s in segs], device=p.device))
-        denom = torch._foreach_sqrt(vs)
-        torch._foreach_div_(denom, bc2_sqrt.tolist())
-        torch._foreach_add_(denom, self.eps)
-        update = torch._foreach_div(ms, denom)
-        torch._foreach_mul_(update, scale.tolist())
-        torch._foreach_sub_(ps, update)
 
     def _step_owned(self, mem: int, idx: list[int]) -> None:
         """The tensors ``idx`` of one active member: torch.optim's update for each, as multi-tensor ops."""
@@ -302,16 +236,6 @@ class MaskedOptimizer:
         tt = t.clamp_min(1.0)
         bc1 = 1 - torch.pow(b1, tt)
         return (1 - torch.pow(b2, tt)).sqrt_(), self.lr / bc1
-
-
-def member_bounds(mem: torch.Tensor, n_members: int) -> list[tuple[int, int]] | None:
-    """Each member's (start, end) in a tensor whose elements belong to members ``mem``, if every member's elements
-    are contiguous (``mem`` non-decreasing); else None."""
-    if len(mem) == 0 or not bool((mem[1:] >= mem[:-1]).all()):
-        return None
-    counts = torch.bincount(mem.cpu(), minlength=n_members)
-    ends = torch.cumsum(counts, 0)
-    return list(zip((ends - counts).tolist(), ends.tolist(), strict=True))
 
 
 def cosine_lr(base_lr: float, epoch: int, t_max: int, eta_min_ratio: float) -> float:
