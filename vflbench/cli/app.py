@@ -127,6 +127,31 @@ DATA_OPT = field_option("data_options")
 PART_OPT = field_option("partition_options")
 
 
+def progress_bar(*fields: str, quiet: bool = False):
+    """The progress bar of a long command, on stderr: description, bar, done/total, then ``fields`` (rich text
+    columns such as ``"loss {task.fields[loss]}"``), elapsed time and ETA; none with ``quiet``."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *(TextColumn(f) for f in fields),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet,
+        transient=False,
+    )
+
+
 def _stage_progress(bar, label: str):
     """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
     answers bad input without loading torch)."""

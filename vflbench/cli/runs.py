@@ -21,6 +21,7 @@ from .app import (
     err_console,
     friendly,
     out_path,
+    progress_bar,
     with_settings,
 )
 
@@ -67,36 +68,12 @@ def run(
         from ..federation.runtime import check
 
         check(resolved)  # before the progress bar: a refused run prints one line
-    with _progress(quiet) as bar:
+    with progress_bar("loss {task.fields[loss]}", quiet=quiet) as bar:
         rows, manifest = execute(
             resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
         )
     run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
     _print_run(resolved, rows, manifest, run_dir)
-
-
-def _progress(quiet: bool):
-    """The run's progress bar (on stderr; none with --quiet)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        disable=quiet,
-        transient=False,
-    )
 
 
 def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:

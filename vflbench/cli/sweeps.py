@@ -18,6 +18,7 @@ from .app import (
     err_console,
     friendly,
     out_path,
+    progress_bar,
 )
 
 
@@ -261,26 +262,10 @@ def _print_dry_run(p) -> None:
 
 def _execute_with_bar(p, name: str, workers, device, executor, address, threads, pack):
     """The pending runs with a progress bar; a failed or diverged run is one line as it ends."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from ..grids.sweep import execute_plan
 
     failures, diverged = [], []
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-    ) as bar:
+    with progress_bar() as bar:
         task = bar.add_task(name, total=len(p.run_ids), completed=len(p.done))
 
         def done(rec):

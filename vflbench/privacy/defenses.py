@@ -143,8 +143,7 @@ def parse_defense(value: Any) -> DefenseSpec:
     name = name.strip().replace("-", "_")
     if name not in DEFENSES:
         raise VFLBenchError(
-            f"Unknown label defense {name!r}.{did_you_mean(name, DEFENSES.names())} Choices: "
-            f"{', '.join(DEFENSES.names())} (`vflbench attacks`)."
+            f"Unknown label defense {name!r}.{did_you_mean(name, DEFENSES.names())} `vflbench attacks` lists them."
         )
     cls = DEFENSES.get(name)
     given: dict[str, float] = {}

@@ -59,6 +59,20 @@ def legend_outside(fig, axes, fontsize: int = 7) -> None:
         )
 
 
+def _finish(fig, axes, out: Path, points: pd.DataFrame | None = None, fontsize: int = 7) -> list[Path]:
+    """Every figure's last steps: lay the panels out, put the legend beside them, write PNG and PDF (and the points
+    as ``<out>.csv`` where the figure has them), close."""
+    fig.tight_layout()
+    legend_outside(fig, axes, fontsize=fontsize)
+    paths = _save(fig, out)
+    _plt().close(fig)
+    if points is None:
+        return paths
+    csv = out.with_suffix(".csv")
+    points.to_csv(csv, index=False)
+    return [*paths, csv]
+
+
 def _save(fig, out: Path) -> list[Path]:
     paths = []
     for ext in (".png", ".pdf"):
@@ -115,11 +129,7 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
     a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
     a1.grid(alpha=0.3)
     a2.grid(alpha=0.3)
-    fig.tight_layout()
-    legend_outside(fig, [a1, a2], fontsize=8)
-    paths = _save(fig, out)
-    plt.close(fig)
-    return paths
+    return _finish(fig, [a1, a2], out, fontsize=8)
 
 
 def plot_curves(results: Path, out: Path) -> list[Path]:
@@ -146,11 +156,7 @@ def plot_curves(results: Path, out: Path) -> list[Path]:
             )
         ax.set(title=f"{ds}, train {tr}", xlabel="epoch", ylabel="training loss (method's own objective)", yscale="log")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    legend_outside(fig, axes, fontsize=8)
-    paths = _save(fig, out)
-    plt.close(fig)
-    return paths
+    return _finish(fig, axes, out, fontsize=8)
 
 
 def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
@@ -172,11 +178,7 @@ def plot_bars(agg: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
     ax.set(ylabel=names.get(agg["metric"].iloc[0], agg["metric"].iloc[0]), title=title)
     lo = np.nanmin(agg["mean"]) - 10
     ax.set_ylim(max(0, lo), None)
-    fig.tight_layout()
-    legend_outside(fig, [ax])
-    paths = _save(fig, out)
-    plt.close(fig)
-    return paths
+    return _finish(fig, [ax], out)
 
 
 def _variant(r: pd.Series, drop: str | None) -> str:
@@ -250,11 +252,7 @@ def plot_budget(
             ax.fill_between(ep, mean - std, mean + std, alpha=0.2, color=colours[line])
         ax.set(title=f"{panel} = {p}" if panel else p, xlabel="epoch", ylabel=f"test {metric}")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    legend_outside(fig, [ax for ax, _ in cells])
-    paths = _save(fig, out)
-    plt.close(fig)
-    return paths
+    return _finish(fig, [ax for ax, _ in cells], out)
 
 
 FRONTIER_EPSILON = "epsilon_feature_record_no_local_training"
@@ -344,13 +342,7 @@ def plot_frontier(results: Path, out: Path, metric: str | None = None) -> list[P
             ylabel=f"test {metric.upper()} x 100",
         )
         ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    legend_outside(fig, axes)
-    paths = _save(fig, out)
-    plt.close(fig)
-    csv = out.with_suffix(".csv")
-    pts.to_csv(csv, index=False)
-    return [*paths, csv]
+    return _finish(fig, axes, out, pts)
 
 
 EPSILON_COLUMNS = (FRONTIER_EPSILON, "epsilon_label")  # certified: feature (per record), label (randomized response)
@@ -439,10 +431,4 @@ def plot_privacy(
             ylabel=f"test {metric} ({test_missing})",
         )
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    legend_outside(fig, axes)
-    paths = _save(fig, out)
-    plt.close(fig)
-    csv = out.with_suffix(".csv")
-    pts.to_csv(csv, index=False)
-    return [*paths, csv]
+    return _finish(fig, axes, out, pts)

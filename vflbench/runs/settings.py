@@ -716,7 +716,6 @@ def method_traits(mcls, values: dict[str, Any], n_classes: int = 0) -> dict[str,
         "display": mcls.display,
         "gradients_cross": not alone,
         "representations_cross": not alone,
-        "bottom_models": getattr(mcls, "bottom_models", True),
         "n_classes": n_classes,
         "parties": int(values["parties"]),
     }

@@ -8,14 +8,13 @@ from typing import Any
 
 from ...core.errors import VFLBenchError, did_you_mean
 from . import completion, direction, inversion, norm  # noqa: F401  (registration)
-from .base import ATTACKS, Attack, AttackContext, AttackOption, AttackRows, party_rows
+from .base import ATTACKS, Attack, AttackContext, AttackOption, party_rows
 
 __all__ = [
     "ATTACKS",
     "Attack",
     "AttackContext",
     "AttackOption",
-    "AttackRows",
     "canonical",
     "describe",
     "parse_attack",
@@ -31,8 +30,7 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     name = name.strip()
     if name not in ATTACKS:
         raise VFLBenchError(
-            f"Unknown attack {name!r}.{did_you_mean(name, ATTACKS.names())} Attacks: {', '.join(ATTACKS.names())} "
-            "(`vflbench attacks`)."
+            f"Unknown attack {name!r}.{did_you_mean(name, ATTACKS.names())} `vflbench attacks` lists them."
         )
     cls = ATTACKS.get(name)
     declared = {o.name: o for o in cls.options}

@@ -12,7 +12,7 @@ attack infers only from what it observed and its side knowledge.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -113,7 +113,8 @@ class Attack:
     @classmethod
     def refusal(cls, opts: dict[str, Any], traits: dict[str, Any]) -> str | None:
         """Why this attack cannot run on this run (``traits``: gradients_cross, representations_cross,
-        bottom_models, n_classes, parties); None: it can."""
+        n_classes, parties); None: it can. A method without one bottom model per party is refused
+        by the harness, which asks the built method (``Method.party_representations``)."""
         if cls.labels and not traits["gradients_cross"]:
             return f"{traits['display']} returns no gradient to the parties (they train alone): nothing to attack"
         if not cls.labels and not traits["representations_cross"]:
@@ -197,11 +198,3 @@ def auc(scores: np.ndarray, positive: np.ndarray) -> float:
     if positive.all() or not positive.any():
         return float("nan")
     return float(roc_auc_score(positive, scores))
-
-
-@dataclass
-class AttackRows:
-    """An attack's results by evaluated epoch: epoch -> [(adversary, metric, value)]."""
-
-    spec: str
-    by_epoch: dict[int, list[tuple[str, str, float]]] = field(default_factory=dict)

@@ -53,13 +53,6 @@ class ModelCompletion(Attack):
     options = (KNOWN, AttackOption("target", str, "all", "the attacking party (an index), or all: one row each"))
     min_known = 2  # per class
 
-    @classmethod
-    def refusal(cls, opts, traits):
-        why = super().refusal(opts, traits)
-        if why is None and not traits["bottom_models"]:
-            return f"{traits['display']} has no single bottom model per party to complete"
-        return why
-
     def __init__(self, opts, ctx):
         super().__init__(opts, ctx)
         self.rows: dict[int, list[tuple[str, str, float]]] = {}
