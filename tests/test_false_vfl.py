@@ -159,3 +159,23 @@ def test_variant_ii_adds_the_mask_likelihood():
     loss, active = m2.loss(batch(x, obs), m2.stages[0])
     assert torch.isfinite(loss)
     assert active[m2.psi_ids].all() and active[m2.dec_ids].all()  # missing blocks are drawn from every decoder
+
+
+def test_a_run_has_the_same_parameters_on_one_thread_and_on_two(monkeypatch):
+    """FALSE-VFL's steps are large enough to take the worker's share of the cores (training.pipeline.LARGE_STEP):
+    that may not move a bit of the trained model."""
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training import pipeline
+
+    got, kept, real = [], [], pipeline.evaluate
+    monkeypatch.setattr(pipeline, "evaluate", lambda run, inputs, m: kept.append(m) or real(run, inputs, m))
+    for threads in ("1", "2"):
+        monkeypatch.setenv("VFLBENCH_THREADS", threads)
+        run = resolve(
+            RunConfig(dataset="synthetic", method="false1", train_missing="mcar:0.3", test_missing=["none"],
+                      hp={"epochs": 2}, labeled=200)
+        )  # fmt: skip
+        _, manifest = pipeline.execute(run, device="cpu")
+        assert manifest["threads"] == int(threads)
+        got.append(kept[-1].store.flat.detach().clone())
+    assert torch.equal(got[0], got[1])

@@ -182,6 +182,19 @@ def test_threads_default_to_one_for_tabular_runs_and_follow_threads_and_the_work
     assert intra_op_threads(tab) == 2 and intra_op_threads(img) == 2
 
 
+def test_a_tabular_run_with_a_large_step_takes_the_worker_share(monkeypatch):
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import LARGE_STEP, intra_op_threads
+
+    tab = resolve(RunConfig(dataset="synthetic", method="svfl"))
+    monkeypatch.delenv("VFLBENCH_THREADS", raising=False)
+    monkeypatch.setenv("VFLBENCH_WORKER_THREADS", "2")
+    assert intra_op_threads(tab, LARGE_STEP - 1) == 1
+    assert intra_op_threads(tab, LARGE_STEP) == 2  # e.g. Combinatorial at K = 8, FALSE-VFL's importance samples
+    monkeypatch.setenv("VFLBENCH_WORKER_THREADS", "1")
+    assert intra_op_threads(tab, LARGE_STEP) == 1  # never more than the worker's share
+
+
 def test_run_records_the_threads_it_used(tmp_path, monkeypatch):
     import json
 

@@ -26,7 +26,8 @@ from ..core.errors import VFLBenchError
 
 Path_ = tuple  # a path from a root: ("attr", name) / ("key", k) / ("idx", i) steps
 
-SKIP = frozenset({"ctx", "channel", "faults", "boundary"})  # a method's links to the run, not its state
+# a method's links to the run, and scratch buffers (values that carry nothing from one step to the next): not state
+SKIP = frozenset({"ctx", "channel", "faults", "boundary", "scratch"})
 
 
 def _children(obj: Any) -> Iterator[tuple[tuple, Any]]:

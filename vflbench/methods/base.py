@@ -425,6 +425,11 @@ class Method:
     def n_params(self) -> int:
         return self.store.n_params() + sum(p.numel() for p, _ in self.module_params())
 
+    def rows_per_sample(self) -> int:
+        """Rows one training sample puts through the models in a step (FALSE-VFL: its importance samples):
+        with the parameters and the batch size, the size of a step, which decides a run's threads."""
+        return 1
+
     def train(self, mode: bool = True) -> None:
         self.store.train(mode)
         for e in self.extractor_sets:

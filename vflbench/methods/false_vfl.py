@@ -42,6 +42,14 @@ def gauss_logpdf(x: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> tor
     return -0.5 * (LOG2PI + logvar + (x - mu) ** 2 * torch.exp(-logvar))
 
 
+def halves(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A network's output ``[..., 2d]`` as a Gaussian's mean and clamped log-variance ``[..., d]``. One split, whose
+    backward writes each half's gradient once, where two slices each zero-filled a tensor of the output's size
+    and added them (the values are the same; FALSE-VFL's largest, the decoders' ``[K, kappa, B, 2w]``)."""
+    mu, logvar = out.split(out.shape[-1] // 2, dim=-1)
+    return mu, logvar.clamp(*LOGVAR)
+
+
 def aggregate(mu: torch.Tensor, logvar: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1: party posteriors ``mu, logvar`` ``[K, B, D]`` and ``obs`` ``[B, K]`` -> the mean of the
     observed parties' means and the log of the inverse of the sum of their precisions, ``[B, D]``.
@@ -182,6 +190,7 @@ class FalseVFL(Method):
             )
             cols = torch.arange(self.wmax, device=dev)[None, :] < torch.as_tensor(self.ctx.widths, device=dev)[:, None]
             self.colmask = cols.float()  # [K, wmax]: the party's true columns
+            self.equal_widths = bool(cols.all())
         else:  # one transposed-CNN decoder per party (a Python loop over K, as for the image encoders)
             self.dec_modules = [self.module(lambda: TileDecoder(self.d_h, self.ctx.in_ch))[0] for _ in range(k)]
             self.dec_ids = torch.as_tensor([mid for _, mid in self.module_members[-k:]], device=dev)
@@ -211,7 +220,7 @@ class FalseVFL(Method):
     def _encode(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         sent = batch.obs.T
         e = self.send(self.enc(batch.blocks, need=sent), sent)  # [K, B, 2 d_h]: what each observed party sends
-        mu, logvar = e[..., : self.d_h], e[..., self.d_h :].clamp(*LOGVAR)
+        mu, logvar = halves(e)
         return aggregate(mu, logvar, batch.obs)
 
     def _decode(self, h: torch.Tensor, blocks):
@@ -220,7 +229,7 @@ class FalseVFL(Method):
         s, b, _ = h.shape
         if not self.image:
             out = self.dec(h.reshape(1, s * b, self.d_h).expand(self.k, -1, -1)).view(self.k, s, b, 2 * self.wmax)
-            return out[..., : self.wmax], out[..., self.wmax :].clamp(*LOGVAR)
+            return halves(out)
         pairs = []
         for mod, t in zip(self.dec_modules, blocks, strict=True):
             o = mod(h.reshape(s * b, self.d_h), tuple(t.shape[2:])).view(s, b, -1, *t.shape[2:])
@@ -235,21 +244,22 @@ class FalseVFL(Method):
         h = mu_h + torch.exp(0.5 * logvar_h) * torch.randn(n, b, self.d_h, generator=gen, device=mu_h.device)
         log_qh = gauss_logpdf(h, mu_h, logvar_h).sum(-1)
         gz = self.genc(h.reshape(1, n * b, self.d_h))[0].view(n, b, 2 * self.d_z)
-        mu_z, logvar_z = gz[..., : self.d_z], gz[..., self.d_z :].clamp(*LOGVAR)
+        mu_z, logvar_z = halves(gz)
         z = mu_z + torch.exp(0.5 * logvar_z) * torch.randn(mu_z.shape, generator=gen, device=mu_z.device)
         log_qz = gauss_logpdf(z, mu_z, logvar_z).sum(-1)
         log_pz = gauss_logpdf(z, torch.zeros_like(z), torch.zeros_like(z)).sum(-1)
         gh = self.gdec(z.reshape(1, n * b, self.d_z))[0].view(n, b, 2 * self.d_h)
-        log_ph = gauss_logpdf(h, gh[..., : self.d_h], gh[..., self.d_h :].clamp(*LOGVAR)).sum(-1)
+        log_ph = gauss_logpdf(h, *halves(gh)).sum(-1)
         sent = batch.obs.T  # [K, B]
         sent_s = sent[:, None, :].expand(-1, n, -1).reshape(self.k, n * b)
         dec = self._decode(h, batch.blocks)
         if not self.image:
             mu_x, lv_x = dec
             x = batch.blocks[:, None]  # [K, 1, B, w]
-            lp = (gauss_logpdf(x, mu_x, lv_x) * self.colmask[:, None, None, :]).sum(
-                -1
-            )  # [K, n, B], computed at party k
+            terms = gauss_logpdf(x, mu_x, lv_x)
+            if not self.equal_widths:  # x * 1.0 is x: with no padded column the mask changes nothing
+                terms = terms * self.colmask[:, None, None, :]
+            lp = terms.sum(-1)  # [K, n, B], computed at party k
         else:
             lp = torch.stack(
                 [gauss_logpdf(t[None], m, v).flatten(3).sum(-1) for (m, v), t in zip(dec, batch.blocks, strict=True)]
@@ -285,6 +295,9 @@ class FalseVFL(Method):
         return (missing * F.logsigmoid(logit) + (1 - missing) * F.logsigmoid(-logit)).sum(0)
 
     # -- the interface
+    def rows_per_sample(self) -> int:
+        return int(self.options["kappa"])  # every importance sample goes through the generative model
+
     def trainable(self, stage: Stage) -> torch.Tensor:
         return self.stage1.clone() if stage.name == "pretrain" else ~self.stage1
 

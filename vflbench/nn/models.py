@@ -24,6 +24,28 @@ from torch import nn
 
 from ..core.errors import VFLBenchError
 
+# A store this large writes its gradient into the previous step's buffer (handed back by the optimiser's
+# zero_grad) instead of a fresh one: faulting in ~200 MB of new pages every step cost Combinatorial at K = 8
+# (49.1 M parameters) about 30 ms of a 230 ms step. Below it, torch's own split is cheaper (no Python hop).
+RECYCLE_GRAD = 1 << 22
+
+
+class _RecycledSplit(torch.autograd.Function):
+    """``flat.split(sizes)`` whose backward concatenates the parts' gradients into ``store.scratch`` when the
+    store holds a spare buffer (the same values as torch's split backward: a copy, zeros for unused parts)."""
+
+    @staticmethod
+    def forward(ctx, flat, store, *sizes):
+        ctx.store = store
+        return flat.split(list(sizes))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        spare, ctx.store.scratch = ctx.store.scratch, None
+        flat = [g.reshape(-1) for g in grads]
+        out = torch.cat(flat) if spare is None else torch.cat(flat, out=spare)
+        return (out, None, *([None] * len(grads)))
+
 
 class ParamStore(nn.Module):
     """Many small parameter tensors as views of one flat leaf tensor.
@@ -44,6 +66,8 @@ class ParamStore(nn.Module):
         # batched products are N x K tall-thin GEMMs (benchmarks/README.md, per-step overhead).
         self.transposed = False
         self.register_buffer("member_of", torch.zeros(0, dtype=torch.long), persistent=False)
+        # a spent gradient of ``flat`` to write the next one into (_RecycledSplit); not state (checkpoint.SKIP)
+        self.scratch: torch.Tensor | None = None
 
     def add(self, name: str, shape: Sequence[int], members: torch.Tensor | int, bound: torch.Tensor | float) -> None:
         shape = tuple(int(s) for s in shape)
@@ -78,7 +102,10 @@ class ParamStore(nn.Module):
         instead of one full-size gradient buffer per tensor). Call at the start of each forward."""
         names = list(self._specs)
         sizes = [math.prod(self._specs[n][1]) for n in names]
-        parts = self.flat.split(sizes)
+        if self._total >= RECYCLE_GRAD and self.flat.requires_grad and torch.is_grad_enabled():
+            parts = _RecycledSplit.apply(self.flat, self, *sizes)
+        else:
+            parts = self.flat.split(sizes)
         self._cache = {n: t.view(self._specs[n][1]) for n, t in zip(names, parts, strict=True)}
 
     # -- the functional API: parameters as a pytree of views of any flat vector (a bank's member rows)

@@ -19,6 +19,7 @@ import math
 import torch
 
 from ..core.errors import VFLBenchError
+from .bias import Layout, scalar_pow, scalar_tail, vector_pow
 from .models import ParamStore
 
 
@@ -46,6 +47,7 @@ class MaskedOptimizer:
             raise VFLBenchError(f"Learning rate must be > 0, got {lr}.")
         self.name, self.lr, self.wd, self.momentum, self.betas, self.eps = name, lr, weight_decay, momentum, betas, eps
         self.entries: list[tuple[torch.Tensor, torch.Tensor | int]] = []
+        self.store = store
         if store is not None and store.flat is not None and store.n_params():
             self.entries.append((store.flat, store.member_of))
         self.entries += module_params
@@ -83,6 +85,11 @@ class MaskedOptimizer:
                     if hi - lo < len(mem):
                         self.spans[i] = slice(lo, hi)
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.entries]
+        # Per flat entry: ``w``, a tensor like its parameters that an Adam step writes its update into (reused:
+        # a fresh store-sized tensor every step costs more in page faults than its arithmetic), and ``layout``,
+        # its member runs (bias.Layout). Carries nothing from one step to the next (a checkpoint skips it:
+        # vflbench.federation.checkpoint.SKIP).
+        self.scratch: dict[int, dict] = {}
         self._has_owned = any(isinstance(mem, int) for _, mem in self.entries)
 
     def placement(self) -> dict[str, torch.device]:
@@ -120,6 +127,8 @@ class MaskedOptimizer:
         return active | (self.ever & stepping[self.groups])
 
     def zero_grad(self) -> None:
+        if self.store is not None and self.store.flat is not None and self.store.flat.grad is not None:
+            self.store.scratch = self.store.flat.grad  # the store writes its next gradient into it
         for p, _ in self.entries:
             p.grad = None
 
@@ -152,22 +161,26 @@ class MaskedOptimizer:
                 if span.stop == span.start:
                     continue
                 p, grad, mem = param.detach()[span], grad[span], mem[span]
-            self._step_flat(p, grad, mem, st, all_active, active)
+            if self.name == "adam" and i not in self.scratch:
+                self.scratch[i] = {"w": torch.empty_like(p), "layout": Layout(mem)}
+            self._step_flat(p, grad, mem, st, all_active, active, self.scratch.get(i))
         for mem, idx in owned.items():
             self._step_owned(mem, idx)
 
-    def _step_flat(self, p, grad, mem, st, all_active: bool, active: torch.Tensor) -> None:
+    def _step_flat(self, p, grad, mem, st, all_active: bool, active: torch.Tensor, scratch: dict | None) -> None:
         """One tensor shared by many members (the flat store): each element moves only if its member is active."""
         b1, b2 = self.betas
         a = None if all_active else active[..., mem].to(p.dtype)
-        t = st.get("t")
+        t = st.get("t")  # the step count of every member (of every run of a pack) in this tensor
         if t is None:
-            t = st["t"] = torch.zeros_like(p)
+            t = st["t"] = torch.zeros_like(self.steps)
         if a is None:
             t.add_(1.0)
         else:
-            t.add_(a)
-        g = grad if not self.wd else torch.add(grad, p, alpha=self.wd)
+            t.add_(active.to(t.dtype))
+        w = None if scratch is None else scratch["w"]
+        tail = None if w is None else scalar_tail(w)  # first: its probe (once per shape and thread count) writes w
+        g = grad if not self.wd else torch.add(grad, p, alpha=self.wd, out=w)  # w: free until the update
         if self.name == "sgd":
             if self.momentum:
                 buf = st.get("buf")
@@ -191,10 +204,28 @@ class MaskedOptimizer:
         else:
             m.lerp_(g, (1 - b1) * a)
             v.lerp_(g * g, (1 - b2) * a)
-        bc2_sqrt, scale = self._bias_corrections(t)
-        denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-        step = m / denom * scale
-        p.sub_(step if a is None else step * a)
+        # Adam's bias corrections, one value per member (vectorised pow, as the per-element kernel computes
+        # nearly all of them), spread over the elements by the store's layout; then the few elements that a
+        # per-element pow would have computed on its scalar tail get the scalar value (see bias.py).
+        bc2_sqrt, scale = self._bias_corrections(t, vector_pow)
+        layout = scratch["layout"]
+        torch.sqrt(v, out=w)  # g (when it lives in w) is not read again
+        layout.div_(w, bc2_sqrt)
+        w.add_(self.eps)
+        torch.div(m, w, out=w)
+        layout.mul_(w, scale)
+        if tail is not None:
+            self._fix_tail(w, m, v, t, mem, tail)
+        p.sub_(w if a is None else w.mul_(a))
+
+    def _fix_tail(self, w, m, v, t, mem, tail: torch.Tensor) -> None:
+        """The update of the elements at ``tail`` (flat positions) with scalar-path bias corrections."""
+        n = mem.numel()
+        member = mem.view(-1)[tail % n]
+        tt = t[member] if t.ndim == 1 else t[tail // n, member]
+        bc2_sqrt, scale = self._bias_corrections(tt, scalar_pow)
+        wf, mf, vf = w.view(-1), m.view(-1), v.view(-1)
+        wf[tail] = mf[tail] / ((vf[tail].sqrt() / bc2_sqrt).add_(self.eps)) * scale
 
     def _step_owned(self, mem: int, idx: list[int]) -> None:
         """The tensors ``idx`` of one active member: torch.optim's update for each, as multi-tensor ops."""
@@ -230,12 +261,12 @@ class MaskedOptimizer:
         torch._foreach_mul_(update, scale)
         torch._foreach_sub_(ps, update)
 
-    def _bias_corrections(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _bias_corrections(self, t: torch.Tensor, pow=torch.pow) -> tuple[torch.Tensor, torch.Tensor]:
         """Adam's ``sqrt(1 - b2^t)`` and ``lr / (1 - b1^t)`` for step counts ``t`` (torch.optim.Adam's arithmetic)."""
         b1, b2 = self.betas
         tt = t.clamp_min(1.0)
-        bc1 = 1 - torch.pow(b1, tt)
-        return (1 - torch.pow(b2, tt)).sqrt_(), self.lr / bc1
+        bc1 = 1 - pow(b1, tt)
+        return (1 - pow(b2, tt)).sqrt_(), self.lr / bc1
 
 
 def cosine_lr(base_lr: float, epoch: int, t_max: int, eta_min_ratio: float) -> float:

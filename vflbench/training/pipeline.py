@@ -285,16 +285,32 @@ def secret_streams(used: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def intra_op_threads(run: ResolvedRun) -> int:
+# A step this large (parameters x rows per step) is worth splitting between threads, and splits with the same
+# numbers: Combinatorial at K = 8 on Isolet (49.1 M parameters x 32 rows) trained an epoch in 9.0 s on two
+# threads against 13.3-14.4 s on one; FALSE-VFL-I on Isolet (1.0 M x 512 x 10 importance samples), 7.2 s against
+# 13.5 s for four epochs a stage, its parameters bit for bit the same (docs/SPEED.md). Standard VFL on Isolet
+# (0.5 M x 32) is a hundred times below it.
+LARGE_STEP = 1_000_000_000
+
+
+def intra_op_threads(run: ResolvedRun, step_size: int | None = None) -> int:
     """Torch intra-op threads for a run: ``--threads`` (``VFLBENCH_THREADS``) when given; else one for
     tabular models, whose steps are too small to split (on a loaded 2-core machine two threads made
-    an epoch 23x slower), and the worker's share of the cores for image models."""
+    an epoch 23x slower), unless the built method's ``step_size`` (:func:`step_size`) reaches
+    :data:`LARGE_STEP`; and the worker's share of the cores for image models."""
     explicit = os.environ.get("VFLBENCH_THREADS")
     if explicit:
         return max(1, int(explicit))
-    if run.model.get("arch") == "mlp":
+    if run.model.get("arch") == "mlp" and (step_size is None or step_size < LARGE_STEP):
         return 1
     return max(1, int(os.environ.get("VFLBENCH_WORKER_THREADS", os.cpu_count() or 1)))
+
+
+def step_size(run: ResolvedRun, method) -> int:
+    """Parameters x rows of a training step: the method's parameters, the largest batch of its stages, and
+    the rows each sample puts through the models (:meth:`Method.rows_per_sample`)."""
+    batch = max([int(h.batch_size) for h in run.stage_hp.values()] or [int(run.hp.batch_size)])
+    return method.n_params() * batch * method.rows_per_sample()
 
 
 def execute(
@@ -327,6 +343,7 @@ def execute(
     for cb in callbacks:
         cb.on_prepared(inputs)
     method = build(run, inputs)
+    torch.set_num_threads(intra_op_threads(run, step_size(run, method)))  # now that the step's size is known
     if wire is not None:
         method.channel = wire_channel(method, wire, run)
     method.faults = party_faults(run, wire)
