@@ -13,9 +13,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vflbench.nn import bias, models
+from vflbench.nn import bias, models, optim
 from vflbench.nn.models import ParamStore
 from vflbench.nn.optim import MaskedOptimizer
+
+
+@pytest.fixture(autouse=True)
+def per_member_from_one_element(monkeypatch):
+    """The per-member path on these small stores (a run takes it from optim.PER_MEMBER elements)."""
+    monkeypatch.setattr(optim, "PER_MEMBER", 1)
 
 
 class PerElement(MaskedOptimizer):
@@ -181,3 +187,14 @@ def test_a_large_store_writes_its_gradient_into_the_last_one_with_torchs_values(
         opt.step(torch.ones(3, dtype=torch.bool))
         opt.zero_grad()
     assert where[1] == where[2] and s.scratch is not None
+
+
+def test_only_stores_from_per_member_elements_take_the_per_member_path(monkeypatch):
+    monkeypatch.setattr(optim, "PER_MEMBER", 1000)
+    for rows, per_member in (([(3, 5)], False), ([(20, 21)], True)):  # 105 and 1,260 elements (x 3 members)
+        s = store(rows, 3)
+        opt = MaskedOptimizer(s, [], 3, name="adam", lr=1e-3)
+        s.flat.grad = torch.ones_like(s.flat)
+        opt.step(torch.ones(3, dtype=torch.bool))
+        assert bool(opt.scratch) == per_member
+        assert opt.state[0]["t"].numel() == (3 if per_member else s.flat.numel())

@@ -343,7 +343,8 @@ def execute(
     for cb in callbacks:
         cb.on_prepared(inputs)
     method = build(run, inputs)
-    torch.set_num_threads(intra_op_threads(run, step_size(run, method)))  # now that the step's size is known
+    if wire is None:  # now that the step's size is known (the processes of one run share the machine: one thread)
+        torch.set_num_threads(intra_op_threads(run, step_size(run, method)))
     if wire is not None:
         method.channel = wire_channel(method, wire, run)
     method.faults = party_faults(run, wire)
