@@ -36,12 +36,14 @@ lint: $(STAMP)  ## ruff (line length 120, no blanket ignore) and its formatter, 
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
 	$(BIN)/ruff format --check vflbench tests benchmarks scripts docs/examples
 
-bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), LASER-VFL over Standard VFL (Credit compat/clean, CIFAR-10-shaped), each attack over a run without one
+bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), LASER-VFL over Standard VFL, each attack over a run without one, start-up, Combinatorial K=8 and FALSE-VFL against a base revision, a pack of 5
 	$(BIN)/python benchmarks/bench_methods.py --full-run
 	$(BIN)/python benchmarks/laser_overhead.py
 	$(BIN)/python benchmarks/attack_overhead.py
 	$(BIN)/python benchmarks/startup.py
-	$(BIN)/python benchmarks/combinatorial_k8.py
+	$(BIN)/python benchmarks/combinatorial_k8.py --base 732cc11 --rounds 3
+	$(BIN)/python benchmarks/false_vfl_cpu.py --base 732cc11 --epochs 10 --rounds 2
+	$(BIN)/python benchmarks/bench_pack.py --method laser --pack 5 --rounds 2 --epochs 20
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo

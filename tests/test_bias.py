@@ -20,8 +20,10 @@ from vflbench.nn.optim import MaskedOptimizer
 
 @pytest.fixture(autouse=True)
 def per_member_from_one_element(monkeypatch):
-    """The per-member path on these small stores (a run takes it from optim.PER_MEMBER elements)."""
+    """The per-member path on these small stores (a run takes it from optim.PER_MEMBER elements), and blocks of
+    100 elements for the all-active step (so a store is stepped in several blocks, the last one short)."""
     monkeypatch.setattr(optim, "PER_MEMBER", 1)
+    monkeypatch.setattr(optim, "BLOCK", 100)
 
 
 class PerElement(MaskedOptimizer):
@@ -162,13 +164,14 @@ def test_a_pack_of_runs_matches_bit_for_bit():
 
 def test_layout_spreads_per_member_values_like_a_gather():
     s = store([(2, 3), (1, 2), (4, 1)], 5)
-    lay = bias.Layout(s.member_of)
     values = torch.rand(5) + 0.5
-    w = torch.rand(s.flat.numel())
-    want = w / values[s.member_of]
-    lay.div_(w, values)
-    assert torch.equal(w, want)
-    assert len(lay.groups) == 3  # one group per tensor: its rows are runs of one length
+    for lay in (bias.Layout(s.member_of), bias.Layout(s.member_of, s.runs)):  # scanned, and the store's own runs
+        w = torch.rand(s.flat.numel())
+        want = w / values[s.member_of]
+        lay.div_(w, values)
+        assert torch.equal(w, want)
+        assert len(lay.groups) == 3  # one group per tensor: its rows are runs of one length
+        assert lay.present.tolist() == [0, 1, 2, 3, 4]
 
 
 def test_a_large_store_writes_its_gradient_into_the_last_one_with_torchs_values(monkeypatch):

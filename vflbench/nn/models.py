@@ -66,6 +66,8 @@ class ParamStore(nn.Module):
         # batched products are N x K tall-thin GEMMs (benchmarks/README.md, per-step overhead).
         self.transposed = False
         self.register_buffer("member_of", torch.zeros(0, dtype=torch.long), persistent=False)
+        # (offset, rows, row length, member of each row) per tensor: ``member_of`` in runs (nn.bias.Layout)
+        self.runs: list[tuple[int, int, int, torch.Tensor]] = []
         # a spent gradient of ``flat`` to write the next one into (_RecycledSplit); not state (checkpoint.SKIP)
         self.scratch: torch.Tensor | None = None
 
@@ -81,6 +83,8 @@ class ParamStore(nn.Module):
             b = b.view(-1, *([1] * (len(shape) - 1))).expand(shape)
         self._specs[name] = (self._total, shape)
         self._pending.append((name, shape, mem, b))
+        rows = torch.tensor([members]) if isinstance(members, int) else members.reshape(-1).long()
+        self.runs.append((self._total, len(rows), n // len(rows), rows))
         self._total += n
 
     def finalize(self, gen: torch.Generator) -> None:
