@@ -124,8 +124,11 @@ def disagreeing_counts(n: int, gen: torch.Generator) -> torch.Tensor:
     return pick[torch.randint(len(pick), (n,), generator=gen)]
 
 
-@pytest.mark.parametrize("threads,all_active", [(1, True), (1, False), (2, True), (2, False)])
-def test_one_step_at_disagreeing_counts_is_the_per_element_step(threads, all_active):
+@pytest.mark.parametrize(
+    "threads,all_active,one_count", [(1, True, False), (1, False, False), (2, True, False), (2, False, False),
+                                     (1, True, True), (2, True, True)]
+)  # fmt: skip
+def test_one_step_at_disagreeing_counts_is_the_per_element_step(threads, all_active, one_count):
     """Parameters at zero, so the update is seen whole; every member's step count sits where the two pows
     differ, so a per-member value on the wrong path, or a tail left unfixed, changes the result."""
     if bias._find_probe() is None:
@@ -137,6 +140,8 @@ def test_one_step_at_disagreeing_counts_is_the_per_element_step(threads, all_act
             s = store([(37, 29), (1, 37)], 63)
             gen = torch.Generator().manual_seed(3)
             counts = disagreeing_counts(63, gen)
+            if one_count:  # every member at one count: the blocked step, its tail fixed block by block
+                counts = torch.full((63,), 167.0)  # 0.999^168 differs between the two paths (and 1 - it shows it)
             s.flat.data.zero_()
             opt = cls(s, [], 63, name="adam", lr=1e-3)
             n = s.flat.numel()

@@ -192,10 +192,8 @@ class MaskedOptimizer:
             bc2_sqrt, scale = self._bias_corrections(t, vector_pow)
             one = scratch["layout"].uniform(bc2_sqrt, scale)
             if one is not None:  # every member active, one step count: the whole update block by block
-                self._adam_blocks(p, grad, st["m"], st["v"], w, *one)
-                if tail is not None:
-                    self._fix_tail(w, st["m"], st["v"], t, mem, tail)
-                p.sub_(w)
+                fix = None if tail is None else lambda at: self._fix_tail(w, st["m"], st["v"], t, mem, at)
+                self._adam_blocks(p, grad, st["m"], st["v"], w, *one, tail, fix)
                 return
         g = grad if not self.wd else torch.add(grad, p, alpha=self.wd, out=w)  # w: free until the update
         if self.name == "sgd":
@@ -240,11 +238,15 @@ class MaskedOptimizer:
             self._fix_tail(w, m, v, t, mem, tail)
         p.sub_(w if a is None else w.mul_(a))
 
-    def _adam_blocks(self, p, grad, m, v, w, bc2_sqrt: float, scale: float) -> None:
-        """The update of a flat tensor whose members all step with one count, into ``w``: the same operations as
-        the whole-tensor step, on blocks of :data:`BLOCK` elements that stay in cache between operations (every
-        one of them rounds the same on torch's vector and scalar paths, unlike ``pow``: tests/test_bias.py)."""
+    def _adam_blocks(self, p, grad, m, v, w, bc2_sqrt: float, scale: float, tail, fix) -> None:
+        """The step of a flat tensor whose members all step with one count: the same operations as the
+        whole-tensor step, on blocks of :data:`BLOCK` elements that stay in cache between operations (every one
+        of them rounds the same on torch's vector and scalar paths, unlike ``pow``: tests/test_bias.py); ``fix``
+        recomputes the update at the ``tail`` positions of a block before the block moves."""
         b1, b2 = self.betas
+        blocks: dict[int, list[int]] = {}  # block -> its tail positions
+        for pos in [] if tail is None else tail.tolist():
+            blocks.setdefault(pos // BLOCK, []).append(pos)
         for i in range(0, p.numel(), BLOCK):
             at = slice(i, i + BLOCK)
             pb, mb, vb, wb = p[at], m[at], v[at], w[at]
@@ -255,6 +257,9 @@ class MaskedOptimizer:
             wb.div_(bc2_sqrt).add_(self.eps)
             torch.div(mb, wb, out=wb)
             wb.mul_(scale)
+            if i // BLOCK in blocks:
+                fix(torch.tensor(blocks[i // BLOCK], device=p.device))
+            pb.sub_(wb)
 
     def _fix_tail(self, w, m, v, t, mem, tail: torch.Tensor) -> None:
         """The update of the elements at ``tail`` (flat positions) with scalar-path bias corrections."""
