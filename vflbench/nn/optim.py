@@ -188,8 +188,9 @@ class MaskedOptimizer:
             t.add_(1.0 if a is None else active.to(t.dtype) if scratch is not None else a)
         w = None if scratch is None else scratch["w"]
         tail = None if w is None else scalar_tail(w)  # first: its probe (once per shape and thread count) writes w
-        if w is not None and a is None and self.name == "adam" and "m" in st:
+        if w is not None and self.name == "adam":  # per member, on the vector path (bias.py)
             bc2_sqrt, scale = self._bias_corrections(t, vector_pow)
+        if w is not None and a is None and self.name == "adam" and "m" in st:
             one = scratch["layout"].uniform(bc2_sqrt, scale)
             if one is not None:  # every member active, one step count: the whole update block by block
                 fix = None if tail is None else lambda at: self._fix_tail(w, st["m"], st["v"], t, mem, at)
@@ -227,7 +228,6 @@ class MaskedOptimizer:
         # Adam's bias corrections, one value per member (vectorised pow, as the per-element kernel computes
         # nearly all of them), spread over the elements by the store's layout; then the few elements that a
         # per-element pow would have computed on its scalar tail get the scalar value (see bias.py).
-        bc2_sqrt, scale = self._bias_corrections(t, vector_pow)
         layout = scratch["layout"]
         torch.sqrt(v, out=w)  # g (when it lives in w) is not read again
         layout.div_(w, bc2_sqrt)
