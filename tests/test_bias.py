@@ -206,3 +206,55 @@ def test_only_stores_from_per_member_elements_take_the_per_member_path(monkeypat
         opt.step(torch.ones(3, dtype=torch.bool))
         assert bool(opt.scratch) == per_member
         assert opt.state[0]["t"].numel() == (3 if per_member else s.flat.numel())
+
+
+def _bank_store(gen_seed: int):
+    s = ParamStore()
+    ext = models.MLPBank(s, "ext", [0, 1, 1, 2], [0, 1, 2, 3], [5, 3, 4], [6], 7)
+    head = models.HeadBank(s, "head", [4, 5], 7, 3, hidden=4)
+    s.add("unused", (2, 3), torch.tensor([4, 5]), 0.5)
+    s.finalize(torch.Generator().manual_seed(gen_seed))
+    return s, ext, head
+
+
+def _store_losses(s, ext, head, x, twice: bool, split_twice: bool):
+    s.begin()
+    emb = ext(x)  # [4, B, 7]
+    if split_twice:  # a second forward in the same step (a fresh split): only the latest may take the buffer
+        s.begin()
+    out = head(torch.stack([emb[:2].sum(0), emb[2:].sum(0)]))
+    loss = out.square().mean() + emb.abs().mean()
+    if twice:  # a tensor used twice: autograd sums the gradients, and the sum must be copied in
+        loss = loss + ext(x * 0.5).square().mean()
+    return loss
+
+
+@pytest.mark.parametrize("twice,split_twice", [(False, False), (True, False), (False, True), (True, True)])
+def test_gradients_written_in_place_are_torchs_bit_for_bit(monkeypatch, twice, split_twice):
+    """Above RECYCLE_GRAD a bank's affine maps write their weight and bias gradients into the spare buffer
+    (_StoreAffine): the same bits as torch's baddbmm backward, step after step, with a tensor used twice, a
+    second forward in the step, and an unused tensor (zeros)."""
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(3, 9, 5, generator=gen) for _ in range(4)]
+    got = []
+    for threshold in (1 << 40, 1):
+        monkeypatch.setattr(models, "RECYCLE_GRAD", threshold)
+        s, ext, head = _bank_store(3)
+        opt = MaskedOptimizer(s, [], 6, name="adam", lr=1e-2)
+        grads, where = [], []
+        for x in xs:
+            opt.zero_grad()
+            _store_losses(s, ext, head, x, twice, split_twice).backward()
+            grads.append(s.flat.grad.clone())
+            where.append(s.flat.grad.data_ptr())
+            if threshold == 1 and len(where) > 1:  # written in place: the heads' tensors at least
+                assert len(s.recycle.claimed) == (4 if split_twice and not twice else 8)  # all but the unused one
+            opt.step(torch.ones(6, dtype=torch.bool))
+        got.append((grads, s.flat.detach().clone()))
+        if threshold == 1 and not split_twice:
+            assert where[1] == where[3]  # the buffer came back (two alternate: the optimiser's and the spare)
+    (ref_grads, ref_flat), (new_grads, new_flat) = got
+    for a, b in zip(ref_grads, new_grads, strict=True):
+        assert torch.equal(a, b)
+        assert not bool(b[-6:].any())  # the unused tensor's gradient is zeros
+    assert torch.equal(ref_flat, new_flat)

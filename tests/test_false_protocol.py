@@ -124,20 +124,10 @@ def test_single_head_laser_with_an_mlp_head_matches_the_linear_trick_path():
     b0 = torch.full((1, 1, d), 100.0)  # shift to keep ReLU linear, undone by the bias below
     orig_w, orig_b = lin.head.weight.clone(), lin.head.bias.clone()
     store = lin.store
-
-    class _View(dict):
-        transposed = False  # ParamStore's layout flag (set only while a pack trains)
-
-        def __getitem__(self, key):
-            return (
-                {"head.w0": w0, "head.b0": b0, "head.w": orig_w, "head.b": orig_b - 100.0 * orig_w.sum(1)}.get(key)
-                if key.startswith("head.")
-                else store[key]
-            )
-
-    lin.head.store = _View()
+    views = {name: store[name] for name in store.names()}
+    views.update({"head.w0": w0, "head.b0": b0, "head.w": orig_w, "head.b": orig_b - 100.0 * orig_w.sum(1)})
     lin.gen.set_state(gen_state)
-    with torch.no_grad():
+    with torch.no_grad(), store.bound_to(views):
         b = float(lin.loss(batch(x, obs, y), lin.stages[0])[0])
     assert a == pytest.approx(b, rel=1e-4)
 

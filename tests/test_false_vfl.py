@@ -11,7 +11,7 @@ import torch
 
 from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, MethodContext
-from vflbench.methods.false_vfl import aggregate, gauss_logpdf
+from vflbench.methods.false_vfl import aggregate, block_loglik, gauss_logpdf, halves
 from vflbench.nn.models import ModelSpec
 from vflbench.training.trainer import BlockData, Callback, StageHP, TrainPolicy, TrainSet, fit
 
@@ -179,3 +179,35 @@ def test_a_run_has_the_same_parameters_on_one_thread_and_on_two(monkeypatch):
         assert manifest["threads"] == int(threads)
         got.append(kept[-1].store.flat.detach().clone())
     assert torch.equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_fused_block_likelihood_gives_autograds_values_and_gradients_bit_for_bit(masked):
+    """block_loglik's folded backward (_BlockLoglik) against autograd over gauss_logpdf(x, *halves(out)): the
+    forward and the output's gradient are identical, with log-variances on both sides of the clamp, exactly at
+    its bounds, NaN among them, and padded columns masked out."""
+    gen = torch.Generator().manual_seed(0)
+    k, s, b, w = 3, 4, 33, 19
+    out = torch.randn(k, s, b, 2 * w, generator=gen) * 3
+    out[..., w:] *= 4  # log-variances beyond [-8, 8] too
+    out[0, 0, 0, w : w + 2] = torch.tensor([8.0, -8.0])  # at the clamp's bounds
+    out[1, 1, 1, w + 3] = float("nan")
+    x = torch.randn(k, 1, b, w, generator=gen)
+    cols = (torch.rand(k, 1, 1, w, generator=gen) < 0.8).float() if masked else None
+    upstream = torch.randn(k, s, b, generator=gen)
+    got = []
+    for fused in (False, True):
+        o = out.clone().requires_grad_()
+        if fused:
+            lp = block_loglik(x, o, cols)
+        else:
+            terms = gauss_logpdf(x, *halves(o))
+            lp = (terms if cols is None else terms * cols).sum(-1)
+        (lp * upstream).sum().backward()
+        got.append((lp.detach(), o.grad))
+    (lp0, g0), (lp1, g1) = got
+    assert torch.equal(lp0.nan_to_num(7.0), lp1.nan_to_num(7.0)) and torch.equal(lp0.isnan(), lp1.isnan())
+    assert torch.equal(g0.nan_to_num(7.0), g1.nan_to_num(7.0)) and torch.equal(g0.isnan(), g1.isnan())
+    num = ~g0.isnan()
+    assert torch.equal(g0[num].view(torch.int32), g1[num].view(torch.int32))  # signed zeros too
+    assert bool((g0[..., w:] == 0).any())  # the clamp cut some log-variance gradients

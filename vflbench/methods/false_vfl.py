@@ -46,8 +46,65 @@ def halves(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A network's output ``[..., 2d]`` as a Gaussian's mean and clamped log-variance ``[..., d]``. One split, whose
     backward writes each half's gradient once, where two slices each zero-filled a tensor of the output's size
     and added them (the values are the same; FALSE-VFL's largest, the decoders' ``[K, kappa, B, 2w]``)."""
-    mu, logvar = out.split(out.shape[-1] // 2, dim=-1)
+    mu, logvar = halves_raw(out)
     return mu, logvar.clamp(*LOGVAR)
+
+
+class _BlockLoglik(torch.autograd.Function):
+    """``(gauss_logpdf(x, *halves(out)) * colmask).sum(-1)`` with a backward of torch's own formulas, folded.
+
+    Autograd's backward of that chain makes about 16 passes over the decoders' ``[K, kappa, B, w]`` (FALSE-VFL's
+    largest tensors): the scale and the sum's expanded gradient, ``pow``'s ``2 * d.pow(1)``, two negations, the
+    accumulation of the log-variance's two gradients, the clamp's mask, the split's concatenation. This one makes
+    7 and writes both halves of the output's gradient in place. Every value is the same bit for bit: the same
+    products in the same order; ``-(a * b)`` is ``a * -b`` and ``a + -b`` is ``a - b`` exactly (IEEE), the clamp's
+    mask ``min < raw < max`` is ``|raw| < max`` for symmetric bounds (NaN included), and the one log-variance
+    gradient sum has two terms, so the order autograd would add them in does not matter
+    (``tests/test_false_vfl.py`` checks all of it against autograd)."""
+
+    @staticmethod
+    def forward(ctx, x, out, colmask):
+        mu, raw = halves_raw(out)
+        logvar = raw.clamp(*LOGVAR)
+        d = x - mu
+        d2 = d**2
+        e = torch.exp(-logvar)
+        terms = -0.5 * (LOG2PI + logvar + d2 * e)
+        if colmask is not None:
+            terms = terms * colmask
+        lo, hi = LOGVAR  # torch's clamp passes the gradient strictly inside its bounds (not at them, not at NaN)
+        inside = raw.abs() < hi if lo == -hi else (raw > lo) & (raw < hi)
+        ctx.save_for_backward(d, d2, e, inside, colmask)
+        return terms.sum(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        d, d2, e, inside, colmask = ctx.saved_tensors
+        g = g[..., None]  # the sum's gradient, broadcast over the last axis instead of expanded into a copy
+        if colmask is not None:
+            g = g * colmask
+        gs = g * -0.5
+        grad = torch.empty(*d.shape[:-1], 2 * d.shape[-1], dtype=d.dtype, device=d.device)
+        g_mu, g_raw = halves_raw(grad)
+        g_lv = torch.mul(gs, d2).mul_(e)  # through exp(-logvar): (gs * d2) * e, negated below
+        torch.sub(gs, g_lv, out=g_lv)  # the log-variance's two gradients: gs + -(gs * d2 * e)
+        torch.where(inside, g_lv, g_lv.new_zeros(()), out=g_raw)
+        torch.mul(gs * e, d * -2.0, out=g_mu)  # -(gs * e) * (2 d): pow's and sub's backward
+        return None, grad, None
+
+
+def halves_raw(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return out.split(out.shape[-1] // 2, dim=-1)
+
+
+def block_loglik(x: torch.Tensor, out: torch.Tensor, colmask: torch.Tensor | None = None) -> torch.Tensor:
+    """``log p(x | out)`` summed over the last axis: a Gaussian per column with ``out``'s halves as mean and
+    log-variance (clamped), each column's term times ``colmask`` (None: every column counts). ``x`` takes no
+    gradient."""
+    if torch.is_grad_enabled() and out.requires_grad:
+        return _BlockLoglik.apply(x, out, colmask)
+    terms = gauss_logpdf(x, *halves(out))
+    return (terms if colmask is None else terms * colmask).sum(-1)
 
 
 def aggregate(mu: torch.Tensor, logvar: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,14 +285,19 @@ class FalseVFL(Method):
         (two tensors); images a list of K pairs ``[S, B, C, H, W]``."""
         s, b, _ = h.shape
         if not self.image:
-            out = self.dec(h.reshape(1, s * b, self.d_h).expand(self.k, -1, -1)).view(self.k, s, b, 2 * self.wmax)
-            return halves(out)
+            return halves(self._decoder_out(h))
         pairs = []
         for mod, t in zip(self.dec_modules, blocks, strict=True):
             o = mod(h.reshape(s * b, self.d_h), tuple(t.shape[2:])).view(s, b, -1, *t.shape[2:])
             c = t.shape[1]
             pairs.append((o[:, :, :c], o[:, :, c:].clamp(*LOGVAR)))
         return pairs
+
+    def _decoder_out(self, h: torch.Tensor) -> torch.Tensor:
+        """Tabular decoders' raw outputs ``[K, S, B, 2w]`` (:func:`halves`: mean, log-variance) for ``h``
+        ``[S, B, d_h]``."""
+        s, b, _ = h.shape
+        return self.dec(h.reshape(1, s * b, self.d_h).expand(self.k, -1, -1)).view(self.k, s, b, 2 * self.wmax)
 
     def log_weights(self, batch: Batch, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``log w`` ``[n, B]`` of n importance samples ``(h, z)`` (and, for II, ``x^mis``), and ``h``."""
@@ -252,24 +314,26 @@ class FalseVFL(Method):
         log_ph = gauss_logpdf(h, *halves(gh)).sum(-1)
         sent = batch.obs.T  # [K, B]
         sent_s = sent[:, None, :].expand(-1, n, -1).reshape(self.k, n * b)
-        dec = self._decode(h, batch.blocks)
-        if not self.image:
-            mu_x, lv_x = dec
-            x = batch.blocks[:, None]  # [K, 1, B, w]
-            terms = gauss_logpdf(x, mu_x, lv_x)
-            if not self.equal_widths:  # x * 1.0 is x: with no padded column the mask changes nothing
-                terms = terms * self.colmask[:, None, None, :]
-            lp = terms.sum(-1)  # [K, n, B], computed at party k
-        else:
+        dec = None
+        if self.image:
+            dec = self._decode(h, batch.blocks)
             lp = torch.stack(
                 [gauss_logpdf(t[None], m, v).flatten(3).sum(-1) for (m, v), t in zip(dec, batch.blocks, strict=True)]
             )
+        else:  # [K, n, B], computed at party k; x * 1.0 is x: with no padded column the mask changes nothing
+            cols = None if self.equal_widths else self.colmask[:, None, None, :]
+            if not self.mask_model:  # the likelihood is the decoders' only use: one fused node (_BlockLoglik)
+                lp = block_loglik(batch.blocks[:, None], self._decoder_out(h), cols)
+            else:
+                dec = mu_x, lv_x = self._decode(h, batch.blocks)
+                terms = gauss_logpdf(batch.blocks[:, None], mu_x, lv_x)
+                lp = (terms if cols is None else terms * cols).sum(-1)
         lp = self.send(lp.reshape(self.k, n * b, 1), sent_s).view(
             self.k, n, b
         )  # the parties' log-likelihood terms go up
         log_px = (lp * sent[:, None, :].to(lp.dtype)).sum(0)
         log_w = log_px + log_ph + log_pz - log_qh - log_qz
-        if self.mask_model:
+        if self.mask_model:  # II: the decoders' draws of the missing blocks
             log_w = log_w + self._log_pm(batch, dec, gen, n, sent_s)
         return log_w, h
 

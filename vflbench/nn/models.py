@@ -30,21 +30,82 @@ from ..core.errors import VFLBenchError
 RECYCLE_GRAD = 1 << 22
 
 
+class _Spare:
+    """The spent gradient buffer that one forward's backward pass writes into (held by the store as ``scratch``,
+    taken by the first node that needs it, and only by the store's latest forward)."""
+
+    def __init__(self, store: ParamStore):
+        self.store, self.taken, self.claimed = store, False, set()
+        self.scratch: torch.Tensor | None = None
+
+    def take(self) -> torch.Tensor | None:
+        if not self.taken:
+            self.taken = True
+            if self.store.recycle is self:
+                self.scratch, self.store.scratch = self.store.scratch, None
+        return self.scratch
+
+    def slot(self, offset: int, shape: torch.Size) -> torch.Tensor | None:
+        """A view of the buffer where tensor ``offset``'s gradient goes, once per forward (a second use of the
+        same tensor gets None: autograd sums the two gradients, and the sum is copied in)."""
+        buf = self.take()
+        if buf is None or offset in self.claimed:
+            return None
+        self.claimed.add(offset)
+        return buf[offset : offset + math.prod(shape)].view(shape)
+
+
 class _RecycledSplit(torch.autograd.Function):
-    """``flat.split(sizes)`` whose backward concatenates the parts' gradients into ``store.scratch`` when the
-    store holds a spare buffer (the same values as torch's split backward: a copy, zeros for unused parts)."""
+    """``flat.split(sizes)`` whose backward writes the parts' gradients into the spare buffer when there is one
+    (the same values as torch's split backward: a copy, zeros for unused parts). A part whose gradient was
+    computed in place (:class:`_StoreAffine`) is not copied."""
 
     @staticmethod
-    def forward(ctx, flat, store, *sizes):
-        ctx.store = store
+    def forward(ctx, flat, spare, *sizes):
+        ctx.spare = spare
         return flat.split(list(sizes))
 
     @staticmethod
     def backward(ctx, *grads):
-        spare, ctx.store.scratch = ctx.store.scratch, None
+        buf = ctx.spare.take()
+        ctx.spare.scratch = None
         flat = [g.reshape(-1) for g in grads]
-        out = torch.cat(flat) if spare is None else torch.cat(flat, out=spare)
-        return (out, None, *([None] * len(grads)))
+        if buf is None:
+            return (torch.cat(flat), None, *([None] * len(grads)))
+        off, size = 0, buf.element_size()
+        for g in flat:
+            if g.data_ptr() != buf.data_ptr() + off * size:  # not written in place
+                buf[off : off + g.numel()].copy_(g)
+            off += g.numel()
+        return (buf, None, *([None] * len(grads)))
+
+
+class _StoreAffine(torch.autograd.Function):
+    """``torch.baddbmm(bias, x, weight)`` over a store's tensors, with the backward of torch's own formula
+    (``x^T g`` for the weight, ``g W^T`` for the input, ``g`` summed over the broadcast axis for the bias),
+    the weight's and bias's gradients written straight into the store's spare gradient buffer. A fresh
+    ``[M, in, out]`` gradient costs its page faults on every step: the weight gradient of Combinatorial at
+    K = 8 took 29 ms into new memory against 9 ms into the spare (benchmarks/README.md, the slow paths)."""
+
+    @staticmethod
+    def forward(ctx, bias, x, weight, spare, w_off, b_off):
+        ctx.save_for_backward(x, weight)
+        ctx.spare, ctx.w_off, ctx.b_off, ctx.b_shape = spare, w_off, b_off, bias.shape
+        return torch.baddbmm(bias, x, weight)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        gb = gx = gw = None
+        if ctx.needs_input_grad[0]:  # the engine's sum_to: a sum over the broadcast (batch) axis, kept
+            out = ctx.spare.slot(ctx.b_off, ctx.b_shape)
+            gb = g.sum(1, keepdim=True) if out is None else torch.sum(g, 1, keepdim=True, out=out)
+        if ctx.needs_input_grad[1]:
+            gx = g.bmm(weight.transpose(1, 2))
+        if ctx.needs_input_grad[2]:
+            out = ctx.spare.slot(ctx.w_off, weight.shape)
+            gw = x.transpose(1, 2).bmm(g) if out is None else torch.bmm(x.transpose(1, 2), g, out=out)
+        return gb, gx, gw, None, None, None
 
 
 class ParamStore(nn.Module):
@@ -70,6 +131,8 @@ class ParamStore(nn.Module):
         self.runs: list[tuple[int, int, int, torch.Tensor]] = []
         # a spent gradient of ``flat`` to write the next one into (_RecycledSplit); not state (checkpoint.SKIP)
         self.scratch: torch.Tensor | None = None
+        self.recycle: _Spare | None = None  # the latest forward's claim on it
+        self.bound = False  # inside bound_to (a pack's vmapped loss): activations are not the store's own
 
     def add(self, name: str, shape: Sequence[int], members: torch.Tensor | int, bound: torch.Tensor | float) -> None:
         shape = tuple(int(s) for s in shape)
@@ -106,8 +169,10 @@ class ParamStore(nn.Module):
         instead of one full-size gradient buffer per tensor). Call at the start of each forward."""
         names = list(self._specs)
         sizes = [math.prod(self._specs[n][1]) for n in names]
+        self.recycle = None
         if self._total >= RECYCLE_GRAD and self.flat.requires_grad and torch.is_grad_enabled():
-            parts = _RecycledSplit.apply(self.flat, self, *sizes)
+            self.recycle = _Spare(self)
+            parts = _RecycledSplit.apply(self.flat, self.recycle, *sizes)
         else:
             parts = self.flat.split(sizes)
         self._cache = {n: t.view(self._specs[n][1]) for n, t in zip(names, parts, strict=True)}
@@ -125,12 +190,12 @@ class ParamStore(nn.Module):
     @contextmanager
     def bound_to(self, views: dict[str, torch.Tensor], transposed: bool = False):
         """Within the block, every forward reads ``views`` (from :meth:`views`) instead of :attr:`flat`."""
-        saved = (self._cache, self.transposed)
-        self._cache, self.transposed = views, transposed
+        saved = (self._cache, self.transposed, self.recycle, self.bound)
+        self._cache, self.transposed, self.recycle, self.bound = views, transposed, None, True
         try:
             yield self
         finally:
-            self._cache, self.transposed = saved
+            self._cache, self.transposed, self.recycle, self.bound = saved
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if self._cache is not None:
@@ -140,6 +205,14 @@ class ParamStore(nn.Module):
 
     def n_params(self) -> int:
         return self._total
+
+    def affine(self, x: torch.Tensor, weight: str, bias: str, bias_view=None) -> torch.Tensor:
+        """:func:`affine` of tensors ``weight`` and ``bias`` (``bias_view`` reshapes the bias to ``[M, 1, out]``),
+        with their gradients written into the spare buffer when the store recycles one."""
+        b = self[bias] if bias_view is None else bias_view(self[bias])
+        if self.recycle is None or self.transposed:
+            return affine(b, x, self[weight], self.transposed)
+        return _StoreAffine.apply(b, x, self[weight], self.recycle, self._specs[weight][0], self._specs[bias][0])
 
     @torch.no_grad()
     def average_members(self, name: str) -> None:
@@ -207,10 +280,14 @@ class MLPBank:
             if self.party_of.device != xk.device:
                 self.party_of = self.party_of.to(xk.device)
             h = xk[self.party_of]
+        # ReLU in place on the affine map's fresh output (its backward keeps the input, not the output): the same
+        # values and gradient (torch's relu backward reads the result either way), without a new activation-sized
+        # tensor per layer. Not on a pack's transposed views, nor under vmap.
+        in_place = not (self.store.transposed or self.store.bound)
         for li in range(self.n_layers):
-            h = affine(self.store[f"{self.prefix}.b{li}"], h, self.store[f"{self.prefix}.w{li}"], self.store.transposed)
+            h = self.store.affine(h, f"{self.prefix}.w{li}", f"{self.prefix}.b{li}")
             if li < self.n_layers - 1:
-                h = F.relu(h)
+                h = F.relu(h, inplace=in_place)
         return h
 
 
@@ -253,10 +330,8 @@ class HeadBank:
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """``z``: ``[H, B, in]`` -> ``[H, B, C]`` (head h applied to z[h])."""
         if self.hidden:
-            z = F.relu(
-                affine(self.store[f"{self.prefix}.b0"], z, self.store[f"{self.prefix}.w0"], self.store.transposed)
-            )
-        return affine(self.bias[:, None, :], z, self.weight, self.store.transposed)
+            z = F.relu(self.store.affine(z, f"{self.prefix}.w0", f"{self.prefix}.b0"))
+        return self.store.affine(z, f"{self.prefix}.w", f"{self.prefix}.b", lambda b: b[:, None, :])
 
 
 # ----------------------------------------------------------------------------- image extractors
