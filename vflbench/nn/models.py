@@ -85,7 +85,7 @@ class _StoreAffine(torch.autograd.Function):
     (``x^T g`` for the weight, ``g W^T`` for the input, ``g`` summed over the broadcast axis for the bias),
     the weight's and bias's gradients written straight into the store's spare gradient buffer. A fresh
     ``[M, in, out]`` gradient costs its page faults on every step: the weight gradient of Combinatorial at
-    K = 8 took 29 ms into new memory against 9 ms into the spare (benchmarks/README.md, the slow paths)."""
+    K = 8 took 29 ms a call into new memory and takes 8 ms into the spare (benchmarks/README.md, the slow paths)."""
 
     @staticmethod
     def forward(ctx, bias, x, weight, spare, w_off, b_off):
