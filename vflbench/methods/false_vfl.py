@@ -42,6 +42,11 @@ def gauss_logpdf(x: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> tor
     return -0.5 * (LOG2PI + logvar + (x - mu) ** 2 * torch.exp(-logvar))
 
 
+def halves_raw(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A network's output ``[..., 2d]`` as two views ``[..., d]``: the mean and the unclamped log-variance."""
+    return out.split(out.shape[-1] // 2, dim=-1)
+
+
 def halves(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A network's output ``[..., 2d]`` as a Gaussian's mean and clamped log-variance ``[..., d]``. One split, whose
     backward writes each half's gradient once, where two slices each zero-filled a tensor of the output's size
@@ -93,17 +98,18 @@ class _BlockLoglik(torch.autograd.Function):
         return None, grad, None
 
 
-def halves_raw(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return out.split(out.shape[-1] // 2, dim=-1)
-
-
 def block_loglik(x: torch.Tensor, out: torch.Tensor, colmask: torch.Tensor | None = None) -> torch.Tensor:
     """``log p(x | out)`` summed over the last axis: a Gaussian per column with ``out``'s halves as mean and
     log-variance (clamped), each column's term times ``colmask`` (None: every column counts). ``x`` takes no
     gradient."""
     if torch.is_grad_enabled() and out.requires_grad:
         return _BlockLoglik.apply(x, out, colmask)
-    terms = gauss_logpdf(x, *halves(out))
+    return gauss_loglik(x, *halves(out), colmask)
+
+
+def gauss_loglik(x: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor, colmask: torch.Tensor | None = None):
+    """``gauss_logpdf`` times ``colmask`` (None: every column), summed over the last axis, with autograd's backward."""
+    terms = gauss_logpdf(x, mu, logvar)
     return (terms if colmask is None else terms * colmask).sum(-1)
 
 
@@ -325,9 +331,8 @@ class FalseVFL(Method):
             if not self.mask_model:  # the likelihood is the decoders' only use: one fused node (_BlockLoglik)
                 lp = block_loglik(batch.blocks[:, None], self._decoder_out(h), cols)
             else:
-                dec = mu_x, lv_x = self._decode(h, batch.blocks)
-                terms = gauss_logpdf(batch.blocks[:, None], mu_x, lv_x)
-                lp = (terms if cols is None else terms * cols).sum(-1)
+                dec = self._decode(h, batch.blocks)
+                lp = gauss_loglik(batch.blocks[:, None], *dec, cols)
         lp = self.send(lp.reshape(self.k, n * b, 1), sent_s).view(
             self.k, n, b
         )  # the parties' log-likelihood terms go up

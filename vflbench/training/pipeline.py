@@ -345,7 +345,7 @@ def execute(
     method = build(run, inputs)
     if wire is None:  # now that the step's size is known (the processes of one run share the machine: one thread)
         torch.set_num_threads(intra_op_threads(run, step_size(run, method)))
-    if wire is not None:
+    else:
         method.channel = wire_channel(method, wire, run)
     method.faults = party_faults(run, wire)
     callbacks = [*callbacks, *privacy_callbacks(run, inputs, method, truth, wire)]
