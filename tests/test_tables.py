@@ -55,7 +55,7 @@ def test_preprocessing_is_fitted_on_the_training_split_and_recorded():
     assert pre["rows"] == {"read": 600, "dropped_missing_target": 0, "train": 480, "test": 120}
     # one-hot columns follow their source column; widths per source column add up to the encoded width
     assert (
-        pre["columns"]["region"] == {"kind": "categorical", "encoded_width": 4}
+        pre["columns"]["region"] == {"kind": "categorical", "encoding": "onehot", "encoded_width": 4, "levels": 4}
         and pre["columns"]["age"]["kind"] == "numeric"
     )
     assert ds.x_train.shape[1] == sum(c["encoded_width"] for c in pre["columns"].values()) == len(ds.feature_sources)

@@ -62,3 +62,18 @@ def close(timings: dict[str, Any], origin: float | None, origin_name: str, write
         }
     )
     return timings
+
+
+def peak_memory() -> dict[str, Any]:
+    """The manifest's ``memory``: this process's peak resident set so far (``getrusage``'s ``ru_maxrss``), and that
+    of its finished child processes (parties launched by this process, in a run across processes)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return {}
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    out: dict[str, Any] = {"peak_rss_bytes": int(own), "peak_rss_gb": round(own / 1e9, 3)}
+    if kids:
+        out["children_peak_rss_bytes"] = int(kids)  # the largest finished child's peak (getrusage's rule)
+    return out

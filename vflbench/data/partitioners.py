@@ -46,9 +46,26 @@ class Partition:
             return [x[:, np.asarray(b)] for b in self.blocks]
         return [x[:, :, r0:r1, c0:c1] for r0, r1, c0, c1 in self.blocks]
 
-    def block_stats(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-sample mean and population variance of each block: two ``[n, K]`` arrays."""
-        parts = [np.asarray(p, np.float64).reshape(len(x), -1) for p in self.split(x)]
+    def embedded(self, columns: dict[int, tuple[int, int]]) -> list[list[tuple[int, int, int]]]:
+        """Per party, ``(position in its block, table rows, embedding size)`` of every embedded categorical column
+        it holds (``columns``: the dataset's feature index -> (rows, size)); empty when there are none."""
+        if self.kind != "features" or not columns:
+            return []
+        return [[(j, *columns[c]) for j, c in enumerate(np.asarray(b).tolist()) if c in columns] for b in self.blocks]
+
+    def block_stats(
+        self, x: np.ndarray, codes: set[int] | frozenset[int] = frozenset()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sample mean and population variance of each block: two ``[n, K]`` arrays. ``codes``: feature
+        indices holding categorical codes, left out (a code is a name, not a quantity); a block of codes only has
+        mean and variance 0."""
+        if codes and self.kind == "features":
+            blocks = [
+                np.asarray([c for c in np.asarray(b).tolist() if c not in codes], dtype=np.int64) for b in self.blocks
+            ]
+            parts = [np.asarray(x[:, b], np.float64) if len(b) else np.zeros((len(x), 1)) for b in blocks]
+        else:
+            parts = [np.asarray(p, np.float64).reshape(len(x), -1) for p in self.split(x)]
         return np.stack([p.mean(1) for p in parts], 1), np.stack([p.var(1) for p in parts], 1)
 
     def describe(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class Prepared:
     def block_stats(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         if split not in self._stats:
             x = self.data.x_train if split == "train" else self.data.x_test
-            self._stats[split] = self.partition.block_stats(x)
+            self._stats[split] = self.partition.block_stats(x, set(self.data.embedded))
         return self._stats[split]
 
 

@@ -189,6 +189,8 @@ class MethodContext:
     positive_class: int | None = None
     epochs: int | None = None  # the run's planned epochs over all stages (a horizon, e.g. to calibrate noise)
     monitored: bool = False  # a pass over the training set follows every epoch (--target)
+    # per party: (position in its block, table rows, size) of each embedded categorical column (data.datasets.encoding)
+    embedded: list[list[tuple[int, int, int]]] = field(default_factory=list)
 
 
 class Method:
@@ -383,7 +385,15 @@ class Method:
     ) -> tuple[Extractors, list[int]]:
         ids = self.new_members(len(party_of), groups)
         ex = Extractors(
-            self.ctx.model, self.store, prefix, party_of, ids, self.ctx.widths, self.ctx.in_ch, self.init_gen
+            self.ctx.model,
+            self.store,
+            prefix,
+            party_of,
+            ids,
+            self.ctx.widths,
+            self.ctx.in_ch,
+            self.init_gen,
+            self.ctx.embedded or None,
         )
         self.extractor_sets.append(ex)
         return ex, ids

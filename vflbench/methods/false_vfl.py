@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..core.errors import VFLBenchError
 from ..nn.models import Extractors, MLPBank, ModelSpec
 from .base import METHODS, Batch, BatchPrediction, Epoch, Method, Option, Stage
 
@@ -233,6 +234,12 @@ class FalseVFL(Method):
 
     def build(self) -> None:
         o = self.options
+        if any(self.ctx.embedded):
+            raise VFLBenchError(
+                f"{self.display} reconstructs every feature of a block with a Gaussian likelihood (its decoders), and "
+                "the paper defines none for an embedded categorical column; one-hot encode them (raise --data-opt "
+                "embed_above above their levels) or drop them."
+            )
         self.d_h, self.d_z, hid = int(o["d_h"]), int(o["d_z"]), int(o["hidden"])
         k = self.k
         spec = self.ctx.model

@@ -197,7 +197,16 @@ class FedHSSL(Method):
             mid = hidden[0] if hidden else spec.cut
             self.bottom_ids = self.new_members(k)
             self.top_ids = self.new_members(k)
-            self.bottom = MLPBank(self.store, "local_bottom", list(range(k)), self.bottom_ids, self.ctx.widths, [], mid)
+            self.bottom = MLPBank(
+                self.store,
+                "local_bottom",
+                list(range(k)),
+                self.bottom_ids,
+                self.ctx.widths,
+                [],
+                mid,
+                self.ctx.embedded or None,
+            )
             self.top = MLPBank(self.store, "local_top", list(range(k)), self.top_ids, [mid] * k, hidden[1:], spec.cut)
         if self.pma == "bottom" and self.pretrained and len(set(self.ctx.widths)) > 1 and not self.image:
             raise VFLBenchError(

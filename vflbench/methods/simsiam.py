@@ -128,6 +128,14 @@ class SimSiam:
         self.col_mask = (
             (torch.arange(int(widths.max()))[None, :] < widths[:, None]).float()[:, None, :].to(method.device)
         )  # [K, 1, w]
+        # embedded categorical codes take no noise (a code is a name); masking one gives code 0, the missing cell
+        self.noise_mask = None
+        if any(method.ctx.embedded):
+            nm = self.col_mask.clone()
+            for p, cols in enumerate(method.ctx.embedded):
+                for pos, _, _ in cols:
+                    nm[p, 0, pos] = 0.0
+            self.noise_mask = nm
 
     def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
         s = self.method.store
@@ -164,6 +172,8 @@ class SimSiam:
             x = torch.cat([blocks, blocks], 1)
             keep = (torch.rand(x.shape, generator=gen, device=x.device) >= MASK_P).float()
             noise = torch.randn(x.shape, generator=gen, device=x.device) * NOISE
+            if self.noise_mask is not None:
+                noise = noise * self.noise_mask
             return (x * keep + noise) * self.col_mask  # padding columns stay zero
         out = []
         for t in blocks:

@@ -68,7 +68,15 @@ class SumVFL(Method):
             spec = ModelSpec(spec.arch, self.P)
         ids = self.new_members(self.k)
         self.ext = Extractors(
-            spec, self.store, "ext", list(range(self.k)), ids, self.ctx.widths, self.ctx.in_ch, self.init_gen
+            spec,
+            self.store,
+            "ext",
+            list(range(self.k)),
+            ids,
+            self.ctx.widths,
+            self.ctx.in_ch,
+            self.init_gen,
+            self.ctx.embedded or None,
         )
         self.extractor_sets.append(self.ext)
         self.head, _ = self.heads("head", 1, self.P, hidden=0)  # Linear(P, classes), Algorithm 2

@@ -244,9 +244,87 @@ def affine(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, transposed
     return torch.baddbmm(bias, x, weight)
 
 
+# (position in the party's block, embedding table rows, embedding size) of each embedded categorical column, per party
+Embedded = Sequence[Sequence[tuple[int, int, int]]]
+UNSEEN_CODE = 1  # vflbench.data.datasets.encoding.UNSEEN: a level never seen in training reads a zero vector
+EMBED_INIT = math.sqrt(3.0)  # U(-sqrt 3, sqrt 3): unit variance, as nn.Embedding's N(0, 1)
+
+
+class EmbeddingFront:
+    """The first step of a bank whose parties hold embedded categorical columns (integer codes stored in the block,
+    :mod:`vflbench.data.datasets.encoding`): every member has one table per column of its party (``[M_p, rows,
+    dim]`` in the store, so the masked optimiser steps them with the member), looks its codes up, and reads its
+    block with the code columns zeroed followed by the embeddings (zero-padded to the widest party's). One
+    gather per embedded column, whatever the batch; a missing cell (code 0) and a rare level (code 2) have
+    trained rows, a level unseen in training reads zeros."""
+
+    def __init__(
+        self,
+        store: ParamStore,
+        prefix: str,
+        party_of: Sequence[int],
+        member_ids: Sequence[int],
+        widths: Sequence[int],
+        embedded: Embedded,
+    ):
+        self.store = store
+        party_of = list(party_of)
+        self.width = max(sum(d for _, _, d in embedded[p]) for p in set(party_of))
+        keep = torch.ones(len(widths), max(widths))
+        self.groups: list[tuple[int, int, list[tuple[int, str, int]]]] = []  # (party, members, [(pos, name, dim)])
+        order: list[int] = []
+        plain = [i for i, p in enumerate(party_of) if not embedded[p]]
+        for p in sorted(set(party_of)):
+            if not embedded[p]:
+                continue
+            rows = [i for i, q in enumerate(party_of) if q == p]
+            mem = torch.as_tensor([member_ids[i] for i in rows], dtype=torch.long)
+            cols = []
+            for j, (pos, n_rows, dim) in enumerate(embedded[p]):
+                name = f"{prefix}.emb{p}.{j}"
+                store.add(name, (len(rows), int(n_rows), int(dim)), mem, EMBED_INIT)
+                cols.append((int(pos), name, int(dim)))
+                keep[p, pos] = 0.0
+            self.groups.append((p, len(rows), cols))
+            order += rows
+        self.n_plain = len(plain)
+        order = plain + order
+        self.inverse = torch.as_tensor(sorted(range(len(order)), key=order.__getitem__), dtype=torch.long)
+        self.reorder = order != sorted(order)
+        self.keep = keep[torch.as_tensor(party_of, dtype=torch.long)][:, None, :]  # [M, 1, w]
+
+    def __call__(self, xk: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``xk``: ``[K, B, w]`` blocks; ``h``: ``[M, B, w]`` each member's block -> ``[M, B, w + width]``."""
+        if self.keep.device != h.device:
+            self.keep, self.inverse = self.keep.to(h.device), self.inverse.to(h.device)
+        b = h.shape[1]
+        parts = [h.new_zeros(self.n_plain, b, self.width)] if self.n_plain else []
+        for p, _m, cols in self.groups:
+            looked = []
+            for pos, name, _dim in cols:
+                codes = xk[p, :, pos].long()
+                e = self.store[name][:, codes]  # [M_p, B, dim]
+                looked.append(e * (codes != UNSEEN_CODE).to(e.dtype)[None, :, None])
+            e = torch.cat(looked, -1) if len(looked) > 1 else looked[0]
+            if e.shape[-1] < self.width:
+                e = F.pad(e, (0, self.width - e.shape[-1]))
+            parts.append(e)
+        emb = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+        if self.reorder:
+            emb = emb[self.inverse]
+        return torch.cat([h * self.keep, emb], -1)
+
+
+def embedded_fan_in(widths: Sequence[int], embedded: Embedded | None, p: int) -> int:
+    """Party ``p``'s input width to its bottom model: its block with each code column replaced by its embedding."""
+    cols = embedded[p] if embedded else ()
+    return int(widths[p]) - len(cols) + sum(int(d) for _, _, d in cols)
+
+
 class MLPBank:
     """M independent MLPs ``width -> hidden... -> out`` (ReLU between layers, none after the last),
-    computed together. Member m reads party ``party_of[m]``; inputs are zero-padded to the widest block."""
+    computed together. Member m reads party ``party_of[m]``; inputs are zero-padded to the widest block.
+    ``embedded``: the parties' embedded categorical columns (:class:`EmbeddingFront`), if any."""
 
     def __init__(
         self,
@@ -257,14 +335,22 @@ class MLPBank:
         widths: Sequence[int],
         hidden: Sequence[int],
         out: int,
+        embedded: Embedded | None = None,
     ):
         self.store, self.prefix = store, prefix
         self.party_of = torch.as_tensor(list(party_of), dtype=torch.long)
         self.m = len(self.party_of)
         mem = torch.as_tensor(list(member_ids), dtype=torch.long)
-        true_in = torch.as_tensor([widths[p] for p in party_of])
         self.identity = self.party_of.tolist() == list(range(len(widths)))
-        sizes = [max(widths)] + list(hidden) + [out]
+        self.front = None
+        in_width = max(widths)
+        if embedded and any(embedded[p] for p in party_of):
+            self.front = EmbeddingFront(store, prefix, party_of, member_ids, widths, embedded)
+            in_width += self.front.width
+            true_in = torch.as_tensor([embedded_fan_in(widths, embedded, p) for p in party_of])
+        else:
+            true_in = torch.as_tensor([widths[p] for p in party_of])
+        sizes = [in_width] + list(hidden) + [out]
         self.n_layers = len(sizes) - 1
         for li in range(self.n_layers):
             fan = true_in if li == 0 else sizes[li]
@@ -280,6 +366,8 @@ class MLPBank:
             if self.party_of.device != xk.device:
                 self.party_of = self.party_of.to(xk.device)
             h = xk[self.party_of]
+        if self.front is not None:
+            h = self.front(xk, h)
         # ReLU in place on the affine map's fresh output (its backward keeps the input, not the output): the same
         # values and gradient (torch's relu backward reads the result either way), without a new activation-sized
         # tensor per layer. Not on a pack's transposed views, nor under vmap.
@@ -457,12 +545,13 @@ class Extractors:
         widths: Sequence[int],
         in_ch: int,
         gen: torch.Generator,
+        embedded: Embedded | None = None,
     ):
         self.spec = spec
         self.party_of = list(party_of)
         self.member_ids = list(member_ids)
         if spec.arch == "mlp":
-            self.bank = MLPBank(store, prefix, party_of, member_ids, widths, spec.hidden, spec.cut)
+            self.bank = MLPBank(store, prefix, party_of, member_ids, widths, spec.hidden, spec.cut, embedded)
             self.modules = None
         else:
             self.bank = None

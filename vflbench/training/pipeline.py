@@ -15,6 +15,7 @@ import torch
 
 from ..core.errors import VFLBenchError
 from ..core.role import SERVER
+from ..core.timing import peak_memory
 from ..data.missingness import p_key
 from ..methods import METHODS, Method, MethodContext
 from ..nn.models import ModelSpec
@@ -46,6 +47,7 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
         positive_class=data.info.positive_class,
         epochs=sum(int(hp.epochs) for hp in run.stage_hp.values()) or int(run.hp.epochs),
         monitored=bool(run.target),
+        embedded=part.embedded(data.embedded),
     )
     if ctx.model.arch == "mlp" and x.ndim == 4:
         raise VFLBenchError(
@@ -73,8 +75,15 @@ def attack_truth(run: ResolvedRun, inputs: RunInputs):
     """What scores a run's attacks: the true training labels and each party's plain block (None: no attack)."""
     from .attacking import attack_specs
 
-    if not attack_specs(run):
+    specs = attack_specs(run)
+    if not specs:
         return None
+    if inputs.prep.data.embedded and any(a.split(":", 1)[0] == "inversion" for a in specs):
+        raise VFLBenchError(
+            "--attack inversion scores a reconstruction of each party's features by R^2, and an embedded categorical "
+            "column (integer codes) has none; scoring it by accuracy is not implemented. One-hot encode such columns "
+            "(raise --data-opt embed_above above their levels), drop them, or leave out the inversion attack."
+        )
     blocks = inputs.train.blocks
     if blocks.kind != "features":
         raise VFLBenchError("--attack runs on tabular data only for now (image blocks are tiles cut per batch).")
@@ -236,6 +245,7 @@ def record(
     if method.faults is not None:
         manifest["party_losses"] = method.faults.manifest()
     manifest.update(privacy_manifest(run, method, extras, callbacks))
+    manifest["memory"] = peak_memory()
     manifest["timings"]["record_s"] = time.perf_counter() - t_record
     return rows, manifest
 

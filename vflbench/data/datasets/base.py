@@ -43,6 +43,9 @@ class Dataset:
     checksum_checks: dict[str, str] = field(default_factory=dict)  # raw file -> published | recorded | first-use
     feature_sources: list[str] | None = None  # per feature: the source column it was encoded from (users' tables)
     preprocessing: dict[str, Any] = field(default_factory=dict)  # what a table loader inferred and did (manifest)
+    # feature index -> (embedding table rows, embedding size): a categorical column stored as integer codes that
+    # the owning party's bottom model embeds (vflbench.data.datasets.encoding); empty for every other dataset
+    embedded: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -33,10 +33,11 @@ import pandas as pd
 from ...core.errors import VFLBenchError
 from ...core.paths import user_path
 from .base import Dataset, DatasetInfo
+from .encoding import SCALERS, EncodingOptions, as_text, encode
 from .fetch import data_root, sha256_file
 
 # re-exported: the loader reads with them
-from .reading import SEPARATORS, read_arff_frame, read_table, sniff_separator  # noqa: F401
+from .reading import SEPARATORS, read_arff_frame, read_table, release_memory, sniff_separator  # noqa: F401
 
 DEFAULTS: dict[str, Any] = {
     "target": "",
@@ -50,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "sep": "",
     "coerce": False,
     "keep": "",
+    "embed_above": 50,
+    "embed_dim": 0,
+    "hash_buckets": 0,
+    "min_count": 2,
     "file_sha256": "",
 }
 INTERNAL = {"file_sha256"}  # set by vflbench, never listed to users
@@ -65,6 +70,11 @@ HELP = {
     "sep": "the field separator of a .csv file (default: detected from its first lines, and recorded)",
     "coerce": "true: a mostly numeric column with stray text becomes numeric, the text missing (default: an error)",
     "keep": "keep these columns although they look useless (constant, all missing or an ID: dropped by default)",
+    "embed_above": "a categorical column with more levels than this (in the training split) is embedded by its "
+    "party's bottom model instead of one-hot encoded",
+    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)), rows = its table's)",
+    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
+    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
 MAX_CLASS_SHARE = (
@@ -131,7 +141,7 @@ def _class_order(values: pd.Series) -> list[str]:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return str(int(v))
     return str(v)
 
@@ -216,14 +226,6 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
     return feats
 
 
-def _as_object(s: pd.Series) -> pd.Series:
-    """A categorical column as text with NaN for missing (what SimpleImputer/OneHotEncoder expect)."""
-    return s.map(lambda v: np.nan if pd.isna(v) else _fmt(v)).astype(object)
-
-
-SCALERS = ("standard", "minmax", "none")
-
-
 def column_encoder(frame: pd.DataFrame, num: list[str], cat: list[str], scaler: str, where: str = ""):
     """``(frame, encoder)``: a copy of ``frame`` with its categorical columns as text (NaN where missing) and its
     numeric ones as floats, and an unfitted encoder for it (fit it on the training rows only): numeric columns
@@ -238,7 +240,7 @@ def column_encoder(frame: pd.DataFrame, num: list[str], cat: list[str], scaler: 
         raise VFLBenchError(f"{where}unknown scaler {scaler!r}. Choices: {', '.join(SCALERS)}.")
     frame = frame.copy()
     for c in cat:
-        frame[c] = _as_object(frame[c])
+        frame[c] = as_text(frame[c])
     for c in num:
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
     num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
@@ -287,12 +289,15 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         )
     kinds = column_kinds(full.iloc[:n_train_rows][feats], _cols(opts.get("categorical")))
     missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
-    X_df = full.loc[keep, feats].reset_index(drop=True)
+    X_df = full[feats] if keep.all() else full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
     is_train = (np.arange(len(full)) < n_train_rows)[keep]
     tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes)
-    scaler = str(opts.get("scaler") or "none")
-    Xtr, Xte, sources, names = _encode(tab.label, X_df, feats, kinds, scaler, tr_idx, te_idx)
+    enc_opts = EncodingOptions.from_options(opts, f"{tab.label}: ")
+    enc = encode(tab.label, X_df, feats, kinds, enc_opts, tr_idx, te_idx)
+    del X_df
+    Xtr, Xte, sources, names = enc.x_train, enc.x_test, enc.sources, enc.names
+    scaler = enc_opts.scaler
     info = DatasetInfo(
         name=tab.label,
         title=tab.source or tab.label,
@@ -303,7 +308,6 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         license="the user's",
         positive_class=tgt.positive,
     )
-    widths = {c: sources.count(c) for c in feats}
     prep = {
         "target": target,
         "classes": tgt.mapping,
@@ -314,7 +318,7 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
             "train": int(len(tr_idx)),
             "test": int(len(te_idx)),
         },
-        "columns": {c: {"kind": kinds[c], "encoded_width": widths[c]} for c in feats},
+        "columns": enc.columns,
         "dropped_columns": _cols(opts.get("drop")),
         "auto_dropped_columns": auto_dropped,
         "coerced_columns": coerced,
@@ -330,7 +334,14 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         "scaler": scaler,
         "encoded_width": int(Xtr.shape[1]),
     }
-    ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names)
+    if enc.embedded:
+        prep["embedding"] = {
+            "embed_above": enc_opts.embed_above,
+            "hash_buckets": enc_opts.hash_buckets,
+            "min_count": enc_opts.min_count,
+            "codes": "0 = missing cell, 1 = level unseen in training, 2 = pooled rare levels, 3.. = levels",
+        }
+    ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names, embedded=enc.embedded)
     ds.feature_sources = sources
     ds.preprocessing = prep
     ds.checksums = dict(tab.checksums)
@@ -360,28 +371,6 @@ def _split(tab: Table, opts: dict[str, Any], y: np.ndarray, is_train: np.ndarray
         if len(te_idx) == 0:
             raise VFLBenchError(f"{tab.label}: the test file has no rows with a target value.")
     return tr_idx, te_idx
-
-
-def _encode(label: str, X_df, feats: list[str], kinds: dict, scaler: str, tr_idx, te_idx) -> tuple:
-    """The encoder fitted on the training rows (impute, one-hot, scale); encoded columns in the source columns'
-    order, each with its source column and name."""
-    num = [c for c in feats if kinds[c] == "numeric"]
-    cat = [c for c in feats if kinds[c] == "categorical"]
-    X_df, ct = column_encoder(X_df, num, cat, scaler, f"{label}: ")
-    Xtr = ct.fit_transform(X_df.iloc[tr_idx])
-    Xte = ct.transform(X_df.iloc[te_idx])
-    # encoded column -> source column, then back into the source columns' order
-    sources: list[str] = list(num)
-    names: list[str] = list(num)
-    if cat:
-        enc = ct.named_transformers_["cat"].named_steps["onehot"]
-        for c, cats in zip(cat, enc.categories_, strict=True):
-            sources += [c] * len(cats)
-            names += [f"{c}={v}" for v in cats]
-    order = np.argsort([feats.index(s) for s in sources], kind="stable")
-    Xtr, Xte = Xtr[:, order], Xte[:, order]
-    sources, names = [sources[i] for i in order], [names[i] for i in order]
-    return Xtr, Xte, sources, names
 
 
 def _numeric_with_stray_text(
@@ -568,6 +557,7 @@ def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -
     if key not in _BUILT:
         o = dict(opts)
         ds = build_dataset(read_source(name, o, download), o)
+        release_memory()  # the read frame is gone: its pages back to the system before the run allocates
         ds.options = dict(o)
         _BUILT.clear()  # keep one table in memory
         _BUILT[key] = ds

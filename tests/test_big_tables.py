@@ -1,0 +1,369 @@
+"""Large and categorical tables: the encoder (numbers bit for bit as scikit-learn's ColumnTransformer, embedding
+codes and their reserved values, hashing, the memory check), Parquet and the large-file reader, the embedding
+front of the bottom models, and every method on a table with embedded columns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.datasets import encoding, reading
+from vflbench.data.datasets.encoding import MISSING, RARE, RESERVED, UNSEEN, EncodingOptions, embedding_dim, encode
+from vflbench.data.datasets.table import DEFAULTS, build_dataset, column_encoder, read_source
+from vflbench.nn.models import EmbeddingFront, MLPBank, ParamStore
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "data" / "loans.csv"
+
+
+def _ctr_module():
+    spec = importlib.util.spec_from_file_location("make_ctr_table", ROOT / "scripts" / "make_ctr_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_ctr(tmp_path: Path, rows: int = 3000, user_levels: int = 900, ad_levels: int = 60) -> Path:
+    df, meta = _ctr_module().make(rows, user_levels, ad_levels, seed=1)
+    path = tmp_path / "ctr.csv"
+    df.to_csv(path, index=False)
+    (tmp_path / "ctr_parties.yaml").write_text(
+        "user_side: [f0, f1, user]\nad_side: [f2, f3, ad]\nsite_side: [f4, f5, site]\n"
+    )
+    return path
+
+
+# ----------------------------------------------------------------------------- the encoder
+
+
+def _old_encode(frame, feats, kinds, scaler, tr, te):
+    """The loader's encoding before embeddings: one ColumnTransformer, float64, columns back in source order."""
+    num = [c for c in feats if kinds[c] == "numeric"]
+    cat = [c for c in feats if kinds[c] == "categorical"]
+    frame, ct = column_encoder(frame, num, cat, scaler)
+    xtr, xte = ct.fit_transform(frame.iloc[tr]), ct.transform(frame.iloc[te])
+    sources = list(num)
+    if cat:
+        for c, cats in zip(cat, ct.named_transformers_["cat"].named_steps["onehot"].categories_, strict=True):
+            sources += [c] * len(cats)
+    order = np.argsort([feats.index(s) for s in sources], kind="stable")
+    return xtr[:, order].astype(np.float32), xte[:, order].astype(np.float32)
+
+
+@pytest.mark.parametrize("scaler", ["standard", "minmax", "none"])
+def test_numeric_and_one_hot_columns_are_bit_for_bit_the_column_transformers(scaler):
+    frame = pd.read_csv(LOANS)
+    feats = [c for c in frame.columns if c not in ("default", "customer_id")]
+    kinds = {c: ("categorical" if frame[c].dtype == object else "numeric") for c in feats}
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(frame))
+    tr, te = np.sort(idx[:450]), np.sort(idx[450:])
+    new = encode("t", frame, feats, kinds, EncodingOptions(scaler=scaler), tr, te)
+    old_tr, old_te = _old_encode(frame, feats, kinds, scaler, tr, te)
+    assert not new.embedded
+    np.testing.assert_array_equal(new.x_train, old_tr)
+    np.testing.assert_array_equal(new.x_test, old_te)
+    # wide numeric tables with missing cells: still the same bits, column by column
+    x = rng.standard_normal((2000, 37)) * rng.uniform(0.1, 1e4, 37)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    wide = pd.DataFrame(x, columns=[f"c{i}" for i in range(37)])
+    cols = list(wide.columns)
+    new = encode("w", wide, cols, dict.fromkeys(cols, "numeric"), EncodingOptions(scaler=scaler), tr, te)
+    old_tr, old_te = _old_encode(wide, cols, dict.fromkeys(cols, "numeric"), scaler, tr, te)
+    np.testing.assert_array_equal(new.x_train, old_tr)
+    np.testing.assert_array_equal(new.x_test, old_te)
+
+
+def test_embedding_codes_reserve_missing_unseen_and_rare():
+    train = ["b", "a", "a", "c", "b", "a", "z", None, "b"]  # z seen once: rare at min_count=2
+    test = ["a", "z", "new", None, "c"]  # c seen once too
+    s = pd.Series(train + test, dtype=object, name="col")
+    tr = np.arange(len(train))
+    codes, rows, info = encoding.embedding_codes(s, tr, EncodingOptions(min_count=2))
+    # kept levels a, b (sorted) -> 3, 4; c and z pooled as rare; 'new' unseen; None missing
+    assert rows == RESERVED + 2
+    assert codes[: len(train)].tolist() == [4, 3, 3, RARE, 4, 3, RARE, MISSING, 4]
+    assert codes[len(train) :].tolist() == [3, RARE, UNSEEN, MISSING, RARE]
+    assert info["rare_levels"] == 2 and info["kept_levels"] == 2
+    # min_count=1 keeps every training level; nothing is rare
+    codes, rows, _ = encoding.embedding_codes(s, tr, EncodingOptions(min_count=1))
+    assert rows == RESERVED + 4 and RARE not in codes.tolist()
+
+
+@pytest.mark.parametrize(
+    "opts", [EncodingOptions(min_count=2), EncodingOptions(min_count=1), EncodingOptions(hash_buckets=11)]
+)
+def test_a_pandas_categorical_column_gets_the_codes_of_its_text(opts):
+    rng = np.random.default_rng(4)
+    values = rng.choice([f"v{i}" for i in range(40)] + [None], size=3000, p=None).astype(object)
+    text = pd.Series(values, dtype=object, name="c")
+    cat = text.astype("category")
+    tr = np.sort(rng.choice(3000, 2000, replace=False))
+    a, ra, ia = encoding.embedding_codes(text, tr, opts)
+    b, rb, ib = encoding.embedding_codes(encoding.as_text(cat), tr, opts)
+    np.testing.assert_array_equal(a, b)
+    assert ra == rb and ia == ib
+
+
+def test_hashed_codes_are_stable_in_range_and_ignore_the_vocabulary():
+    s = pd.Series([f"u{i}" for i in range(5000)] + [None], dtype=object)
+    o = EncodingOptions(hash_buckets=97)
+    a, rows, info = encoding.embedding_codes(s, np.arange(10), o)
+    b, _, _ = encoding.embedding_codes(s.sample(frac=1.0, random_state=3).sort_index(), np.arange(3), o)
+    assert rows == RESERVED + 97 and info["hashed"]
+    np.testing.assert_array_equal(a, b)  # the code of a level depends on its text only
+    assert a[-1] == MISSING and a[:-1].min() >= RESERVED and a[:-1].max() < RESERVED + 97
+    counts = np.bincount(a[:-1] - RESERVED, minlength=97)
+    assert counts.min() > 20  # 5,000 levels spread over every bucket (about 52 each)
+
+
+def test_embedding_size_rule_and_threshold_choose_the_encoding(tmp_path):
+    assert embedding_dim(5) == 4 and embedding_dim(53) == 15 and embedding_dim(30_000) == 16
+    assert embedding_dim(30_000, fixed=8) == 8
+    path = write_ctr(tmp_path)
+    o = {**DEFAULTS, "target": "click"}
+    ds = build_dataset(read_source(f"csv:{path}", o), o)
+    cols = ds.preprocessing["columns"]
+    assert [cols[c]["encoding"] for c in ("user", "ad", "site")] == ["embedding"] * 3  # 60 levels > 50
+    assert len(ds.embedded) == 3 and ds.x_train.shape[1] == 9  # six numeric, three code columns
+    for j, (rows, dim) in ds.embedded.items():
+        codes = ds.x_train[:, j]
+        assert codes.dtype == np.float32 and np.all(codes == np.round(codes)) and codes.max() < rows
+        assert dim == embedding_dim(rows)
+    o = {**DEFAULTS, "target": "click", "embed_above": 100}  # ad (60 levels) one-hot now
+    ds = build_dataset(read_source(f"csv:{path}", o), o)
+    assert ds.preprocessing["columns"]["ad"]["encoding"] == "onehot"
+    assert ds.preprocessing["columns"]["ad"]["encoded_width"] == 60 and len(ds.embedded) == 2
+
+
+def test_a_table_that_cannot_fit_is_refused_before_allocating(tmp_path, monkeypatch):
+    path = write_ctr(tmp_path)
+    monkeypatch.setattr(encoding, "available_memory", lambda: 20 << 20)  # 20 MB left
+    allocated = []
+    real_empty = np.empty
+    monkeypatch.setattr(encoding.np, "empty", lambda *a, **k: allocated.append(a) or real_empty(*a, **k))
+    o = {**DEFAULTS, "target": "click", "embed_above": 10**6}  # everything one-hot
+    with pytest.raises(VFLBenchError) as e:
+        build_dataset(read_source(f"csv:{path}", o), o)
+    msg = str(e.value)
+    assert "column 'user' has" in msg and "embed_above=" in msg and "drop=user" in msg and "GB" in msg
+    train_or_test = (2400, 600)  # the encoded arrays' rows
+    assert [a for a in allocated if isinstance(a[0], tuple) and len(a[0]) == 2 and a[0][0] in train_or_test] == []
+    o = {**DEFAULTS, "target": "click"}  # embedded: three code columns fit easily
+    assert build_dataset(read_source(f"csv:{path}", o), o).x_train.shape[1] == 9
+
+
+@pytest.mark.parametrize(
+    "opt, needle",
+    [
+        ({"embed_above": 0}, "embed_above must be >= 1"),
+        ({"hash_buckets": -1}, "hash_buckets must be between"),
+        ({"min_count": 0}, "min_count must be >= 1"),
+        ({"embed_dim": -2}, "embed_dim must be >= 0"),
+    ],
+)
+def test_bad_embedding_options_say_what_is_allowed(tmp_path, opt, needle):
+    path = write_ctr(tmp_path, rows=400)
+    o = {**DEFAULTS, "target": "click", **opt}
+    with pytest.raises(VFLBenchError, match=needle):
+        build_dataset(read_source(f"csv:{path}", o), o)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_parquet_reads_the_same_table_as_csv(tmp_path):
+    path = write_ctr(tmp_path, rows=800)
+    pq_path = tmp_path / "ctr.parquet"
+    pd.read_csv(path).to_parquet(pq_path, index=False)
+    o = {**DEFAULTS, "target": "click"}
+    a = build_dataset(read_source(f"csv:{path}", o), o)
+    b = build_dataset(read_source(f"csv:{pq_path}", o), o)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    np.testing.assert_array_equal(a.y_test, b.y_test)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    with pytest.raises(VFLBenchError, match="not a readable Parquet file"):
+        reading.read_table(bad)
+
+
+def test_a_large_file_is_read_as_float32_and_a_late_text_value_makes_a_text_column(tmp_path, monkeypatch):
+    n = 5000
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.standard_normal(n), "b": rng.integers(0, 9, n), "label": rng.integers(0, 2, n)})
+    df["late"] = rng.standard_normal(n).round(3).astype(str)
+    df.loc[n - 3, "late"] = "oops"  # beyond the rows the kinds are guessed from
+    path = tmp_path / "big.csv"
+    df.to_csv(path, index=False)
+    monkeypatch.setattr(reading, "LARGE_FILE", 1024)
+    got = reading.read_table(path)
+    assert got["a"].dtype == np.float32 and got["b"].dtype == np.float32
+    assert not pd.api.types.is_numeric_dtype(got["late"]) and got["late"].iloc[n - 3] == "oops"
+    np.testing.assert_allclose(got["a"].to_numpy(), df["a"].to_numpy(np.float32), rtol=1e-6)
+    reading.read_table(path)
+    assert not any(k[0] == str(path.resolve()) for k in reading._CACHE)  # a large table is not cached
+    o = {**DEFAULTS, "target": "label"}
+    with pytest.raises(VFLBenchError, match="column 'late' is numeric but for 1 value"):
+        build_dataset(read_source(f"csv:{path}", o), o)
+
+
+# ----------------------------------------------------------------------------- the bottom models
+
+
+def test_embedding_front_looks_codes_up_per_member_and_unseen_reads_zeros():
+    torch.manual_seed(0)
+    widths = [3, 2]
+    embedded = [[(1, 6, 4)], []]  # party 0's column 1 holds codes into a 6-row table of size 4
+    store = ParamStore()
+    bank = MLPBank(store, "ext", [0, 1, 0], [0, 1, 2], widths, [5], 2, embedded)
+    store.finalize(torch.Generator().manual_seed(0))
+    x = torch.zeros(2, 4, 3)
+    x[0, :, 0] = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    x[0, :, 1] = torch.tensor([3.0, 1.0, 5.0, 0.0])  # codes: a level, unseen, a level, missing
+    x[1, :, :2] = torch.randn(4, 2)
+    store.begin()
+    h = bank.front(x, x[bank.party_of])
+    assert h.shape == (3, 4, 3 + 4)
+    table0, table2 = store["ext.emb0.0"][0], store["ext.emb0.0"][1]  # members 0 and 2 read party 0, own tables
+    assert not torch.equal(table0, table2)
+    torch.testing.assert_close(h[0, :, 3:], torch.stack([table0[3], torch.zeros(4), table0[5], table0[0]]))
+    torch.testing.assert_close(h[2, :, 3:], torch.stack([table2[3], torch.zeros(4), table2[5], table2[0]]))
+    assert torch.all(h[0, :, 1] == 0)  # the code column itself is not read as a number
+    torch.testing.assert_close(h[0, :, 0], x[0, :, 0])
+    assert torch.all(h[1, :, 3:] == 0)  # party 1 has no categorical column
+    # gradients reach exactly the rows that were looked up (a level, missing) and never the unseen row
+    store.begin()
+    bank(x).sum().backward()
+    g = store.views(store.flat.grad)["ext.emb0.0"]
+    used = g.abs().sum((0, 2)) > 0
+    assert used.tolist() == [True, False, False, True, False, True]
+
+
+def test_a_bank_without_embedded_columns_is_unchanged():
+    a, b = ParamStore(), ParamStore()
+    MLPBank(a, "ext", [0, 1], [0, 1], [3, 2], [4], 2)
+    MLPBank(b, "ext", [0, 1], [0, 1], [3, 2], [4], 2, [[], []])
+    a.finalize(torch.Generator().manual_seed(1))
+    b.finalize(torch.Generator().manual_seed(1))
+    assert torch.equal(a.flat, b.flat) and isinstance(EmbeddingFront, type)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def _run(path: Path, method: str, extra: dict | None = None, **settings):
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
+
+    cfg = RunConfig(
+        dataset=f"csv:{path}",
+        method=method,
+        partitioner="columns",
+        data_options={"target": "click", **(extra or {})},
+        partition_options={"file": str(path.with_name("ctr_parties.yaml"))},
+        hp={"epochs": 2, **settings.pop("hp", {})},
+        settings={"parties": 3, "train_missing": "mcar:0.3", "test_missing": ["none", "mcar:0.5"], **settings},
+    )
+    return execute(resolve(cfg), device="cpu")
+
+
+BOTTOM_MODEL_METHODS = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser", "sum", "pbm", "fedhssl"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", BOTTOM_MODEL_METHODS)
+def test_every_method_with_a_bottom_model_trains_on_embedded_columns_and_repeats(tmp_path, method):
+    path = write_ctr(tmp_path, rows=1500)
+    rows, manifest = _run(path, method)[:2]
+    again = _run(path, method)[0]
+    assert [r["value"] for r in rows] == [r["value"] for r in again]
+    assert manifest["memory"]["peak_rss_bytes"] > 0
+    names = [n for n in manifest["parameters"]] and manifest["parameters"]["total"]
+    assert names > 0
+
+
+@pytest.mark.parametrize("method", ["false1", "false2"])
+def test_false_vfl_refuses_embedded_columns_in_one_line(tmp_path, method):
+    path = write_ctr(tmp_path, rows=600)
+    with pytest.raises(VFLBenchError, match="Gaussian likelihood"):
+        _run(path, method, labeled=400, aligned=100)
+
+
+def test_the_inversion_attack_refuses_embedded_columns_with_the_reason(tmp_path):
+    path = write_ctr(tmp_path, rows=600)
+    with pytest.raises(VFLBenchError, match="embedded categorical"):
+        _run(path, "svfl", attack="inversion:known=0.1")
+
+
+@pytest.mark.slow
+def test_embeddings_learn_the_signal_that_dropping_the_categoricals_loses(tmp_path):
+    path = write_ctr(tmp_path, rows=6000, user_levels=2000, ad_levels=80)
+    (tmp_path / "numeric.yaml").write_text("user_side: [f0, f1]\nad_side: [f2, f3]\nsite_side: [f4, f5]\n")
+
+    def acc(rows):
+        return next(r["value"] for r in rows if r["metric"] == "accuracy" and r["test_missing"] == "none")
+
+    emb = acc(_run(path, "svfl", hp={"epochs": 6})[0])
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
+
+    cfg = RunConfig(
+        dataset=f"csv:{path}",
+        method="svfl",
+        partitioner="columns",
+        data_options={"target": "click", "drop": "user,ad,site"},
+        partition_options={"file": str(tmp_path / "numeric.yaml")},
+        hp={"epochs": 6},
+        settings={"parties": 3, "train_missing": "mcar:0.3", "test_missing": ["none", "mcar:0.5"]},
+    )
+    dropped = acc(execute(resolve(cfg), device="cpu")[0])
+    assert emb > dropped + 3.0, (emb, dropped)
+
+
+@pytest.mark.slow
+def test_a_pack_of_runs_with_embedded_columns_gives_each_runs_numbers(tmp_path):
+    from dataclasses import replace
+
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute, execute_pack
+
+    path = write_ctr(tmp_path, rows=1200)
+    runs = []
+    for seed in (0, 1):
+        cfg = RunConfig(
+            dataset=f"csv:{path}",
+            method="laser",
+            partitioner="columns",
+            data_options={"target": "click"},
+            partition_options={"file": str(tmp_path / "ctr_parties.yaml")},
+            hp={"epochs": 2},
+            settings={"parties": 3, "train_missing": "mcar:0.3", "test_missing": ["none"], "seed": seed},
+        )
+        runs.append(resolve(cfg))
+    packed = execute_pack(runs, device="cpu")
+    for run, (rows, _m) in zip(runs, packed, strict=True):
+        alone = execute(replace(run), device="cpu")[0]
+        np.testing.assert_allclose([r["value"] for r in rows], [r["value"] for r in alone], rtol=0, atol=1e-9)
+
+
+def test_the_ctr_generator_records_its_known_signal(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.csv"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_ctr_table.py"), "--rows", "2000", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["synthetic"] is True and meta["rows"] == 2000
+    assert meta["bayes_accuracy"] > meta["bayes_accuracy_numeric_only"] > meta["majority_accuracy"] - 0.05
+    assert (tmp_path / "t_parties.yaml").exists() and (tmp_path / "t_parties_numeric.yaml").exists()
