@@ -367,3 +367,150 @@ def test_the_ctr_generator_records_its_known_signal(tmp_path):
     assert meta["synthetic"] is True and meta["rows"] == 2000
     assert meta["bayes_accuracy"] > meta["bayes_accuracy_numeric_only"] > meta["majority_accuracy"] - 0.05
     assert (tmp_path / "t_parties.yaml").exists() and (tmp_path / "t_parties_numeric.yaml").exists()
+
+
+# ----------------------------------------------------------------------------- Criteo and Avazu
+
+
+def write_criteo(path: Path, rows: int = 3000, seed: int = 0) -> None:
+    """A small train.txt in the official Kaggle layout: tab-separated, no header, label, I1..I13, C1..C26."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(rows):
+        ints = [("" if rng.random() < 0.1 else str(int(rng.integers(-2, 500)))) for _ in range(13)]
+        cats = []
+        for j in range(26):
+            levels = 4 if j % 5 == 0 else 400  # some columns with few levels, most with many
+            cats.append("" if rng.random() < 0.05 else f"{int(rng.integers(0, levels)) * 2654435761 % 2**32:08x}")
+        label = int(rng.random() < 0.25 + 0.5 * (cats[1] < "80000000"))
+        lines.append("\t".join([str(label), *ints, *cats]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_avazu(path: Path, rows: int = 2000, seed: int = 0) -> None:
+    """A small train.gz in the official Kaggle layout: CSV with a header, id, click, hour (YYMMDDHH), categoricals."""
+    import gzip
+
+    from vflbench.data.datasets.clicks import AVAZU_COLUMNS
+
+    rng = np.random.default_rng(seed)
+    out = [",".join(AVAZU_COLUMNS)]
+    for i in range(rows):
+        hour = f"1410{21 + i % 10:02d}{i % 24:02d}"
+        vals = [str(10**19 - i), str(int(rng.random() < 0.17)), hour]
+        vals += [f"{int(rng.integers(0, 70 if j % 3 else 5)):x}" for j in range(len(AVAZU_COLUMNS) - 3)]
+        out.append(",".join(vals))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def test_criteo_reads_the_official_layout_sampled_and_capped(tmp_data):
+    from vflbench.data.datasets import load_dataset
+
+    write_criteo(tmp_data / "criteo" / "train.txt")
+    ds = load_dataset("criteo", {"rows": 2000})
+    pre = ds.preprocessing
+    assert len(ds.y_train) + len(ds.y_test) == 2000 and ds.n_classes == 2 and ds.info.positive_class == 1
+    assert pre["sample"]["rows_kept"] == 2000
+    cols = pre["columns"]
+    assert [cols[f"I{i}"]["kind"] for i in range(1, 14)] == ["numeric"] * 13
+    assert cols["C1"]["encoding"] == "onehot" and cols["C2"]["encoding"] == "embedding"  # 4 levels / ~400
+    assert len(ds.embedded) == sum(1 for j in range(26) if j % 5) and ds.info.shape == (ds.x_train.shape[1],)
+    # a 50% sample: about half the rows, the same ones for the same seed, other ones for another
+    a = load_dataset("criteo", {"rows": 0, "fraction": 0.5, "sample_seed": 1})
+    b = load_dataset("criteo", {"rows": 0, "fraction": 0.5, "sample_seed": 1})
+    c = load_dataset("criteo", {"rows": 0, "fraction": 0.5, "sample_seed": 2})
+    n = a.preprocessing["sample"]["rows_kept"]
+    assert 1350 < n < 1650 and np.array_equal(a.x_train, b.x_train)
+    assert not np.array_equal(a.y_train[:100], c.y_train[:100]) or n != c.preprocessing["sample"]["rows_kept"]
+    with pytest.raises(VFLBenchError, match="fraction must be in"):
+        load_dataset("criteo", {"fraction": 1.5})
+
+
+def test_criteo_counts_are_log_transformed_before_scaling(tmp_data):
+    from vflbench.data.datasets.clicks import CRITEO_COLUMNS, load_criteo
+    from vflbench.data.datasets.registry import DATASETS, resolve_options
+
+    write_criteo(tmp_data / "criteo" / "train.txt", rows=500)
+    opts = resolve_options(DATASETS.get("criteo"), {"scaler": "none", "rows": 0})
+    ds = load_criteo(tmp_data / "criteo", opts)
+    raw = pd.read_csv(tmp_data / "criteo" / "train.txt", sep="\t", header=None, names=CRITEO_COLUMNS)
+    x = np.concatenate([ds.x_train, ds.x_test])
+    j = ds.feature_names.index("I3")
+    want = np.log1p(np.maximum(raw["I3"].to_numpy(float), 0))
+    med = np.nanmedian(np.log1p(np.maximum(raw["I3"].to_numpy(float), 0)))  # about: imputed cells differ
+    assert np.isclose(np.sort(x[:, j])[-1], np.nanmax(want), rtol=1e-6) and med >= 0
+    assert np.all(x[:, j] >= 0)
+
+
+def test_avazu_reads_the_kaggle_file_and_splits_the_hour(tmp_data):
+    from vflbench.data.datasets import load_dataset
+
+    write_avazu(tmp_data / "avazu" / "train.gz")
+    ds = load_dataset("avazu", {"rows": 1500})
+    cols = ds.preprocessing["columns"]
+    assert "id" not in cols and "hour" not in cols and "click" not in cols
+    assert cols["hour_of_day"]["encoding"] == "onehot" and cols["hour_of_day"]["encoded_width"] == 24
+    assert cols["weekday"]["encoded_width"] == 7
+    assert cols["site_id"]["encoding"] == "embedding" and cols["C1"]["encoding"] == "onehot"
+    assert len(ds.y_train) + len(ds.y_test) == 1500
+
+
+def test_click_logs_missing_say_where_to_get_them(tmp_data):
+    from vflbench.core.errors import DataUnavailableError
+    from vflbench.data.datasets import load_dataset
+
+    with pytest.raises(DataUnavailableError, match="criteo"):
+        load_dataset("criteo", download=False)
+    with pytest.raises(DataUnavailableError, match="avazu"):
+        load_dataset("avazu", download=False)
+
+
+def test_an_official_tar_archive_is_extracted_member_by_member(tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    from vflbench.data.datasets import fetch
+
+    src = tmp_path / "dac.tar.gz"
+    with tarfile.open(src, "w:gz") as tar:
+        for name, body in (("readme.txt", b"hello"), ("train.txt", b"1\t2\n0\t3\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+
+    def download(url, dst, timeout=30.0):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(src.read_bytes())
+
+    monkeypatch.setattr(fetch, "_download", download)
+    v = fetch.Variant(
+        "official", (fetch.RawFile("train.txt"),), urls=("https://example.org/dac.tar.gz",), extract_zip=True
+    )
+    fetch._fetch_url_variant(tmp_path / "ds", v)
+    assert (tmp_path / "ds" / "train.txt").read_bytes() == b"1\t2\n0\t3\n"
+
+
+@pytest.mark.parametrize("name, writer, file", [("criteo", "criteo", "train.txt"), ("avazu", "avazu", "train.gz")])
+def test_a_click_log_runs_from_the_command_line_with_its_parties_file(tmp_data, tmp_path, name, writer, file):
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    (write_criteo if writer == "criteo" else write_avazu)(tmp_data / name / file, rows=1200)
+    parties = ROOT / "experiments" / "clicks" / f"{name}_parties.yaml"
+    r = CliRunner().invoke(
+        app,
+        [
+            "run", "--dataset", name, "--data-opt", "rows=1000", "--partitioner", "columns",
+            "--part-opt", f"file={parties}", "--parties", "3", "--method", "laser", "--epochs", "1",
+            "--train-missing", "mcar:0.3", "--test-missing", "none,mcar:0.5", "--out", str(tmp_path / "out"), "--quiet",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    manifest = json.loads(next((tmp_path / "out").rglob("manifest.json")).read_text())
+    assert manifest["partition"]["widths"] and len(manifest["partition"]["widths"]) == 3
+    assert manifest["memory"]["peak_rss_bytes"] > 0
+    assert manifest["data"]["preprocessing"]["sample"]["rows_kept"] == 1000

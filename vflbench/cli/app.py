@@ -152,6 +152,31 @@ def progress_bar(*fields: str, quiet: bool = False):
     )
 
 
+def phase_progress(bar):
+    """A context manager: while inside, the phases below the command line (vflbench.core.progress: alignment by PSI,
+    reading a large table) show as tasks of ``bar``."""
+    import contextlib
+
+    from ..core.progress import set_reporter
+
+    tasks: dict[str, int] = {}
+
+    def show(what: str, done: int, total: int) -> None:
+        if what not in tasks:
+            tasks[what] = bar.add_task(what, total=total, loss="")
+        bar.update(tasks[what], completed=done, total=total)
+
+    @contextlib.contextmanager
+    def scope():
+        set_reporter(show)
+        try:
+            yield
+        finally:
+            set_reporter(None)
+
+    return scope()
+
+
 def _stage_progress(bar, label: str):
     """A progress bar per training stage: a trainer callback (imported lazily, so that the CLI
     answers bad input without loading torch)."""

@@ -21,6 +21,7 @@ from .app import (
     err_console,
     friendly,
     out_path,
+    phase_progress,
     progress_bar,
     with_settings,
 )
@@ -68,7 +69,7 @@ def run(
         from ..federation.runtime import check
 
         check(resolved)  # before the progress bar: a refused run prints one line
-    with progress_bar("loss {task.fields[loss]}", quiet=quiet) as bar:
+    with progress_bar("loss {task.fields[loss]}", quiet=quiet) as bar, phase_progress(bar):
         rows, manifest = execute(
             resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
         )
@@ -104,8 +105,8 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
     console.print(
         f"train {tm['train_s']:.1f}s ({tm['seconds_per_epoch']:.3f}s/epoch), eval {tm['eval_s']:.2f}s, "
         f"{manifest['parameters']['total']} parameters, "
-        f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training -> "
-        f"{run_dir}"
+        f"sent up {ex['comm_bytes_up'] / 1e6:.2f} MB / down {ex['comm_bytes_down'] / 1e6:.2f} MB in training, "
+        f"peak RSS {manifest.get('memory', {}).get('peak_rss_gb', float('nan')):.2f} GB -> {run_dir}"
     )
     if "runtime" in manifest:
         rt = manifest["runtime"]
@@ -115,7 +116,9 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
             f"{m['bytes_train_up'] / 1e6:.2f} MB / down "
             f"{m['bytes_train_down'] / 1e6:.2f} MB in training, "
             f"{'equal to' if rt['measured_equals_accounted'] else 'DIFFERENT from'} the accounted; "
-            f"{m['messages']} messages, {m['control_bytes']} control bytes; communication {tm['comm_s']:.1f}s of "
+            f"{m['messages']} messages, {m['control_bytes']} control bytes"
+            + "".join(f" ({v} {k})" for k, v in m.get("control_bytes_by_phase", {}).items() if k == "align")
+            + f"; communication {tm['comm_s']:.1f}s of "
             f"{tm['train_s'] + tm['eval_s']:.1f}s"
         )
     if ex.get("accountant", "none") != "none":  # a private run (the accountant's module is heavy: scipy)

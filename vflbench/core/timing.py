@@ -65,15 +65,11 @@ def close(timings: dict[str, Any], origin: float | None, origin_name: str, write
 
 
 def peak_memory() -> dict[str, Any]:
-    """The manifest's ``memory``: this process's peak resident set so far (``getrusage``'s ``ru_maxrss``), and that
-    of its finished child processes (parties launched by this process, in a run across processes)."""
+    """The manifest's ``memory``: this process's peak resident set so far (``getrusage``'s ``ru_maxrss``). A run
+    across processes records the server's (benchmarks/big_tables.py samples a process tree's from /proc)."""
     try:
         import resource
     except ImportError:  # not POSIX
         return {}
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    out: dict[str, Any] = {"peak_rss_bytes": int(own), "peak_rss_gb": round(own / 1e9, 3)}
-    if kids:
-        out["children_peak_rss_bytes"] = int(kids)  # the largest finished child's peak (getrusage's rule)
-    return out
+    return {"peak_rss_bytes": int(own), "peak_rss_gb": round(own / 1e9, 3), "of": "this process"}

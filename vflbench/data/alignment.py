@@ -259,6 +259,21 @@ def intersect(label_ids: list[str], party_ids: list[str], how: str) -> np.ndarra
     return psi_result(client, label_ids, setup, response)
 
 
+def intersect_all(label_ids: list[str], party_ids: list[list[str]], how: str) -> np.ndarray:
+    """``[n, K]``: which samples each party holds. By PSI, the label side blinds its IDs once and the parties'
+    answers are computed at the same time (threads: openmined-psi releases the GIL), as across processes."""
+    if how == "plain":
+        return np.stack([intersect(label_ids, ids, how) for ids in party_ids], axis=1)
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    client, request = psi_request(label_ids)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(party_ids), os.cpu_count() or 1))) as pool:
+        answers = list(pool.map(lambda ids: psi_answer(ids, len(label_ids), request), party_ids))
+        held = list(pool.map(lambda a: psi_result(client, label_ids, *a), answers))
+    return np.stack(held, axis=1)
+
+
 # ----------------------------------------------------------------------------- PSI (openmined-psi)
 def _psi():
     try:
@@ -289,7 +304,10 @@ def psi_answer(party_ids: list[str], n_client: int, request: bytes) -> tuple[byt
 
 
 def psi_result(client, label_ids: list[str], setup: bytes, response: bytes) -> np.ndarray:
+    """Which label-side IDs party's answer holds. A client object is not safe across threads: one made from the
+    same key serves each call (the key blinded the request)."""
     psi = _psi()
+    client = psi.client.CreateFromKey(client.GetPrivateKeyBytes(), True)
     s, r = psi.ServerSetup(), psi.Response()
     s.ParseFromString(setup)
     r.ParseFromString(response)
@@ -384,7 +402,7 @@ def load_aligned(name: str, opts: dict[str, Any]):
     owner = target_file(files, frames, target)
     warn_id_forms(files, {n: frames[n][id_col].tolist() for n, _ in files}, owner)
     side = label_side(frames[owner], id_col, opts, dict(files)[owner])
-    held = np.stack([intersect(side.ids, frames[n][id_col].tolist(), how) for n, _ in files], axis=1)
+    held = intersect_all(side.ids, [frames[n][id_col].tolist() for n, _ in files], how)
     blocks = [
         party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, str(opts["scaler"])) for n, _ in files
     ]
@@ -451,16 +469,37 @@ def _recv_bytes(wire, src: int) -> bytes:
     return bytes(wire.recv((n,), torch.uint8, src, None).numpy().tobytes()) if n else b""
 
 
+def _send_array(wire, a: np.ndarray, dst: int) -> None:
+    import torch
+
+    wire.send(torch.from_numpy(np.ascontiguousarray(a)), dst, None)
+
+
+def _recv_array(wire, n: int, dtype, src: int) -> np.ndarray:
+
+    return wire.recv((n,), dtype, src, None).numpy()
+
+
+def _ids_blob(ids) -> bytes:
+    """IDs as one UTF-8 blob, newline-separated (an ID holds no newline: it is one field of a table row)."""
+    return "\n".join(ids).encode()
+
+
+def _blob_ids(blob: bytes) -> list[str]:
+    return blob.decode().split("\n") if blob else []
+
+
 def load_distributed(name: str, opts: dict[str, Any], wire):
     """Alignment across processes: the server (rank 0) reads only the IDs and labels of the file with
     the target column; party k reads only its own file. The server learns which samples each party
     holds (PSI, or plain IDs), splits the samples, and tells each party which of its IDs are samples
-    and which are training samples; the parties encode their own columns and announce their widths."""
-    import json
+    and which are training samples; the parties encode their own columns and announce their widths.
 
-    import torch
-
+    Every long step runs under a heartbeat and is announced through the rendezvous store before its message is
+    received (:meth:`vflbench.federation.wire.Wire.await_any`): the server blinds its IDs once and sends the same
+    request to every party, the parties answer at the same time, and nobody times out while another computes."""
     from ..core.paths import user_path
+    from ..core.progress import report
     from ..core.role import SERVER
     from .datasets.fetch import sha256_file
 
@@ -469,76 +508,141 @@ def load_distributed(name: str, opts: dict[str, Any], wire):
     if wire.world - 1 != k:
         raise VFLBenchError(f"--party-data names {k} parties but the run has {wire.world - 1}; give --parties {k}.")
     how, id_col, target = str(opts["align"]), str(opts["id"]), str(opts["target"]).strip()
-    if wire.rank == SERVER:
-        owner_path = None
-        for n, p in files:  # the server reads one file whole: the label holder's (it only looks at the others' header)
-            if user_path(p).exists() and target in _header(p):
-                owner_path = (n, p, read_party(p, id_col)[[id_col, target]])
-                break
-        if owner_path is None:
-            raise VFLBenchError(
-                f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}."
-            )
-        side = label_side(owner_path[2], id_col, opts, owner_path[1])
-        held = np.zeros((len(side.ids), k), dtype=bool)
+    phase, wire.phase = wire.phase, "align"  # its control bytes are counted apart from training's
+    try:
+        with wire.beating():
+            if wire.rank == SERVER:
+                return _align_server(name, files, opts, wire, how, id_col, target, report, user_path, sha256_file)
+            return _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256_file)
+    finally:
+        wire.phase = phase
+
+
+def _align_server(name, files, opts, wire, how, id_col, target, report, user_path, sha256_file):
+    import json
+
+    import torch
+
+    k = len(files)
+    what = f"alignment ({how}): {k} parties"
+    owner_path = None
+    for n, p in files:  # the server reads one file whole: the label holder's (it only looks at the others' header)
+        if user_path(p).exists() and target in _header(p):
+            owner_path = (n, p, read_party(p, id_col)[[id_col, target]])
+            break
+    if owner_path is None:
+        raise VFLBenchError(
+            f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}."
+        )
+    side = label_side(owner_path[2], id_col, opts, owner_path[1])
+    n = len(side.ids)
+    steps = 2 * k + 2  # request, k answers, k results, the parties' blocks
+    report(what, 0, steps)
+    header = json.dumps({"align": how, "n": n}).encode()
+    request = b""
+    if how == "psi":
+        client, request = psi_request(side.ids)
+    report(what, 1, steps)
+    wire.announce("align/request")
+    for j in range(k):  # one request for every party: the label side's IDs blinded once
+        _send_bytes(wire, header, j + 1)
+        if how == "psi":
+            _send_bytes(wire, request, j + 1)
+    answers: dict[int, tuple[bytes, bytes]] = {}
+    owed = {f"align/answer/{j}": j + 1 for j in range(k)}
+    while owed:  # the parties answer at the same time; take each answer as it is announced
+        step = wire.await_any(owed, "answering the alignment")
+        j = owed.pop(step) - 1
+        if how == "psi":
+            answers[j] = (_recv_bytes(wire, j + 1), _recv_bytes(wire, j + 1))
+        else:  # plain: the party's IDs in clear (not private)
+            answers[j] = (_recv_bytes(wire, j + 1), b"")
+        report(what, 1 + len(answers), steps)
+    held = np.zeros((n, k), dtype=bool)
+    if how == "psi":  # the parties' results at the same time (threads: openmined-psi releases the GIL)
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(k, os.cpu_count() or 1))) as pool:
+            futures = {j: pool.submit(psi_result, client, side.ids, *answers.pop(j)) for j in range(k)}
+            for j in range(k):
+                held[:, j] = futures[j].result()
+                report(what, 1 + k + j + 1, steps)
+    else:
         for j in range(k):
-            _send_bytes(wire, json.dumps({"align": how, "n": len(side.ids)}).encode(), j + 1)
-            if how == "psi":
-                client, request = psi_request(side.ids)
-                _send_bytes(wire, request, j + 1)
-                setup, response = _recv_bytes(wire, j + 1), _recv_bytes(wire, j + 1)
-                held[:, j] = psi_result(client, side.ids, setup, response)
-            else:  # plain: the party's IDs in clear (not private)
-                have = set(json.loads(_recv_bytes(wire, j + 1).decode()))
-                held[:, j] = [i in have for i in side.ids]
-        for j in range(k):  # which of party j's own IDs are samples, where, and which are training samples
-            at = np.flatnonzero(held[:, j])
-            mine = {
-                "ids": [side.ids[i] for i in at],
-                "positions": at.tolist(),
-                "n": len(side.ids),
-                "train": side.train.tolist(),
-                "test": side.test.tolist(),
-                "classes": side.classes,
-                "positive": side.positive,
-            }
-            _send_bytes(wire, json.dumps(mine).encode(), j + 1)
-        widths = [int(wire.recv((1,), torch.int64, j + 1, None)) for j in range(k)]
-        for j in range(k):
-            wire.send(torch.tensor(widths, dtype=torch.int64), j + 1, None)
-            wire.send(torch.from_numpy(held.astype(np.uint8)), j + 1, None)  # the masks every process replicates
-        sums = {owner_path[1]: sha256_file(user_path(owner_path[1]))}
-        return assemble(name, files, side, [None] * k, widths, held, how, sums)
+            have = set(_blob_ids(answers.pop(j)[0]))
+            held[:, j] = [i in have for i in side.ids]
+            report(what, 1 + k + j + 1, steps)
+    wire.announce("align/result")
+    meta = json.dumps({"n": n, "classes": side.classes, "positive": side.positive}).encode()
+    ids = np.asarray(side.ids, dtype=object)
+    for j in range(k):  # which of party j's own IDs are samples (their text and place), and the split
+        at = np.flatnonzero(held[:, j])
+        _send_bytes(wire, meta, j + 1)
+        _send_bytes(wire, _ids_blob(ids[at]), j + 1)
+        wire.send(torch.tensor([len(at), len(side.train), len(side.test)], dtype=torch.int64), j + 1, None)
+        _send_array(wire, at.astype(np.int32), j + 1)
+        _send_array(wire, np.asarray(side.train, dtype=np.int32), j + 1)
+        _send_array(wire, np.asarray(side.test, dtype=np.int32), j + 1)
+    owed = {f"align/width/{j}": j + 1 for j in range(k)}
+    widths = [0] * k
+    while owed:  # each party encodes its own columns
+        step = wire.await_any(owed, "encoding its columns")
+        j = owed.pop(step) - 1
+        widths[j] = int(wire.recv((1,), torch.int64, j + 1, None))
+    report(what, steps, steps)
+    for j in range(k):
+        wire.send(torch.tensor(widths, dtype=torch.int64), j + 1, None)
+        wire.send(torch.from_numpy(held.astype(np.uint8)), j + 1, None)  # the masks every process replicates
+    sums = {owner_path[1]: sha256_file(user_path(owner_path[1]))}
+    return assemble(name, files, side, [None] * k, widths, held, how, sums)
+
+
+def _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256_file):
+    import json
+
+    import torch
+
+    from ..core.role import SERVER
+
+    k = len(files)
     me = wire.rank - 1
     path = files[me][1]
     df = read_party(path, id_col)
-    header = json.loads(_recv_bytes(wire, SERVER).decode())
     ids = df[id_col].tolist()
+    wire.await_any({"align/request": SERVER}, "blinding the label side's IDs")
+    header = json.loads(_recv_bytes(wire, SERVER).decode())
     if header["align"] != how:
         raise VFLBenchError(
             f"the server aligns by {header['align']}, this party by {how}; give every process the same --align."
         )
     if how == "psi":
-        setup, response = psi_answer(ids, int(header["n"]), _recv_bytes(wire, SERVER))
+        request = _recv_bytes(wire, SERVER)
+        setup, response = psi_answer(ids, int(header["n"]), request)
+        wire.announce(f"align/answer/{me}")
         _send_bytes(wire, setup, SERVER)
         _send_bytes(wire, response, SERVER)
     else:
-        _send_bytes(wire, json.dumps(ids).encode(), SERVER)
-    mine = json.loads(_recv_bytes(wire, SERVER).decode())
-    n = int(mine["n"])
-    train, test = (
-        np.asarray(mine["train"], dtype=np.int64),
-        np.asarray(mine["test"], dtype=np.int64),
-    )  # the split, in the server's order
+        wire.announce(f"align/answer/{me}")
+        _send_bytes(wire, _ids_blob(ids), SERVER)
+    wire.await_any({"align/result": SERVER}, "intersecting the parties' answers")
+    meta = json.loads(_recv_bytes(wire, SERVER).decode())
+    mine_ids = _blob_ids(_recv_bytes(wire, SERVER))
+    n_mine, n_train, n_test = wire.recv((3,), torch.int64, SERVER, None).tolist()
+    positions = _recv_array(wire, n_mine, torch.int32, SERVER)
+    train = _recv_array(wire, n_train, torch.int32, SERVER).astype(np.int64)  # the split, in the server's order
+    test = _recv_array(wire, n_test, torch.int32, SERVER).astype(np.int64)
+    n = int(meta["n"])
     # the party's view of the samples: its own IDs where it holds them, placeholders elsewhere (imputed)
     sample_ids = [f"\x00not-held-{i}" for i in range(n)]
-    for pos, ident in zip(mine["positions"], mine["ids"], strict=True):
+    for pos, ident in zip(positions.tolist(), mine_ids, strict=True):
         sample_ids[pos] = ident
     block = party_block(df, id_col, {target}, sample_ids, train, test, str(opts["scaler"]))
+    wire.announce(f"align/width/{me}")
     wire.send(torch.tensor([block[0].shape[1]], dtype=torch.int64), SERVER, None)
     widths = wire.recv((k,), torch.int64, SERVER, None).tolist()
     held = wire.recv((n, k), torch.uint8, SERVER, None).numpy().astype(bool)
-    side = LabelSide(sample_ids, np.zeros(n, dtype=np.int64), list(mine["classes"]), mine["positive"], train, test)
+    side = LabelSide(sample_ids, np.zeros(n, dtype=np.int64), list(meta["classes"]), meta["positive"], train, test)
     blocks: list[Any] = [None] * k
     blocks[me] = block
     return assemble(name, files, side, blocks, widths, held, how, {path: sha256_file(user_path(path))}, labels=False)

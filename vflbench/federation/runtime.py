@@ -294,8 +294,10 @@ def _finish(wire: Wire, method_summary: dict[str, Any], manifest: dict[str, Any]
         "framing": {
             "messages": measured["messages"],
             "control_bytes": measured["control_bytes"],
+            "control_bytes_by_phase": measured.get("control_bytes_by_phase", {}),
             "note": "payload bytes are the tensors' own; gloo's per-message transport header is not observable from "
-            "Python and is not included",
+            "Python and is not included; control bytes of phase align are the entity alignment's (PSI messages, "
+            "the intersection sent to each party)",
         },
     }
     tm["comm_s"] = measured["comm_s"]  # the server's time inside send/receive calls (waiting for the parties included)

@@ -40,6 +40,7 @@ class Wire:
         k = world - 1
         self.payload = {f"{ph}_{d}": [0] * k for ph in ("train", "eval", "monitor") for d in ("up", "down")}
         self.control_bytes = 0
+        self.control_by_phase: dict[str, int] = {}  # control bytes per phase (align, train, eval, monitor)
         self.messages = 0
         self.comm_s = 0.0
         self.epoch = 0
@@ -167,6 +168,7 @@ class Wire:
             self.messages += 1
             if book is None:
                 self.control_bytes += nbytes
+                self.control_by_phase[self.phase] = self.control_by_phase.get(self.phase, 0) + nbytes
             else:
                 self.payload[book[0]][book[1]] += nbytes
         self.comm_s += time.perf_counter() - t0
@@ -195,9 +197,81 @@ class Wire:
         nbytes = buf.numel() * buf.element_size()
         if book is None:
             self.control_bytes += nbytes
+            self.control_by_phase[self.phase] = self.control_by_phase.get(self.phase, 0) + nbytes
         else:
             self.payload[book[0]][book[1]] += nbytes
         return buf
+
+    # -- long phases (entity alignment): progress through the rendezvous store, not a blocking receive. A process
+    # that computes for minutes (PSI over 10^5 IDs) keeps a heartbeat in the store; one that waits for another
+    # polls the store for the step it waits for and gives up only when the other's heartbeat stops for the
+    # timeout. A receive is posted once the sender has announced its message, so no gloo wait outlasts a transfer.
+    BEAT_S = 0.5
+
+    def _key(self, name: str) -> str:
+        return f"vflbench/{self.run_key}/{self.generation}/{name}"
+
+    def beating(self):
+        """A context manager: while inside, a thread sets this process's heartbeat in the store every
+        :data:`BEAT_S` seconds (the computations it covers release the GIL: openmined-psi's, numpy's, torch's)."""
+        import contextlib
+        import threading
+
+        wire = self
+
+        @contextlib.contextmanager
+        def beat():
+            if wire.store is None:
+                yield
+                return
+            stop = threading.Event()
+
+            def loop():
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    wire.store.set(wire._key(f"alive/{wire.rank}"), str(n))
+                    stop.wait(wire.BEAT_S)
+
+            t = threading.Thread(target=loop, name="vflbench-heartbeat", daemon=True)
+            t.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                t.join()
+
+        return beat()
+
+    def announce(self, name: str) -> None:
+        """Tell the others, through the store, that step ``name`` is done (its message can be received)."""
+        if self.store is not None:
+            self.store.set(self._key(name), "1")
+
+    def await_any(self, names: dict[str, int], what: str) -> str:
+        """Wait until one of the steps ``names`` (step -> the rank that announces it) is announced, as long as the
+        ranks that owe them keep their heartbeat; returns the first announced. A rank whose heartbeat stops for
+        longer than the timeout is lost (PartyFailed)."""
+        if self.store is None:
+            return next(iter(names))
+        last: dict[int, tuple[str, float]] = {}
+        while True:
+            now = time.monotonic()
+            for name, rank in names.items():
+                if self.store.check([self._key(name)]):
+                    return name
+                beat_key = self._key(f"alive/{rank}")
+                beat = self.store.get(beat_key).decode() if self.store.check([beat_key]) else ""
+                seen, since = last.get(rank, ("", now))
+                if beat != seen or rank not in last:
+                    last[rank] = (beat, now)
+                elif now - since > self.timeout_s:
+                    who = "the server" if rank == SERVER else f"party {rank - 1}"
+                    raise PartyFailed(
+                        f"Lost {who} (rank {rank}) while {what}: no sign of life for {self.timeout_s:.0f}s "
+                        "(--timeout); nothing was written as a finished result."
+                    )
+            time.sleep(0.02)
 
     def _failed(self, peer: int, e: Exception) -> PartyFailed:
         who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
@@ -219,6 +293,7 @@ class Wire:
         out.update(
             {
                 "control_bytes": self.control_bytes,
+                "control_bytes_by_phase": dict(self.control_by_phase),
                 "messages": self.messages,
                 "comm_s": self.comm_s,
                 "latency_ms": self.latency * 1e3,
@@ -403,13 +478,16 @@ class WireChannel(Channel):
 
     def agree_order(self, order: torch.Tensor) -> torch.Tensor:
         """The server (the label holder) sends the epoch's sample order to every party (a control
-        message): a class-balanced sampler reads labels the parties do not hold."""
+        message): a class-balanced sampler reads labels the parties do not hold. As int32 indices (half of
+        int64's bytes) while the samples fit."""
+        wide = order.numel() and int(order.max()) >= 2**31
+        dtype = torch.int64 if wide else torch.int32
         if self.is_server:
             for r in range(1, self.wire.world):
-                self.wire.post(order.to(torch.int64), r, None, force=self.wire.resting(r - 1))
+                self.wire.post(order.to(dtype), r, None, force=self.wire.resting(r - 1))
             self.wire.flush()
             return order
-        return self.wire.recv(tuple(order.shape), torch.int64, SERVER, None).to(order.device, order.dtype)
+        return self.wire.recv(tuple(order.shape), dtype, SERVER, None).to(order.device, order.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Server: back-propagate the loss and send each sent row's gradient to its party. Party:

@@ -1,6 +1,6 @@
 """Datasets: one module per family, all registered in :data:`DATASETS`."""
 
-from . import credit, embedded, isolet, mimic4, modelnet, phishing, uci_har, vision  # noqa: F401  (registration)
+from . import clicks, credit, embedded, isolet, mimic4, modelnet, phishing, uci_har, vision  # noqa: F401  (registration)
 from .base import Dataset, DatasetInfo
 from .registry import DATASETS, DatasetSpec, fetch_all, load_dataset, register_scheme, resolve_options
 

@@ -204,8 +204,8 @@ class Variant:
     """A set of raw files that together make the dataset readable (e.g. official xls, or mirror CSV).
 
     ``mirror_dir`` is the sub-directory of the mirror that holds these files (same relative paths).
-    ``urls`` are the official downloads: one per file, or a single zip whose members end with the
-    files' relative paths (``extract_zip``).
+    ``urls`` are the official downloads: one per file, or a single archive (zip, or tar/tar.gz by its name) whose
+    members end with the files' relative paths (``extract_zip``).
     """
 
     name: str
@@ -442,7 +442,27 @@ LAST_CHECKS: dict[str, dict[str, str]] = {}  # dataset -> file -> kind of check 
 
 
 def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
-    if v.extract_zip:
+    if v.extract_zip and v.urls[0].endswith((".tar.gz", ".tgz", ".tar")):
+        import tarfile
+
+        archive = ds_dir / ("download-" + Path(v.urls[0]).name.replace("%20", "_"))
+        if not archive.exists():
+            _download(v.urls[0], archive)
+        with tarfile.open(archive) as tar:  # streamed member by member: a 4 GB archive is never held whole
+            members = {m.name: m for m in tar.getmembers() if m.isfile()}
+            for f in v.files:
+                member = next((m for n, m in members.items() if n.endswith("/" + f.path) or n == f.path), None)
+                if member is None:
+                    raise VFLBenchError(
+                        f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?"
+                    )
+                target = ds_dir / f.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = shareable_mkstemp(target.parent, ".tmp-" + target.name)
+                with tar.extractfile(member) as src, os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+                os.replace(tmp, target)
+    elif v.extract_zip:
         import zipfile
 
         archive = ds_dir / ("download-" + Path(v.urls[0]).name.replace("%20", "_"))

@@ -164,7 +164,9 @@ def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
             f"Its columns: {', '.join(tcols)}."
         )
     y = df[target] if tab.test is None else pd.concat([df[target], tab.test[target]], ignore_index=True)
-    y_text = y.map(lambda v: np.nan if pd.isna(v) else _fmt(v))
+    codes, uniq = pd.factorize(y, use_na_sentinel=True)  # each distinct value formatted once, not each row
+    text = np.asarray([_fmt(v) for v in uniq] + [np.nan], dtype=object)
+    y_text = pd.Series(text[codes], index=y.index)
     classes = _class_order(y)
     n_rows = int(y_text.notna().sum())
     if len(classes) < 2:
@@ -188,7 +190,7 @@ def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
             )
         positive = mapping[pos]
     elif len(classes) == 2:
-        train_y = df[target].map(lambda v: np.nan if pd.isna(v) else _fmt(v)).dropna()
+        train_y = y_text.iloc[: len(df)].dropna()
         counts = train_y.value_counts()
         a, b = classes
         positive = (
@@ -387,7 +389,12 @@ def _numeric_with_stray_text(
     out = df
     for c in feats:
         s = df[c]
-        if c in categorical or pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        if (
+            c in categorical
+            or pd.api.types.is_numeric_dtype(s)
+            or pd.api.types.is_bool_dtype(s)
+            or isinstance(s.dtype, pd.CategoricalDtype)  # declared categorical by its loader
+        ):
             continue
         present = s.dropna()
         if present.empty:
