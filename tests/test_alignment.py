@@ -289,3 +289,47 @@ def test_psi_alignment_and_a_lost_party_across_processes_equal_one_process(party
     assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
     assert mb["alignment"]["method"] == "psi" and set(rb["parties_lost"]) == {"2@2"}
     assert ma["party_losses"] == mb["party_losses"]
+
+
+@pytest.fixture
+def categorical_party_files(tmp_path):
+    """Three party files; party 2 holds a 300-level merchant ID (embedded: over embed_above) that carries signal."""
+    rng = np.random.default_rng(5)
+    n = 900
+    ids = np.array([f"u{i:04d}" for i in range(n)])
+    merchant = rng.integers(0, 300, n)
+    effect = rng.normal(size=300)
+    x = rng.normal(size=(n, 3))
+    y = x[:, 0] + effect[merchant] + 0.3 * rng.normal(size=n) > 0
+    a = pd.DataFrame({"ID": ids, "a1": x[:, 0], "label": np.where(y, "yes", "no")})
+    b = pd.DataFrame({"ID": ids, "b1": x[:, 1]})[rng.random(n) < 0.85]
+    c = pd.DataFrame({"ID": ids, "c1": x[:, 2], "merchant": np.char.add("m", merchant.astype(str))})
+    c = c[rng.random(n) < 0.9]
+    paths = {}
+    for name, df in (("a", a), ("b", b), ("c", c)):
+        paths[name] = tmp_path / f"{name}.csv"
+        df.to_csv(paths[name], index=False)
+    return f"party0={paths['a']},party1={paths['b']},party2={paths['c']}"
+
+
+def test_a_partys_high_cardinality_column_is_embedded_by_its_own_encoder(categorical_party_files):
+    from vflbench.data.alignment import load_aligned
+    from vflbench.data.datasets.registry import DATASETS, resolve_options
+
+    name = f"aligned:{categorical_party_files}"
+    ds = load_aligned(name, resolve_options(DATASETS.get(name), {"id": "ID", "target": "label", "align": "plain"}))
+    assert ds.party_widths == [1, 1, 2]
+    assert list(ds.embedded) == [3] and ds.feature_names[3] == "party2:merchant#code"
+    rows, dim = ds.embedded[3]
+    assert 3 + 100 < rows <= 3 + 300  # the levels seen at least twice in the training split, and the reserved rows
+    assert dim == 16 and np.all(ds.x_train[:, 3] == np.round(ds.x_train[:, 3]))
+
+
+@pytest.mark.integration  # `make test-slow`: PSI between party processes
+def test_embedded_columns_across_processes_equal_one_process(categorical_party_files, tmp_path):
+    flags = ["--party-data", categorical_party_files, "--id-column", "ID", "--data-opt", "target=label"]
+    flags += ["--parties", "3", "--method", "svfl", "--epochs", "3", "--seed", "0", "--quiet"]
+    flags += ["--train-missing", "mcar:0.2"]
+    (ra, ma), (rb, mb) = _plain_in_one_process_and_psi_across_processes(flags, tmp_path)
+    assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
+    assert ma["parameters"] == mb["parameters"] and ma["parameters"]["total"] > 300 * 16

@@ -16,7 +16,7 @@ import torch
 from vflbench.core.errors import VFLBenchError
 from vflbench.data.datasets import encoding, reading
 from vflbench.data.datasets.encoding import MISSING, RARE, RESERVED, UNSEEN, EncodingOptions, embedding_dim, encode
-from vflbench.data.datasets.table import DEFAULTS, build_dataset, column_encoder, read_source
+from vflbench.data.datasets.table import DEFAULTS, build_dataset, read_source
 from vflbench.nn.models import EmbeddingFront, MLPBank, ParamStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +41,35 @@ def write_ctr(tmp_path: Path, rows: int = 3000, user_levels: int = 900, ad_level
 
 
 # ----------------------------------------------------------------------------- the encoder
+
+
+def column_encoder(frame: pd.DataFrame, num: list[str], cat: list[str], scaler: str):
+    """The loader's encoder before embeddings (revision e04ca54), kept here as the reference: one scikit-learn
+    ColumnTransformer, float64, numeric columns median-imputed and scaled, categorical ones imputed with the most
+    frequent level and one-hot encoded."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
+
+    frame = frame.copy()
+    for c in cat:
+        frame[c] = encoding.as_text(frame[c])
+    for c in num:
+        frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
+    num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
+    if scaler != "none":
+        num_steps.append(("scale", {"standard": StandardScaler, "minmax": MinMaxScaler}[scaler]()))
+    onehot = Pipeline(
+        [
+            ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+            ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
+        ]
+    )
+    encoder = ColumnTransformer(
+        [("num", Pipeline(num_steps), num), ("cat", onehot, cat)], remainder="drop", sparse_threshold=0.0
+    )
+    return frame, encoder
 
 
 def _old_encode(frame, feats, kinds, scaler, tr, te):

@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     "test_size": 0.2,
     "split_seed": 0,
     "scaler": "standard",
+    "embed_above": 50,
+    "embed_dim": 0,
+    "hash_buckets": 0,
+    "min_count": 2,
 }
 HELP = {
     "id": "the ID column every party file has (--id-column)",
@@ -43,6 +47,10 @@ HELP = {
     "test_size": "held-out fraction of the stratified split of the labelled samples",
     "split_seed": "random_state of the split",
     "scaler": "standard | minmax | none (each party's numeric columns, fitted on the training samples)",
+    "embed_above": "a party's categorical column with more levels than this is embedded by its bottom model",
+    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)))",
+    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
+    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
 }
 
 
@@ -224,29 +232,24 @@ def label_side(df, id_col: str, opts: dict[str, Any], path: str) -> LabelSide:
 
 
 def party_block(
-    df, id_col: str, exclude: set[str], sample_ids: list[str], train: np.ndarray, test: np.ndarray, scaler: str
+    df, id_col: str, exclude: set[str], sample_ids: list[str], train: np.ndarray, test: np.ndarray, opts: dict[str, Any]
 ):
-    """A party's encoded columns for every sample (``[n_train, w]``, ``[n_test, w]``, names): its own
-    rows where it holds the sample's ID, imputed like missing cells elsewhere; fitted on the training samples."""
+    """A party's encoded columns for every sample (``[n_train, w]``, ``[n_test, w]``, names, and its embedded
+    categorical columns ``{column: (table rows, size)}``): its own rows where it holds the sample's ID, imputed like
+    missing cells elsewhere; fitted on the training samples, by the table loader's encoder (one-hot up to
+    ``embed_above`` levels, embedded above)."""
     import pandas as pd
 
-    from .datasets.table import column_encoder, column_kinds
+    from .datasets.encoding import EncodingOptions, encode
+    from .datasets.table import column_kinds
 
     feats = [c for c in df.columns if c != id_col and c not in exclude]
     if not feats:
         raise VFLBenchError("a party file has no feature column besides the ID (and the target)")
     frame = df.set_index(id_col)[feats].reindex(pd.Index(sample_ids, name=id_col)).reset_index(drop=True)
     kinds = column_kinds(frame, [])  # on every sample, as the table loader does
-    num = [c for c in feats if kinds[c] == "numeric"]
-    cat = [c for c in feats if kinds[c] == "categorical"]
-    frame, ct = column_encoder(frame, num, cat, scaler)
-    xtr = ct.fit_transform(frame.iloc[train]).astype(np.float32)
-    xte = ct.transform(frame.iloc[test]).astype(np.float32)
-    names = list(num)
-    if cat:
-        enc = ct.named_transformers_["cat"].named_steps["onehot"]
-        names += [f"{c}={v}" for c, cats in zip(cat, enc.categories_, strict=True) for v in cats]
-    return xtr, xte, names
+    enc = encode("a party file: ", frame, feats, kinds, EncodingOptions.from_options(opts), train, test)
+    return enc.x_train, enc.x_test, enc.names, enc.embedded
 
 
 def intersect(label_ids: list[str], party_ids: list[str], how: str) -> np.ndarray:
@@ -339,6 +342,7 @@ def assemble(
     how: str,
     checksums: dict[str, str],
     labels: bool = True,
+    embedded: list[dict[int, tuple[int, int]]] | None = None,
 ):
     """The run's Dataset: every party's block in its column range (zeros for a block this process
     does not hold), ``party_widths`` for the partition and the alignment's observed mask."""
@@ -368,7 +372,9 @@ def assemble(
         positive_class=side.positive,
     )
     y = side.y if labels else np.zeros_like(side.y)
-    ds = Dataset(info, xtr, y[side.train], xte, y[side.test], feature_names=names)
+    offsets = np.cumsum([0, *widths])
+    glob = {int(offsets[k] + j): tuple(v) for k, emb in enumerate(embedded or []) for j, v in emb.items()}
+    ds = Dataset(info, xtr, y[side.train], xte, y[side.test], feature_names=names, embedded=glob)
     ds.party_widths = list(widths)
     ds.party_names = [n for n, _ in files]
     ds.structural = {"train": held[side.train], "test": held[side.test]}  # [n, K]: the party holds the sample's ID
@@ -403,11 +409,10 @@ def load_aligned(name: str, opts: dict[str, Any]):
     warn_id_forms(files, {n: frames[n][id_col].tolist() for n, _ in files}, owner)
     side = label_side(frames[owner], id_col, opts, dict(files)[owner])
     held = intersect_all(side.ids, [frames[n][id_col].tolist() for n, _ in files], how)
-    blocks = [
-        party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, str(opts["scaler"])) for n, _ in files
-    ]
+    blocks = [party_block(frames[n], id_col, {target}, side.ids, side.train, side.test, opts) for n, _ in files]
     sums = {p: sha256_file(user_path(p)) for _, p in files}
-    return assemble(name, files, side, blocks, [b[0].shape[1] for b in blocks], held, how, sums)
+    widths = [b[0].shape[1] for b in blocks]
+    return assemble(name, files, side, blocks, widths, held, how, sums, embedded=[b[3] for b in blocks])
 
 
 def aligned_spec(name: str):
@@ -585,17 +590,26 @@ def _align_server(name, files, opts, wire, how, id_col, target, report, user_pat
         _send_array(wire, np.asarray(side.train, dtype=np.int32), j + 1)
         _send_array(wire, np.asarray(side.test, dtype=np.int32), j + 1)
     owed = {f"align/width/{j}": j + 1 for j in range(k)}
-    widths = [0] * k
-    while owed:  # each party encodes its own columns
+    shapes: list[dict[str, Any]] = [{}] * k
+    while owed:  # each party encodes its own columns: its width and its embedded columns' tables (not their levels)
         step = wire.await_any(owed, "encoding its columns")
         j = owed.pop(step) - 1
-        widths[j] = int(wire.recv((1,), torch.int64, j + 1, None))
+        shapes[j] = json.loads(_recv_bytes(wire, j + 1).decode())
     report(what, steps, steps)
+    every = json.dumps(shapes).encode()
     for j in range(k):
-        wire.send(torch.tensor(widths, dtype=torch.int64), j + 1, None)
+        _send_bytes(wire, every, j + 1)
         wire.send(torch.from_numpy(held.astype(np.uint8)), j + 1, None)  # the masks every process replicates
     sums = {owner_path[1]: sha256_file(user_path(owner_path[1]))}
-    return assemble(name, files, side, [None] * k, widths, held, how, sums)
+    widths, embedded = _shapes(shapes)
+    return assemble(name, files, side, [None] * k, widths, held, how, sums, embedded=embedded)
+
+
+def _shapes(shapes: list[dict[str, Any]]) -> tuple[list[int], list[dict[int, tuple[int, int]]]]:
+    """The parties' announced widths and embedded columns (position -> (table rows, size))."""
+    widths = [int(s["width"]) for s in shapes]
+    embedded = [{int(p): (int(r), int(d)) for p, r, d in s["embedded"]} for s in shapes]
+    return widths, embedded
 
 
 def _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256_file):
@@ -637,15 +651,17 @@ def _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256
     sample_ids = [f"\x00not-held-{i}" for i in range(n)]
     for pos, ident in zip(positions.tolist(), mine_ids, strict=True):
         sample_ids[pos] = ident
-    block = party_block(df, id_col, {target}, sample_ids, train, test, str(opts["scaler"]))
+    block = party_block(df, id_col, {target}, sample_ids, train, test, opts)
     wire.announce(f"align/width/{me}")
-    wire.send(torch.tensor([block[0].shape[1]], dtype=torch.int64), SERVER, None)
-    widths = wire.recv((k,), torch.int64, SERVER, None).tolist()
+    mine = {"width": int(block[0].shape[1]), "embedded": [[p, r, d] for p, (r, d) in block[3].items()]}
+    _send_bytes(wire, json.dumps(mine).encode(), SERVER)
+    widths, embedded = _shapes(json.loads(_recv_bytes(wire, SERVER).decode()))
     held = wire.recv((n, k), torch.uint8, SERVER, None).numpy().astype(bool)
     side = LabelSide(sample_ids, np.zeros(n, dtype=np.int64), list(meta["classes"]), meta["positive"], train, test)
     blocks: list[Any] = [None] * k
     blocks[me] = block
-    return assemble(name, files, side, blocks, widths, held, how, {path: sha256_file(user_path(path))}, labels=False)
+    sums = {path: sha256_file(user_path(path))}
+    return assemble(name, files, side, blocks, widths, held, how, sums, labels=False, embedded=embedded)
 
 
 from .datasets.registry import register_scheme  # noqa: E402  (the scheme needs aligned_spec, defined above)

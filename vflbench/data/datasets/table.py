@@ -33,7 +33,7 @@ import pandas as pd
 from ...core.errors import VFLBenchError
 from ...core.paths import user_path
 from .base import Dataset, DatasetInfo
-from .encoding import SCALERS, EncodingOptions, as_text, encode
+from .encoding import EncodingOptions, encode
 from .fetch import data_root, sha256_file
 
 # re-exported: the loader reads with them
@@ -226,38 +226,6 @@ def feature_columns(tab: Table, opts: dict[str, Any]) -> list[str]:
                 "columns."
             )
     return feats
-
-
-def column_encoder(frame: pd.DataFrame, num: list[str], cat: list[str], scaler: str, where: str = ""):
-    """``(frame, encoder)``: a copy of ``frame`` with its categorical columns as text (NaN where missing) and its
-    numeric ones as floats, and an unfitted encoder for it (fit it on the training rows only): numeric columns
-    median-imputed, then scaled (``scaler``: standard, minmax or none); categorical ones imputed with the most
-    frequent value, then one-hot. The table loader and the aligned party files (vflbench.data.alignment) share it."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
-
-    if scaler not in SCALERS:
-        raise VFLBenchError(f"{where}unknown scaler {scaler!r}. Choices: {', '.join(SCALERS)}.")
-    frame = frame.copy()
-    for c in cat:
-        frame[c] = as_text(frame[c])
-    for c in num:
-        frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
-    num_steps = [("impute", SimpleImputer(strategy="median", keep_empty_features=True))]
-    if scaler != "none":
-        num_steps.append(("scale", {"standard": StandardScaler, "minmax": MinMaxScaler}[scaler]()))
-    onehot = Pipeline(
-        [
-            ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
-            ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False)),
-        ]
-    )
-    encoder = ColumnTransformer(
-        [("num", Pipeline(num_steps), num), ("cat", onehot, cat)], remainder="drop", sparse_threshold=0.0
-    )
-    return frame, encoder
 
 
 def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
