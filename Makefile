@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test test-slow test-gpu lint bench demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
+.PHONY: install test test-slow test-gpu lint bench big-tables demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and 
 	$(BIN)/python benchmarks/combinatorial_k8.py --base 732cc11 --rounds 3
 	$(BIN)/python benchmarks/false_vfl_cpu.py --base 732cc11 --epochs 10 --rounds 2
 	$(BIN)/python benchmarks/bench_pack.py --method laser --pack 5 --rounds 2 --epochs 20
+
+big-tables: $(STAMP)  ## the SYNTHETIC click-through table (data/ctr/): four encodings x Standard VFL, LASER-VFL x 2 trainings x 3 seeds -> results/big_tables/; then the bar checks (benchmarks/big_tables.py)
+	test -f data/ctr/ctr.csv || $(BIN)/python scripts/make_ctr_table.py --rows 100000 --out data/ctr/ctr.csv
+	for v in embed drop embed_ad; do \
+	  $(BIN)/vflbench sweep experiments/big_tables/$$v.yaml --workers $(WORKERS) --out results/big_tables/$$v || exit 1; done
+	# one-hot blocks are zero-padded to the widest party (3 x 100,000 x 2,002 floats a run): one run at a time
+	$(BIN)/vflbench sweep experiments/big_tables/onehot_ad.yaml --workers 1 --pack 1 --out results/big_tables/onehot_ad
+	$(BIN)/python scripts/big_tables_report.py results/big_tables
+	$(BIN)/python benchmarks/big_tables.py --json results/big_tables/bars.json
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo

@@ -13,7 +13,8 @@ empty. The sidecar ``<out>.json`` records the generator's parameters and the acc
 probabilities (the Bayes classifier) with and without the categoricals.
 
     python scripts/make_ctr_table.py --rows 100000 --out /tmp/ctr.csv
-    # also writes /tmp/ctr.json, /tmp/ctr_parties.yaml and /tmp/ctr_parties_numeric.yaml
+    # also writes /tmp/ctr.json and the parties files /tmp/ctr_parties.yaml (every column), _numeric.yaml
+    # (the categoricals dropped) and _ad.yaml (the numeric columns and ad, the column that carries the signal)
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def main() -> None:
     parties.write_text("".join(f"{p}: [{', '.join(c)}]\n" for p, c in PARTIES.items()))
     numeric = a.out.with_name(a.out.stem + "_parties_numeric.yaml")  # the same parties, categoricals dropped
     numeric.write_text("".join(f"{p}: [{', '.join(c[:2])}]\n" for p, c in PARTIES.items()))
+    ad_only = a.out.with_name(a.out.stem + "_parties_ad.yaml")  # only the signal column ad (one-hot fits)
+    ad_only.write_text("".join(f"{p}: [{', '.join(c if 'ad' in c else c[:2])}]\n" for p, c in PARTIES.items()))
     print(json.dumps(meta))
 
 

@@ -543,3 +543,77 @@ def test_a_click_log_runs_from_the_command_line_with_its_parties_file(tmp_data, 
     assert manifest["partition"]["widths"] and len(manifest["partition"]["widths"]) == 3
     assert manifest["memory"]["peak_rss_bytes"] > 0
     assert manifest["data"]["preprocessing"]["sample"]["rows_kept"] == 1000
+
+
+@pytest.mark.parametrize("mechanism", ["pbm:b=32,beta=0.2", "ldp:sigma=0.5"])
+def test_a_mechanism_at_the_boundary_wraps_a_bottom_model_with_embeddings(tmp_path, mechanism):
+    path = write_ctr(tmp_path, rows=900)
+    method = "sum" if mechanism.startswith("pbm") else "laser"
+    rows, manifest = _run(path, method, mechanism=mechanism)[:2]
+    assert manifest["privacy"] and any(r["metric"] == "accuracy" for r in rows)
+    assert manifest["parameters"]["total"] > 3 * 16  # the tables are parameters of the parties' models
+
+
+def test_blocks_that_cannot_fit_are_refused_before_they_are_stacked(monkeypatch):
+    from types import SimpleNamespace
+
+    from vflbench.data.datasets import encoding as enc
+    from vflbench.data.partitioners import Partition
+    from vflbench.training.inputs import check_blocks_fit
+
+    # three parties, one of them with a 2,002-column one-hot block: stacked, each is padded to 2,002 columns
+    part = Partition("features", [np.arange(2), np.arange(2, 2004), np.arange(2004, 2006)], "columns")
+    prep = SimpleNamespace(partition=part)
+    need = 4 * 3 * 100_000 * 2002
+    monkeypatch.setattr(enc, "available_memory", lambda: need + 1)
+    check_blocks_fit(prep, 100_000)  # fits
+    monkeypatch.setattr(enc, "available_memory", lambda: need - 1)
+    with pytest.raises(VFLBenchError, match=r"blocks need about 2\.2 GB .* zero-padded to the widest, block 1's"):
+        check_blocks_fit(prep, 100_000)
+
+
+class _Store:
+    """A rendezvous store's check/get/set in a dict (what Wire's long phases use)."""
+
+    def __init__(self):
+        self.d = {}
+
+    def set(self, k, v):
+        self.d[k] = v.encode() if isinstance(v, str) else v
+
+    def get(self, k):
+        return self.d[k]
+
+    def check(self, keys):
+        return all(k in self.d for k in keys)
+
+
+def test_a_long_phase_waits_while_the_other_side_beats_and_gives_up_when_it_stops():
+    import threading
+    import time
+
+    from vflbench.federation.wire import Wire
+    from vflbench.runs.faults import PartyFailed
+
+    store = _Store()
+    server, party = Wire(0, 2, timeout_s=0.6), Wire(1, 2, timeout_s=0.6)
+    for w in (server, party):
+        w.store, w.run_key = store, "k"
+    party.BEAT_S = 0.05
+
+    def slow_answer():  # a party that computes for 2 s (longer than the timeout) and then announces
+        with party.beating():
+            time.sleep(2.0)
+            party.announce("align/answer/0")
+
+    t = threading.Thread(target=slow_answer)
+    t0 = time.monotonic()
+    t.start()
+    assert server.await_any({"align/answer/0": 1}, "answering") == "align/answer/0"
+    assert time.monotonic() - t0 > 1.9  # it waited past its timeout because the party kept beating
+    t.join()
+    # a party that stops beating (and never announces) is lost after the timeout
+    t0 = time.monotonic()
+    with pytest.raises(PartyFailed, match=r"Lost party 0 \(rank 1\) while answering: no sign of life"):
+        server.await_any({"align/never": 1}, "answering")
+    assert 0.5 < time.monotonic() - t0 < 3.0

@@ -183,7 +183,8 @@ def test_the_difference_attack_recovers_count_differences_no_better_than_chance(
     gen = np.random.default_rng(0)
     bits, b, releases, shape = 6, 32, 12, (64, 16)
     R = 1 << bits
-    masking = KeyedMasking(0, 2, bits, {1: os.urandom(32)})
+    # a fixed key: with a fresh one per run the correlation check below (3.3 sigma) failed about once in 1,000 runs
+    masking = KeyedMasking(0, 2, bits, {1: bytes(range(32))})
     sent = torch.ones(2, shape[0], dtype=torch.bool)
     q = [torch.from_numpy(gen.integers(0, b + 1, shape)) for _ in range(releases)]
     y = [masking.upload(q[t], sent, t).flatten().numpy() for t in range(releases)]

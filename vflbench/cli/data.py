@@ -203,9 +203,12 @@ def inspect(
         for c in ("column", "kind", "missing cells", "encoded width", "party"):
             t.add_column(c, justify="right" if c in ("missing cells", "encoded width") else "left")
         for r in report["columns"]:
+            kind = r["kind"]
+            if r.get("encoding") == "embedding":  # codes a bottom model embeds: say how (one-hot is the default)
+                kind += f" ({r['levels']:,} levels: embedded, {r['table_rows']:,} x {r['dim']})"
             t.add_row(
                 r["column"],
-                r["kind"],
+                kind,
                 str(r["missing"]),
                 str(r["encoded_width"]),
                 r["party"] or "[yellow]none (dropped)[/]",

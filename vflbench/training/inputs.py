@@ -122,6 +122,7 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
         lab[train_masks.labeled] = True
         labeled = torch.as_tensor(lab[keep], device=dev)
     x_train = data.x_train if len(keep) == len(data.y_train) else data.x_train[keep]
+    check_blocks_fit(prep, len(keep) + len(data.y_test))
     train = TrainSet(
         BlockData(x_train, prep.partition, dev),
         torch.as_tensor(data.y_train[keep], device=dev),
@@ -131,6 +132,29 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     test = BlockData(data.x_test, prep.partition, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
     return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why)
+
+
+def check_blocks_fit(prep: Prepared, n_rows: int) -> None:
+    """Refuse, before stacking them, parties' blocks that cannot fit in memory: tabular blocks are stacked as
+    ``[K, n, w]``, every block zero-padded to the widest, so one wide party (a one-hot column of thousands of levels)
+    costs K times its own width."""
+    part = prep.partition
+    if part.kind != "features":
+        return
+    from ..data.datasets.encoding import available_memory
+
+    widths = part.widths()
+    need = 4 * part.n_parties * n_rows * max(widths)
+    have = available_memory()
+    if have and need > have:
+        gb = 1 << 30
+        wide = int(np.argmax(widths))
+        raise VFLBenchError(
+            f"The parties' blocks need about {need / gb:.1f} GB ({part.n_parties} parties x {n_rows:,} rows x "
+            f"{max(widths):,} columns as float32: each block is zero-padded to the widest, {part.party_names[wide]}'s) "
+            f"and {have / gb:.1f} GB are available. Embed wide categorical columns (lower --data-opt embed_above), "
+            "drop some, or run fewer runs at once (vflbench sweep --workers 1 --pack 1)."
+        )
 
 
 def report_alignment(inputs: RunInputs) -> None:

@@ -92,7 +92,8 @@ class Encoded:
     columns: dict[str, dict[str, Any]] = field(default_factory=dict)  # per source column: what was done
 
 
-def _fmt(v: Any) -> Any:
+def format_level(v: Any) -> Any:
+    """A categorical value as text (integers without ``.0``), NaN for missing."""
     if pd.isna(v):
         return np.nan
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
@@ -104,14 +105,14 @@ def as_text(s: pd.Series) -> pd.Series:
     """A categorical column as text with NaN for missing (integers written without ``.0``). A pandas categorical
     column (the click-log loaders make them) stays categorical, its categories as text: no object per row."""
     if isinstance(s.dtype, pd.CategoricalDtype):
-        cats = [_fmt(c) for c in s.cat.categories]
+        cats = [format_level(c) for c in s.cat.categories]
         if len(set(cats)) == len(cats):
             return s.cat.rename_categories(cats)
         codes = s.cat.codes.to_numpy()
         vals = np.asarray(cats, dtype=object)[np.maximum(codes, 0)]
         vals[codes < 0] = np.nan
         return pd.Series(pd.Categorical(vals), index=s.index, name=s.name)
-    return s.map(_fmt).astype(object)
+    return s.map(format_level).astype(object)
 
 
 def plan_columns(frame: pd.DataFrame, num: list[str], cat: list[str], tr_idx, opts: EncodingOptions):

@@ -33,7 +33,7 @@ import pandas as pd
 from ...core.errors import VFLBenchError
 from ...core.paths import user_path
 from .base import Dataset, DatasetInfo
-from .encoding import EncodingOptions, encode
+from .encoding import EncodingOptions, encode, format_level
 from .fetch import data_root, sha256_file
 
 # re-exported: the loader reads with them
@@ -141,9 +141,8 @@ def _class_order(values: pd.Series) -> list[str]:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return str(int(v))
-    return str(v)
+    """A present value as text (integers without ``.0``)."""
+    return str(format_level(v))
 
 
 def resolve_target(tab: Table, opts: dict[str, Any]) -> Target:
