@@ -476,10 +476,14 @@ class WireChannel(Channel):
     def resume(self):
         return self.wire.resuming
 
-    def agree_order(self, order: torch.Tensor) -> torch.Tensor:
-        """The server (the label holder) sends the epoch's sample order to every party (a control
-        message): a class-balanced sampler reads labels the parties do not hold. As int32 indices (half of
-        int64's bytes) while the samples fit."""
+    def agree_order(self, order: torch.Tensor, derived: bool = False) -> torch.Tensor:
+        """The server (the label holder) gives every party the epoch's sample order (a control message). A
+        class-balanced sampler reads labels the parties do not hold: the order itself crosses, as int32 indices
+        while the samples fit. A shuffle or index order reads none (``derived``): every process draws it from its
+        replica of the run's streams, so only an 8-byte fingerprint crosses, and a party whose own draw differs
+        stops the run (the processes do not run the same program)."""
+        if derived:
+            return self._agree_fingerprint(order)
         wide = order.numel() and int(order.max()) >= 2**31
         dtype = torch.int64 if wide else torch.int32
         if self.is_server:
@@ -488,6 +492,24 @@ class WireChannel(Channel):
             self.wire.flush()
             return order
         return self.wire.recv(tuple(order.shape), dtype, SERVER, None).to(order.device, order.dtype)
+
+    def _agree_fingerprint(self, order: torch.Tensor) -> torch.Tensor:
+        import hashlib
+
+        digest = hashlib.blake2b(order.detach().cpu().to(torch.int64).numpy().tobytes(), digest_size=8).digest()
+        mine = torch.tensor([int.from_bytes(digest, "little", signed=True)], dtype=torch.int64)
+        if self.is_server:
+            for r in range(1, self.wire.world):
+                self.wire.post(mine, r, None, force=self.wire.resting(r - 1))
+            self.wire.flush()
+            return order
+        theirs = self.wire.recv((1,), torch.int64, SERVER, None)
+        if int(theirs) != int(mine):
+            raise VFLBenchError(
+                f"party {self.wire.rank - 1} drew another epoch order than the server (epoch {self.wire.epoch + 1}): "
+                "the processes do not run the same program (different flags, seeds or versions?)"
+            )
+        return order
 
     def backward(self, loss: torch.Tensor) -> None:
         """Server: back-propagate the loss and send each sent row's gradient to its party. Party:

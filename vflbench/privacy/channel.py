@@ -138,9 +138,10 @@ class Channel:
         """The step's loss value as every process will use it (here, in one process, the value itself)."""
         return value
 
-    def agree_order(self, order: torch.Tensor) -> torch.Tensor:
+    def agree_order(self, order: torch.Tensor, derived: bool = False) -> torch.Tensor:
         """The epoch's sample order as every process will use it (the label holder's: a class-balanced
-        sampler reads the labels)."""
+        sampler reads the labels). ``derived``: every process draws the same order from its replica of the run's
+        streams (no labels read), so only a fingerprint need cross."""
         return order
 
     def epoch_boundary(self, boundary) -> None:

@@ -348,7 +348,7 @@ class _StageRun:
             faults.begin_epoch()  # the schedule's failures and rejoins at this epoch (vflbench.runs.faults)
         sets = self._sets()
         orders = [
-            m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device))
+            m.channel.agree_order(epoch_order(p, d.blocks.n, w, policy.shuffle, g, device), derived=w is None)
             for m, p, d, w, g in zip(self.methods, self.pools, sets, self.weights, self.batching, strict=True)
         ]
         if len({len(o) for o in orders}) != 1:
