@@ -10,11 +10,12 @@ from vflbench.methods import METHODS, Batch, MethodContext
 from vflbench.methods.base import Epoch, cross_entropy, gap_signs
 from vflbench.methods.combinatorial import pattern_ids
 from vflbench.methods.ensemble import majority_vote
-from vflbench.methods.laser import laser_weights, sample_subsets, subset_table
+from vflbench.methods.laser import laser_weights
 from vflbench.nn.models import ModelSpec, ParamStore
 from vflbench.nn.optim import MaskedOptimizer, cosine_lr
 
 from .helpers import STAGE, batch, train_step
+from .laser_tables import sample_subsets, subset_table
 
 
 def ctx(k=3, c=3, options=None, width=4):
@@ -286,7 +287,8 @@ def test_same_seed_same_numbers_other_seed_differs():
 def test_sum_fusion_option():
     mean = METHODS.get("laser")(ctx(k=3))
     summ = METHODS.get("laser")(ctx(k=3, options={"fusion": "sum"}))
-    assert summ.frac[0b011].tolist() == [1.0, 1.0, 0.0] and mean.frac[0b011].tolist() == [0.5, 0.5, 0.0]
+    member = torch.tensor([[True, True, False]])
+    assert summ._fusion(member).tolist() == [[1.0, 1.0, 0.0]] and mean._fusion(member).tolist() == [[0.5, 0.5, 0.0]]
     x, obs = torch.randn(3, 5, 4), torch.ones(5, 3, dtype=torch.bool)
     emb = mean.ext(x)
     assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)

@@ -38,6 +38,9 @@ from .base import (
 )
 from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
+TABLE_ORDER_K = 12  # up to here a task is drawn as the former 3^K subset tables drew it (the same numbers)
+MAX_K = 64  # the largest subset count, C(64, 32), still fits in int64
+
 
 def laser_weights(k: int) -> torch.Tensor:
     """``W[o, s]`` = C(o-1, s-1)/s for o observed blocks and subset size s (1-based; 0 elsewhere)."""
@@ -48,96 +51,106 @@ def laser_weights(k: int) -> torch.Tensor:
     return w
 
 
-def subset_table(k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lookup tables for uniform subset sampling.
-
-    ``table[O, i, s-1, r]`` is the r-th subset (as a bitmask) of observed set O (bitmask) that contains
-    head i and has size s; ``count[O, i, s-1]`` how many there are (C(|O|-1, s-1) when i is in O).
-    Built by enumerating every pair S <= O once (3^K pairs).
-    """
-    width = max(math.comb(k - 1, j) for j in range(k))
-    table = torch.zeros(2**k, k, k, width, dtype=torch.long)
-    count = torch.zeros(2**k, k, k, dtype=torch.long)
-    for o in range(1, 2**k):
-        sub = o
-        while sub:  # every non-empty submask of o
-            size = sub.bit_count()
-            for i in range(k):
-                if sub >> i & 1:
-                    c = count[o, i, size - 1]
-                    table[o, i, size - 1, c] = sub
-                    count[o, i, size - 1] = c + 1
-            sub = (sub - 1) & o
-    return table, count
+def one_weights(k: int) -> torch.Tensor:
+    """``W[o, s]`` = C(o, s)/(2^o - 1) for o observed blocks and size s (heads=one; 0 for s > o)."""
+    return torch.tensor(
+        [[math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, k + 1)] for o in range(k + 1)]
+    )
 
 
-def subset_table_any(k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """As :func:`subset_table` for one head that every subset serves: ``table[O, 0, s-1, r]`` is the
-    r-th subset of O of size s, ``count[O, 0, s-1]`` = C(|O|, s)."""
-    width = max(math.comb(k, j) for j in range(k + 1))
-    table = torch.zeros(2**k, 1, k, width, dtype=torch.long)
-    count = torch.zeros(2**k, 1, k, dtype=torch.long)
-    for o in range(1, 2**k):
-        sub = o
-        while sub:
-            size = sub.bit_count()
-            c = count[o, 0, size - 1]
-            table[o, 0, size - 1, c] = sub
-            count[o, 0, size - 1] = c + 1
-            sub = (sub - 1) & o
-    return table, count
+def binomials(n: int) -> torch.Tensor:
+    """``B[m, j]`` = C(m, j) for 0 <= m, j <= n (int64: exact up to n = 66)."""
+    return torch.tensor([[math.comb(m, j) for j in range(n + 1)] for m in range(n + 1)], dtype=torch.long)
 
 
-def subset_slots(pattern: torch.Tensor, gen: torch.Generator, tables) -> torch.Tensor:
-    """The draw behind :func:`sample_subsets`, as slots of the subset table: ``[B, head*size]`` indices
-    into ``table.view(-1)``. One uniform per (sample, head, size), ``r = floor(u * count)``; the table of
-    each pattern's first slots is built once per tables (gathers by ``index_select``: the same values as
-    advanced indexing, several times faster on CPU)."""
-    table, count = tables[0], tables[1]
-    h, k = table.shape[1], table.shape[2]
-    if len(tables) < 3:
-        raise ValueError("subset_slots needs tables from slot_tables()")
-    first = tables[2]  # [2^K, head*size]: pattern * (h k width) + j * width
-    cnt = torch.index_select(count.view(-1, h * k), 0, pattern)  # [B, head*size]
-    u = torch.rand((pattern.shape[0], h * k), generator=gen, device=pattern.device)
-    r = (u * cnt).long()  # uniform in 0..cnt-1 (u < 1); 0 where cnt = 0 -> the empty entry
-    return torch.index_select(first, 0, pattern) + r
+def candidates(obs: torch.Tensor, heads: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For every (sample, head, size) task: the blocks a subset is drawn from besides the head ``[B, h, K]``, how
+    many of them it takes ``[B, h, K]``, and how many such subsets there are ``[B, h, K]`` (0: no task: a head
+    outside O, or a size above |O|). ``heads``: per_party (head i draws s-1 blocks of O \\ {i}), one (s blocks of
+    O), active (head 0 only, s-1 blocks of O \\ {0})."""
+    b, k = obs.shape
+    size = torch.arange(1, k + 1, device=obs.device)
+    n_obs = obs.sum(1)
+    binom = binomials(k).to(obs.device)
+    if heads == "one":
+        others = obs[:, None, :]
+        take = size[None, None, :].expand(b, 1, k)
+        count = binom[n_obs[:, None, None].expand(b, 1, k), take]
+        return others, take, count
+    eye = torch.eye(k, dtype=torch.bool, device=obs.device)
+    if heads == "active":
+        eye = eye[:1]
+    others = obs[:, None, :] & ~eye[None]  # [B, h, K]
+    take = (size - 1)[None, None, :].expand(b, eye.shape[0], k)
+    has_head = obs[:, : eye.shape[0]]  # head i is in O
+    count = binom[(n_obs - 1).clamp_min(0)[:, None, None].expand_as(take), take] * has_head[:, :, None]
+    return others, take, count
 
 
-def slot_tables(tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(table, count, first slots per pattern) for :func:`subset_slots`."""
-    table, count = tables[0], tables[1]
-    h, k, width = table.shape[1], table.shape[2], table.shape[-1]
-    patterns = torch.arange(table.shape[0], device=table.device)
-    first = patterns[:, None] * (h * k * width) + torch.arange(h * k, device=table.device)[None] * width
-    return table, count, first
+def draw_ranks(count: torch.Tensor, gen: torch.Generator, k: int) -> torch.Tensor:
+    """A uniform rank in ``0 .. count-1`` per task (0 where count is 0). Up to K = 12 the former tables' float draw
+    ``floor(u * count)``, one float32 uniform per (sample, head, size) in that order (the same numbers as then);
+    above, where counts pass float32's 2^24, integer draws: 62 random bits per task, redrawn while they fall in the
+    incomplete last copy of ``0 .. count-1`` (rejection), so every rank is exactly equally likely."""
+    flat = count.reshape(count.shape[0], -1)
+    if k <= TABLE_ORDER_K:
+        u = torch.rand(flat.shape, generator=gen, device=count.device)
+        return (u * flat).long().view_as(count)
+    top = 1 << 62
+    c = flat.clamp_min(1)
+    limit = top - top % c  # the largest multiple of count below 2^62
+    v = torch.randint(0, top, flat.shape, generator=gen, device=count.device)
+    bad = v >= limit
+    while bool(bad.any()):
+        v = torch.where(bad, torch.randint(0, top, flat.shape, generator=gen, device=count.device), v)
+        bad = v >= limit
+    return torch.where(flat > 0, v % c, 0).view_as(count)
 
 
-def sample_subsets(
-    obs: torch.Tensor, gen: torch.Generator, shared: bool, tables=None, pattern: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Draw the LASER tasks. Returns ``chosen[b, i, s-1]``, the bitmask of the subset of size s drawn
-    for head i, uniformly among the subsets of O that contain i (independently per head and
-    size, like the authors' ``random.sample``). Entries for heads outside O or sizes above |O| are
-    empty (0; their loss weight is 0 too). ``shared=True`` draws one subset per (head, size) for the
-    whole batch (the authors' per-batch code): ``obs`` rows must then be equal, and one row comes back."""
-    tables = tables if tables is not None else subset_table(obs.shape[1])
-    table, count = tables[0], tables[1]
-    h, k = table.shape[1], table.shape[2]  # heads, sizes (= blocks)
+def unrank(others: torch.Tensor, take: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """The subset at ``rank`` in the former tables' order: the rank-th largest bitmask among the ``take``-subsets of
+    ``others`` (the submasks of O were enumerated from the largest down). Flat inputs ``[E, K]``, ``[E]``, ``[E]``
+    -> membership ``[E, K]``. The combinatorial number system unranks a subset in colex order, which is the
+    ascending order of the bitmasks: scanning the candidates' positions from the highest, position c is taken when
+    the rank left is at least C(c, j), j the blocks still to take. K steps of one gather each: no table."""
+    e, k = others.shape
+    small = k <= TABLE_ORDER_K  # counts below 2^31: int32 halves the memory traffic
+    dt = torch.int32 if small else torch.long
+    binom = binomials(k).to(device=others.device, dtype=dt)
+    m = others.sum(1)
+    n = (binom[m, take] - 1 - rank.to(dt)).to(dt)  # the rank in ascending order
+    j = take.to(dt)
+    chosen = torch.zeros(e, k, dtype=torch.bool, device=others.device)  # compressed positions
+    for c in range(k - 1, -1, -1):
+        val = binom[c][j.long()]  # C(c, j) (0 where c < j)
+        take_c = (j > 0) & (n >= val)
+        chosen[:, c] = take_c
+        n = n - val * take_c
+        j = j - take_c.to(dt)
+    pos = (others.to(torch.int8).cumsum(1) - 1).clamp_min(0).long()  # each candidate's compressed position
+    return others & torch.gather(chosen, 1, pos)
+
+
+def draw_tasks(obs: torch.Tensor, gen: torch.Generator, heads: str, shared: bool = False, order=None) -> torch.Tensor:
+    """Draw the LASER tasks: ``[B, h, K, K]`` membership of the subset drawn for every (sample, head, size), uniform
+    among the subsets of O of that size that contain the head (``heads=one``: among all), independently per task
+    like the authors' ``random.sample``; empty where there is no task. ``shared``: one draw per (head, size) for
+    the whole batch (the authors' per-batch code; the rows of ``obs`` are equal, one row comes back). ``order``:
+    the draws are made in sample order and returned in this order."""
     if shared:
         obs = obs[:1]
-        pattern = None if pattern is None else pattern[:1]
-    if pattern is None:
-        pattern = (obs.long() << torch.arange(k, device=obs.device)).sum(1)  # [B]
-    slots = subset_slots(
-        pattern, gen, tables if tables is not None and len(tables) > 2 else slot_tables((table, count))
-    )
-    return torch.index_select(table.view(-1), 0, slots.view(-1)).view(pattern.shape[0], h, k)
-
-
-def bitmask_members(chosen: torch.Tensor, k: int) -> torch.Tensor:
-    """Bitmasks ``[...]`` -> membership ``[..., K]`` (bool)."""
-    return ((chosen[..., None] >> torch.arange(k, device=chosen.device)) & 1).bool()
+    others, take, count = candidates(obs, heads)
+    rank = draw_ranks(count, gen, obs.shape[1])
+    if order is not None:
+        obs, rank = torch.index_select(obs, 0, order), torch.index_select(rank, 0, order)
+        others, take, count = candidates(obs, heads)
+    b, h, k = count.shape
+    cand = others[:, :, None, :].expand(b, h, k, k).reshape(-1, k)  # per (sample, head, size): the candidates
+    flat = unrank(cand, take.reshape(-1), rank.reshape(-1)).view(b, h, k, k)
+    if heads != "one":  # the head itself
+        eye = torch.eye(k, dtype=torch.bool, device=obs.device)[:h]
+        flat = flat | eye[None, :, None, :]
+    return flat & (count > 0)[..., None]
 
 
 @METHODS.register("laser")
@@ -214,67 +227,82 @@ class LaserVFL(Method):
             t[self.ext.member_ids] = False
         return t
 
+    @classmethod
+    def pack_refusal(cls, run) -> str | None:
+        if run.parties > TABLE_ORDER_K:
+            return (
+                f"LASER-VFL above K = {TABLE_ORDER_K} draws its tasks inside each step (nested subsets), "
+                "which a pack's vectorised step does not"
+            )
+        return None
+
     def build(self) -> None:
+        if self.k > MAX_K:
+            raise VFLBenchError(
+                f"LASER-VFL with K={self.k}: its subset counts (up to C(K, K/2)) pass 64-bit integers above K = "
+                f"{MAX_K}; use K <= {MAX_K}."
+            )
         self.ext, _ = self.extractors("ext", list(range(self.k)))
         self.one = self.options["heads"] == "one"
         self.active_head = self.options["heads"] == "active"
+        self.heads_mode = self.options["heads"]
         self.n_heads = 1 if self.one or self.active_head else self.k
         self.head, _ = self.heads("head", self.n_heads, self.ctx.model.cut)
-        if self.k > 12:
-            raise VFLBenchError(f"LASER-VFL with K={self.k}: the subset tables grow as 3^K; use K <= 12.")
-        tables = subset_table_any(self.k) if self.one else subset_table(self.k)
-        if self.active_head:  # head 0 only: the subsets that contain block 0
-            tables = (tables[0][:, :1].contiguous(), tables[1][:, :1].contiguous())
-        self.tables = slot_tables(tuple(t.to(self.device) for t in tables))
-        masks = torch.arange(2**self.k)
-        member = bitmask_members(masks, self.k).float()
-        # bitmask -> fusion weights (1/|S| on the members of S): agg = frac[chosen]
+        # above K = 12 every head's subsets are nested: one uniform order of O \ {i} per (sample, head), the subset
+        # of size s its first s - 1 blocks (each still exactly uniform; docs/SCALING.md): O(K^2) a sample, not K^3
+        self.nested = self.k > TABLE_ORDER_K
         self.mean = self.fusion_is_mean()
         self.zero_impute = self.options["missing"] == "zero"
-        if self.zero_impute:  # a subset's mean over all K parties, zeros for the others
-            self.frac = (member / self.k if self.mean else member).to(self.device)
-        else:
-            self.frac = (member / member.sum(1, keepdim=True).clamp_min(1) if self.mean else member).to(self.device)
-        n_obs = member.sum(1).long()
-        if self.one:  # observed pattern -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
-            w = torch.tensor(
-                [
-                    [math.comb(o, s) / (2**o - 1) if 1 <= s <= o else 0.0 for s in range(1, self.k + 1)]
-                    for o in range(self.k + 1)
-                ]
-            )
-            self.wpat = w[n_obs][:, None, :].to(self.device)
-        else:  # observed pattern -> loss weights [head, size]: C(|O|-1, s-1)/s for head in O, s <= |O|
-            self.wpat = (laser_weights(self.k)[n_obs][:, 1:][:, None, :] * member[:, :, None]).to(self.device)
-            if self.active_head:
-                self.wpat = self.wpat[:, :1].contiguous()
-        self.bits = torch.arange(self.k, device=self.device)
-        # every table slot's fusion weights (frac of the subset in the slot): a draw's weights in one gather
-        self.slot_frac = torch.index_select(self.frac, 0, self.tables[0].reshape(-1))
+        if self.one:  # observed count -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
+            self.wobs = one_weights(self.k).to(self.device)
+        else:  # observed count -> loss weights [size]: C(|O|-1, s-1)/s for s <= |O| (times: the head is in O)
+            self.wobs = laser_weights(self.k)[:, 1:].contiguous().to(self.device)
         self._epoch = None  # the current epoch's task draws (set by begin_epoch)
         self.ssl = simsiam_for(self, self.ext)
+
+    def _weights(self, obs: torch.Tensor) -> torch.Tensor:
+        """The loss weights ``[B, head, size]`` of a batch's tasks (0 for a head outside O or a size above |O|)."""
+        w = torch.index_select(self.wobs, 0, obs.sum(1))  # [B, size]
+        if self.one:
+            return w[:, None, :]
+        heads = obs[:, : self.n_heads].to(w.dtype)  # head i in O (active: head 0)
+        return w[:, None, :] * heads[:, :, None]
+
+    def _fusion(self, member: torch.Tensor) -> torch.Tensor:
+        """Membership ``[..., K]`` -> fusion weights: 1/|S| on the members of S (mean), 1/K (zero-imputed mean), or
+        1 (sum)."""
+        m = member.to(self.store.flat.dtype)
+        if not self.mean:
+            return m
+        if self.zero_impute:
+            return m / self.k
+        return m / m.sum(-1, keepdim=True).clamp_min(1)
 
     def begin_epoch(self, epoch: Epoch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
         carries its first sample's pattern). With them, what the steps would otherwise recompute from the batch:
         each batch's active members and count of samples with an observed block, and (two classes) the
-        :func:`gap_signs` of every position's label. Batches then only slice the precomputed tensors."""
+        :func:`gap_signs` of every position's label. Batches then only slice the precomputed tensors. Above
+        K = 12 the tasks are drawn in each step (nested subsets); only the batch statistics are precomputed."""
         obs, order, batch_size = epoch.obs, epoch.order, epoch.batch_size
         self._batch_size = batch_size
         active, count = self._batch_stats(epoch)
         signs = None
         if epoch.y is not None and self.c == 2:
             signs = gap_signs(torch.index_select(epoch.y, 0, order), self.store.flat.dtype)  # [n, 2]
+        if self.nested:
+            self._epoch = ("nested", None, None, active, count, signs)
+            return
         if epoch.per_batch or self.options["laser_subsets"] == "batch":
-            pattern = (obs[order[::batch_size]].long() << self.bits).sum(1)  # [n_batches]
+            first = obs[order[::batch_size]]  # [n_batches, K]
             if self.options["laser_subsets"] == "batch":
-                agg, w = self._draw(pattern)
+                agg, w = self._draw(first)
                 self._epoch = ("batch", agg[:, None], w[:, None], active, count, signs)
                 return
             # per-batch masks, per-sample subsets: position p of the epoch carries its batch's pattern
-            draws = self._draw(pattern.repeat_interleave(batch_size)[: len(order)])
+            draws = self._draw(first.repeat_interleave(batch_size, 0)[: len(order)])
         else:  # drawn by sample index, then laid out in the epoch's order: a batch is a slice, not a gather
-            draws = self._draw((obs.long() << self.bits).sum(1), order)
+            draws = self._draw(obs, order)
         self._epoch = ("position", *draws, active, count, signs)
 
     def _batch_stats(self, epoch: Epoch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,36 +329,74 @@ class LaserVFL(Method):
             parts.append(torch.zeros(nb, self.ssl.n_members, dtype=torch.bool, device=obs.device))
         return torch.cat(parts, 1), rows.clamp_min(1)
 
-    def _draw(self, pattern, order=None):
-        """(fusion weights, loss weights) of one subset draw per entry of ``pattern``; ``order``: returned in
-        that order (the small index tensors are reordered before the lookup, not the weights after it)."""
-        slots = subset_slots(pattern, self.gen, self.tables)  # the subsets of sample_subsets, as table slots
+    def _draw(self, obs, order=None):
+        """(fusion weights, loss weights) of one task draw per row of ``obs``; ``order``: returned in that order."""
+        member = draw_tasks(obs, self.gen, self.heads_mode, order=order)
         if order is not None:
-            slots, pattern = torch.index_select(slots, 0, order), torch.index_select(pattern, 0, order)
-        h, k = self.tables[0].shape[1], self.tables[0].shape[2]
-        agg = torch.index_select(self.slot_frac, 0, slots.reshape(-1)).view(slots.shape[0], h, k, self.frac.shape[-1])
-        return agg, torch.index_select(self.wpat, 0, pattern)
+            obs = torch.index_select(obs, 0, order)
+        return self._fusion(member), self._weights(obs)
 
     def _tasks(self, batch: Batch):
         """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size], active members, the loss's
         denominator, the labels' :func:`gap_signs` [B, 2] or None) for this batch: sliced from the epoch's draws,
-        or drawn and computed now when no epoch was begun (a lone batch)."""
+        or drawn and computed now when no epoch was begun (a lone batch). Nested draws (K > 12): no fusion weights
+        (the loss draws them)."""
         if self._epoch is not None:
             kind, agg, w, active, count, signs = self._epoch
             j, start = batch.number, batch.number * self._batch_size
             stop = start + batch.size
             if signs is not None:
                 signs = signs[start:stop]
+            if kind == "nested":
+                return None, None, active[j], count[j], signs
             if kind == "batch":
                 return agg[j], w[j], active[j], count[j], signs
             return agg[start:stop], w[start:stop], active[j], count[j], signs
         obs = batch.obs
+        if self.nested:
+            return None, None, *self._step_stats(obs), None
         shared = self.options["laser_subsets"] == "batch"
-        pattern = (obs.long() << self.bits).sum(1)
-        if shared:  # per-batch masks: every row has the same pattern
-            pattern = pattern[:1]
-        chosen = sample_subsets(obs, self.gen, shared=shared, tables=self.tables, pattern=pattern)
-        return self.frac[chosen], self.wpat[pattern], *self._step_stats(obs), None
+        member = draw_tasks(obs, self.gen, self.heads_mode, shared=shared)
+        return self._fusion(member), self._weights(obs[:1] if shared else obs), *self._step_stats(obs), None
+
+    def _nested_orders(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per (sample, head) a uniform order of the blocks: the head first, then the other observed blocks in a
+        random order, then the rest ``[B, head, K]``. The subset of size s is its first s blocks. The order sorts
+        62-bit random keys (ties: about K^2 / 2^63, broken by block index)."""
+        shared = self.options["laser_subsets"] == "batch"
+        rows = obs[:1] if shared else obs
+        b, k = rows.shape
+        h = self.n_heads
+        keys = torch.randint(0, 1 << 62, (b, h, k), generator=self.gen, device=obs.device)
+        if self.one:
+            cand = rows[:, None, :]
+        else:
+            eye = torch.eye(k, dtype=torch.bool, device=obs.device)[:h]
+            cand = rows[:, None, :] & ~eye[None]
+            keys = torch.where(eye[None], torch.full_like(keys, -1), keys)
+        keys = torch.where(cand | (keys < 0), keys, torch.full_like(keys, 1 << 62))
+        perm = torch.argsort(keys, dim=-1, stable=True)
+        return perm.expand(obs.shape[0], h, k) if shared else perm
+
+    def _nested_logits(self, emb: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, head, size, C], loss weights [B, head, size]) of nested tasks: the running sums of the blocks
+        in each (sample, head)'s order give every size's fusion at once (O(K^2) a sample)."""
+        k, b, d = emb.shape
+        h = self.n_heads
+        perm = self._nested_orders(obs)  # [B, h, K]
+        size = torch.arange(1, k + 1, device=emb.device, dtype=emb.dtype)
+        div = (torch.full_like(size, float(k)) if self.zero_impute else size) if self.mean else torch.ones_like(size)
+        if self.head.linear:
+            w = self.head.weight  # [head, D, C]
+            proj = (emb.reshape(k * b, d) @ w.permute(1, 0, 2).reshape(d, h * self.c)).view(k, b, h, self.c)
+            proj = proj.permute(1, 2, 0, 3)  # [B, head, block, C]
+            run = torch.gather(proj, 2, perm[..., None].expand(-1, -1, -1, self.c)).cumsum(2)
+            logits = run / div[None, None, :, None] + self.head.bias[:, None, :]
+        else:
+            e = emb.permute(1, 0, 2)[:, None].expand(b, h, k, d)
+            fused = torch.gather(e, 2, perm[..., None].expand(-1, -1, -1, d)).cumsum(2) / div[None, None, :, None]
+            logits = self.head(fused.permute(1, 0, 2, 3).reshape(h, b * k, d)).view(h, b, k, self.c).permute(1, 0, 2, 3)
+        return logits, self._weights(obs)
 
     def _step_stats(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(active members, the loss's denominator: the samples with an observed block, at least 1) of a batch."""
@@ -350,7 +416,9 @@ class LaserVFL(Method):
         emb = self.send(self.ext(batch.blocks, need=obs.T), obs.T)  # [K, B, D]
         k, b, d = emb.shape
         h = self.n_heads
-        if self.head.linear:
+        if agg is None:  # nested tasks (K > 12)
+            logits, wts = self._nested_logits(emb, obs)
+        elif self.head.linear:
             # Heads are linear and fusion is a mean, so project first and fuse in class space (C << D):
             # proj[b, i, j] = head_i(emb_j[b]) without bias; logits[b, i, s] = sum_j agg[b, i, s, j] proj[b, i, j] +
             # bias_i

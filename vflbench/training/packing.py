@@ -47,6 +47,9 @@ def why_not_packable(run) -> str | None:
     cls = METHODS.get(run.method)
     if not cls.packable:
         return f"{cls.display}'s loss is not written for packing"
+    refusal = getattr(cls, "pack_refusal", None)
+    if refusal is not None and (why := refusal(run)):
+        return why
     if run.model.get("arch") != "mlp":
         return "module (image) extractors are trained one run at a time"
     if len(cls.stages_for(run.method_options)) != 1:

@@ -1,0 +1,153 @@
+"""LASER-VFL without subset tables: the draws of the former 3^K tables reproduced bit for bit up to K = 12 by
+unranking (the combinatorial number system), exactly uniform integer draws above, nested subsets from K = 13 on,
+and K up to 64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vflbench.core.errors import VFLBenchError
+from vflbench.methods.laser import (
+    MAX_K,
+    TABLE_ORDER_K,
+    binomials,
+    candidates,
+    draw_ranks,
+    draw_tasks,
+    unrank,
+)
+
+from .laser_tables import bitmask_members, sample_subsets, slot_tables, subset_table, subset_table_any
+
+
+def _patterns(k: int) -> torch.Tensor:
+    return ((torch.arange(2**k)[:, None] >> torch.arange(k)) & 1).bool()
+
+
+@pytest.mark.parametrize("k", range(1, 8))
+@pytest.mark.parametrize("heads", ["per_party", "one"])
+def test_unranking_gives_every_slot_of_the_former_tables(k, heads):
+    table, count = subset_table(k) if heads == "per_party" else subset_table_any(k)
+    obs = _patterns(k)
+    others, take, cnt = candidates(obs, heads)
+    cnt = cnt.masked_fill(~obs.any(1)[:, None, None], 0)
+    assert torch.equal(cnt, count)
+    b, h = count.shape[:2]
+    cand = others[:, :, None, :].expand(b, h, k, k).reshape(-1, k)
+    for r in range(table.shape[-1]):
+        ok = r < count
+        got = unrank(cand, take.reshape(-1), torch.where(ok, r, 0).reshape(-1)).view(b, h, k, k)
+        if heads == "per_party":
+            got = got | torch.eye(k, dtype=torch.bool)[None, :, None, :]
+        bits = (got.long() << torch.arange(k)).sum(-1)
+        assert torch.equal(torch.where(ok, bits, 0), torch.where(ok, table[..., r], 0)), r
+
+
+@pytest.mark.parametrize("heads", ["per_party", "one", "active"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_draws_are_the_former_samplers_bit_for_bit(heads, shared):
+    k = 6
+    obs = torch.rand(500, k, generator=torch.Generator().manual_seed(1)) > 0.3
+    if shared:
+        obs = obs[:1].expand(64, k)
+    tables = subset_table_any(k) if heads == "one" else subset_table(k)
+    if heads == "active":
+        tables = (tables[0][:, :1].contiguous(), tables[1][:, :1].contiguous())
+    old = sample_subsets(obs, torch.Generator().manual_seed(7), shared=shared, tables=slot_tables(tables))
+    new = draw_tasks(obs, torch.Generator().manual_seed(7), heads, shared=shared)
+    assert torch.equal(bitmask_members(old, k), new)
+
+
+def test_integer_draws_are_exactly_uniform_above_the_table_order():
+    # counts past float32's 2^24 (C(40, 20) = 1.4e11): every rank equally likely, also the top ones
+    count = torch.full((20000, 1, 1), math.comb(40, 20))
+    r = draw_ranks(count, torch.Generator().manual_seed(0), TABLE_ORDER_K + 1)
+    assert int(r.min()) >= 0 and int(r.max()) < math.comb(40, 20)
+    top = (r >= math.comb(40, 20) * 0.9).float().mean()
+    assert abs(float(top) - 0.1) < 0.01  # a float32 draw cannot reach most ranks up there; integers can
+    small = draw_ranks(torch.full((60000, 1, 1), 3), torch.Generator().manual_seed(1), TABLE_ORDER_K + 1)
+    freq = torch.bincount(small.view(-1), minlength=3).float() / 60000
+    assert torch.allclose(freq, torch.full((3,), 1 / 3), atol=0.01)
+    assert binomials(MAX_K)[MAX_K, MAX_K // 2] == math.comb(64, 32)  # the largest count fits int64
+
+
+@pytest.mark.parametrize("k", [13, 64])
+def test_draws_above_the_table_order_stay_uniform_among_the_subsets(k):
+    n = 4000 if k < 32 else 1500  # [n, K, K, K] memberships: 400 MB at K = 64
+    obs = torch.zeros(n, k, dtype=torch.bool)
+    obs[:, :4] = True  # O = {0, 1, 2, 3}
+    member = draw_tasks(obs, torch.Generator().manual_seed(3), "per_party")
+    # head 0, size 2: {0, j} for j in 1..3, each with probability 1/3; nothing outside O; none for head 5
+    pair = member[:, 0, 1, 1:4].float().mean(0)
+    assert torch.allclose(pair, torch.full((3,), 1 / 3), atol=0.05)
+    assert not member[:, :, :, 4:].any() and not member[:, 5].any()
+    assert torch.equal(member[:, 2, 3].sum(-1), torch.full((n,), 4))  # size 4 = O itself
+
+
+def _laser(k: int, width: int = 2):
+    from vflbench.core.rng import Streams
+    from vflbench.methods import METHODS, MethodContext
+    from vflbench.nn.models import ModelSpec
+
+    ctx = MethodContext(
+        k=k, n_classes=2, widths=[width] * k, in_ch=1, model=ModelSpec("mlp", 8, (16,)), device=torch.device("cpu"),
+        streams=Streams(0), options={}, positive_class=1,
+    )  # fmt: skip
+    return METHODS.get("laser")(ctx)
+
+
+def test_nested_subsets_give_every_size_its_running_mean_and_an_unbiased_weight():
+    from vflbench.methods.laser import laser_weights
+
+    k = 16
+    m = _laser(k)
+    obs = torch.rand(32, k, generator=torch.Generator().manual_seed(0)) > 0.4
+    perm = m._nested_orders(obs)  # [B, head, K]
+    for b in range(4):
+        o = set(torch.nonzero(obs[b]).view(-1).tolist())
+        for i in range(k):
+            order = perm[b, i].tolist()
+            assert order[0] == i  # the head first
+            if i in o:
+                assert set(order[1 : len(o)]) == o - {i}  # then its other observed blocks
+    w = m._weights(obs)
+    n = obs.sum(1)
+    assert torch.equal(w[0, 0], laser_weights(k)[n[0], 1:] * obs[0, 0])
+
+
+def test_laser_above_sixty_four_parties_is_refused_and_above_twelve_is_not_packed():
+    with pytest.raises(VFLBenchError, match="K <= 64"):
+        _laser(65, width=1)
+    from vflbench.methods.laser import LaserVFL
+
+    class Run:
+        parties = 13
+
+    assert "nested" in LaserVFL.pack_refusal(Run())
+    Run.parties = 12
+    assert LaserVFL.pack_refusal(Run()) is None
+
+
+@pytest.mark.slow
+def test_laser_trains_at_sixty_four_parties(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1500, 128))
+    y = (x[:, :32].sum(1) > 0).astype(int)
+    df = pd.DataFrame(x.round(3), columns=[f"x{i}" for i in range(128)])
+    df["y"] = y
+    df.to_csv(tmp_path / "t.csv", index=False)
+    cfg = RunConfig(
+        dataset=f"csv:{tmp_path / 't.csv'}", method="laser", data_options={"target": "y"}, hp={"epochs": 1},
+        settings={"parties": 64, "train_missing": "mcar:0.3", "test_missing": ["none", "mcar:0.5"]},
+    )  # fmt: skip
+    rows, manifest = execute(resolve(cfg), device="cpu")[:2]
+    assert manifest["parameters"]["total"] > 0 and all(np.isfinite(r["value"]) for r in rows)
