@@ -36,10 +36,9 @@ def test_unranking_gives_every_slot_of_the_former_tables(k, heads):
     cnt = cnt.masked_fill(~obs.any(1)[:, None, None], 0)
     assert torch.equal(cnt, count)
     b, h = count.shape[:2]
-    cand = others[:, :, None, :].expand(b, h, k, k).reshape(-1, k)
     for r in range(table.shape[-1]):
         ok = r < count
-        got = unrank(cand, take.reshape(-1), torch.where(ok, r, 0).reshape(-1)).view(b, h, k, k)
+        got = unrank(others.expand(b, h, k), take, torch.where(ok, r, 0))
         if heads == "per_party":
             got = got | torch.eye(k, dtype=torch.bool)[None, :, None, :]
         bits = (got.long() << torch.arange(k)).sum(-1)
@@ -59,6 +58,20 @@ def test_the_draws_are_the_former_samplers_bit_for_bit(heads, shared):
     old = sample_subsets(obs, torch.Generator().manual_seed(7), shared=shared, tables=slot_tables(tables))
     new = draw_tasks(obs, torch.Generator().manual_seed(7), heads, shared=shared)
     assert torch.equal(bitmask_members(old, k), new)
+
+
+@pytest.mark.parametrize("heads", ["per_party", "one", "active"])
+def test_the_slot_cache_of_small_k_draws_what_the_unranking_draws(heads):
+    from vflbench.methods.laser import SlotCache
+
+    k = 5
+    obs = torch.rand(300, k, generator=torch.Generator().manual_seed(2)) > 0.4
+    order = torch.randperm(300, generator=torch.Generator().manual_seed(3))
+    member = draw_tasks(obs, torch.Generator().manual_seed(9), heads, order=order)
+    size = torch.arange(1, k + 1, dtype=torch.float32)
+    cache = SlotCache(k, heads, lambda m: m.float() / size[:, None], torch.device("cpu"))
+    agg = cache.draw(obs, torch.Generator().manual_seed(9), order)
+    assert torch.equal(agg, member.float() / size[:, None])
 
 
 def test_integer_draws_are_exactly_uniform_above_the_table_order():

@@ -287,8 +287,9 @@ def test_same_seed_same_numbers_other_seed_differs():
 def test_sum_fusion_option():
     mean = METHODS.get("laser")(ctx(k=3))
     summ = METHODS.get("laser")(ctx(k=3, options={"fusion": "sum"}))
-    member = torch.tensor([[True, True, False]])
-    assert summ._fusion(member).tolist() == [[1.0, 1.0, 0.0]] and mean._fusion(member).tolist() == [[0.5, 0.5, 0.0]]
+    member = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])  # sizes 1, 2, 3
+    assert summ._fusion(member).tolist() == member.float().tolist()
+    assert mean._fusion(member)[1].tolist() == [0.5, 0.5, 0.0] and mean._fusion(member)[2, 0] == torch.tensor(1 / 3)
     x, obs = torch.randn(3, 5, 4), torch.ones(5, 3, dtype=torch.bool)
     emb = mean.ext(x)
     assert torch.allclose(mean.exact_logits(x, obs), mean.head(emb.mean(0)[None].expand(3, -1, -1)), atol=1e-6)

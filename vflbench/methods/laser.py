@@ -19,6 +19,7 @@ fusing first (up to rounding), because a Linear map commutes with a weighted sum
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -39,6 +40,7 @@ from .base import (
 from .simsiam import PRETRAIN, PRETRAIN_OPTION, simsiam_for, with_pretraining
 
 TABLE_ORDER_K = 12  # up to here a task is drawn as the former 3^K subset tables drew it (the same numbers)
+CACHED_K = 8  # up to here the unranked subsets of every (pattern, head, size, rank) are kept (SlotCache: <= 4.6 MB)
 MAX_K = 64  # the largest subset count, C(64, 32), still fits in int64
 
 
@@ -58,9 +60,14 @@ def one_weights(k: int) -> torch.Tensor:
     )
 
 
-def binomials(n: int) -> torch.Tensor:
-    """``B[m, j]`` = C(m, j) for 0 <= m, j <= n (int64: exact up to n = 66)."""
-    return torch.tensor([[math.comb(m, j) for j in range(n + 1)] for m in range(n + 1)], dtype=torch.long)
+@functools.cache
+def _binomials(n: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor([[math.comb(m, j) for j in range(n + 1)] for m in range(n + 1)], dtype=dtype, device=device)
+
+
+def binomials(n: int, device="cpu", dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """``B[m, j]`` = C(m, j) for 0 <= m, j <= n (int64: exact up to n = 66; built once per size, device, dtype)."""
+    return _binomials(n, str(device), dtype)
 
 
 def candidates(obs: torch.Tensor, heads: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -71,7 +78,7 @@ def candidates(obs: torch.Tensor, heads: str) -> tuple[torch.Tensor, torch.Tenso
     b, k = obs.shape
     size = torch.arange(1, k + 1, device=obs.device)
     n_obs = obs.sum(1)
-    binom = binomials(k).to(obs.device)
+    binom = binomials(k, obs.device)
     if heads == "one":
         others = obs[:, None, :]
         take = size[None, None, :].expand(b, 1, k)
@@ -109,26 +116,62 @@ def draw_ranks(count: torch.Tensor, gen: torch.Generator, k: int) -> torch.Tenso
 
 def unrank(others: torch.Tensor, take: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
     """The subset at ``rank`` in the former tables' order: the rank-th largest bitmask among the ``take``-subsets of
-    ``others`` (the submasks of O were enumerated from the largest down). Flat inputs ``[E, K]``, ``[E]``, ``[E]``
-    -> membership ``[E, K]``. The combinatorial number system unranks a subset in colex order, which is the
-    ascending order of the bitmasks: scanning the candidates' positions from the highest, position c is taken when
-    the rank left is at least C(c, j), j the blocks still to take. K steps of one gather each: no table."""
-    e, k = others.shape
-    small = k <= TABLE_ORDER_K  # counts below 2^31: int32 halves the memory traffic
-    dt = torch.int32 if small else torch.long
-    binom = binomials(k).to(device=others.device, dtype=dt)
-    m = others.sum(1)
-    n = (binom[m, take] - 1 - rank.to(dt)).to(dt)  # the rank in ascending order
+    ``others`` (the submasks of O were enumerated from the largest down). ``others``: the candidates ``[..., K]``
+    (bool), ``take`` and ``rank``: ``[..., S]`` (S draws from the same candidates) -> membership ``[..., S, K]``.
+    The combinatorial number system unranks a subset in colex order, which is the ascending order of the bitmasks:
+    scanning the blocks from the highest, a candidate is taken when the rank left is at least C(c, j), c the
+    candidates below it and j the blocks still to take. K steps of one gather each: no table."""
+    k = others.shape[-1]
+    dt = torch.int32 if k <= TABLE_ORDER_K else torch.long  # counts below 2^31: int32 halves the memory traffic
+    binom = binomials(k, others.device, dt).reshape(-1)  # C(c, j) at c * (k + 1) + j
+    below = others.to(dt).cumsum(-1) - others.to(dt)  # candidates below each block
+    m = others.sum(-1, keepdim=True).to(dt)
     j = take.to(dt)
-    chosen = torch.zeros(e, k, dtype=torch.bool, device=others.device)  # compressed positions
-    for c in range(k - 1, -1, -1):
-        val = binom[c][j.long()]  # C(c, j) (0 where c < j)
-        take_c = (j > 0) & (n >= val)
-        chosen[:, c] = take_c
-        n = n - val * take_c
-        j = j - take_c.to(dt)
-    pos = (others.to(torch.int8).cumsum(1) - 1).clamp_min(0).long()  # each candidate's compressed position
-    return others & torch.gather(chosen, 1, pos)
+    n = torch.gather(binom, 0, (m * (k + 1) + j).reshape(-1).long()).view_as(j) - 1 - rank.to(dt)  # ascending rank
+    cols = []
+    for b in range(k - 1, -1, -1):
+        val = torch.gather(binom, 0, (below[..., b : b + 1] * (k + 1) + j).reshape(-1).long()).view_as(j)
+        t = others[..., b : b + 1] & (n >= val)  # (with no block left to take, n = 0 < C(c, 0) = 1)
+        cols.append(t)
+        n = n - val * t
+        j = j - t.to(dt)
+    return torch.stack(cols[::-1], -1)
+
+
+class SlotCache:
+    """For small K, the fusion weights of every draw, unranked once (not enumerated: :func:`unrank` over every
+    (pattern, head, size, rank)), so that a draw is two gathers, as with the former tables: at K = 8 it holds
+    256 x 8 x 8 x 35 slots (the counts' maximum C(7, 3) = 35) of 8 weights. The same draws as :func:`draw_tasks`,
+    bit for bit (one float32 uniform per task); above :data:`CACHED_K` the draws are unranked per task."""
+
+    def __init__(self, k: int, heads: str, fusion, device):
+        obs = ((torch.arange(2**k, device=device)[:, None] >> torch.arange(k, device=device)) & 1).bool()
+        others, take, count = candidates(obs, heads)
+        if heads == "one":
+            count = count * obs.any(1)[:, None, None]
+        b, h, _ = count.shape
+        width = max(int(count.max()), 1)
+        self.count = count.reshape(b, h * k)  # [pattern, head*size]
+        member = torch.stack(
+            [unrank(others.expand(b, h, k), take.expand(b, h, k), torch.where(r < count, r, 0)) for r in range(width)],
+            -2,
+        )  # [pattern, head, size, rank, K]
+        if heads != "one":
+            member = member | torch.eye(k, dtype=torch.bool, device=device)[:h][None, :, None, None, :]
+        member = member & (torch.arange(width, device=device)[None, None, None, :] < count[..., None])[..., None]
+        self.frac = fusion(member.transpose(-2, -3)).transpose(-2, -3).reshape(-1, k)  # [slot, K]
+        self.first = (torch.arange(b, device=device)[:, None] * (h * k) + torch.arange(h * k, device=device)) * width
+        self.width, self.h, self.k = width, h, k
+
+    def draw(self, obs: torch.Tensor, gen: torch.Generator, order=None) -> torch.Tensor:
+        """Fusion weights ``[B, h, size, K]`` of one draw per row of ``obs`` (``order``: returned in that order)."""
+        pattern = (obs.long() << torch.arange(self.k, device=obs.device)).sum(1)
+        cnt = torch.index_select(self.count, 0, pattern)
+        u = torch.rand(cnt.shape, generator=gen, device=obs.device)
+        slots = torch.index_select(self.first, 0, pattern) + (u * cnt).long()
+        if order is not None:
+            slots = torch.index_select(slots, 0, order)
+        return torch.index_select(self.frac, 0, slots.reshape(-1)).view(slots.shape[0], self.h, self.k, self.k)
 
 
 def draw_tasks(obs: torch.Tensor, gen: torch.Generator, heads: str, shared: bool = False, order=None) -> torch.Tensor:
@@ -140,17 +183,19 @@ def draw_tasks(obs: torch.Tensor, gen: torch.Generator, heads: str, shared: bool
     if shared:
         obs = obs[:1]
     others, take, count = candidates(obs, heads)
-    rank = draw_ranks(count, gen, obs.shape[1])
-    if order is not None:
-        obs, rank = torch.index_select(obs, 0, order), torch.index_select(rank, 0, order)
-        others, take, count = candidates(obs, heads)
+    rank = draw_ranks(count, gen, obs.shape[1])  # drawn in sample order
     b, h, k = count.shape
-    cand = others[:, :, None, :].expand(b, h, k, k).reshape(-1, k)  # per (sample, head, size): the candidates
-    flat = unrank(cand, take.reshape(-1), rank.reshape(-1)).view(b, h, k, k)
+    others = others.expand(b, h, k)
+    if order is not None:
+        others, take, count, rank = (
+            torch.index_select(t, 0, order) for t in (others, take.expand(b, h, k), count, rank)
+        )
+    flat = unrank(others, take, rank)  # [B, h, size, K]
+    valid = (count > 0)[..., None]
     if heads != "one":  # the head itself
         eye = torch.eye(k, dtype=torch.bool, device=obs.device)[:h]
-        flat = flat | eye[None, :, None, :]
-    return flat & (count > 0)[..., None]
+        return (flat | eye[None, :, None, :]) & valid
+    return flat & valid
 
 
 @METHODS.register("laser")
@@ -258,6 +303,7 @@ class LaserVFL(Method):
         else:  # observed count -> loss weights [size]: C(|O|-1, s-1)/s for s <= |O| (times: the head is in O)
             self.wobs = laser_weights(self.k)[:, 1:].contiguous().to(self.device)
         self._epoch = None  # the current epoch's task draws (set by begin_epoch)
+        self._slots: SlotCache | None = None  # K <= 8: every draw's fusion weights, unranked on first use
         self.ssl = simsiam_for(self, self.ext)
 
     def _weights(self, obs: torch.Tensor) -> torch.Tensor:
@@ -276,7 +322,9 @@ class LaserVFL(Method):
             return m
         if self.zero_impute:
             return m / self.k
-        return m / m.sum(-1, keepdim=True).clamp_min(1)
+        # a drawn subset of size s has s members (an empty draw none): the same float32 quotients as m / m.sum(-1)
+        size = torch.arange(1, self.k + 1, device=m.device, dtype=m.dtype)
+        return m / size[:, None]
 
     def begin_epoch(self, epoch: Epoch):
         """Draw every task of the epoch at once: per sample, or per batch (authors' code, where a batch
@@ -331,10 +379,15 @@ class LaserVFL(Method):
 
     def _draw(self, obs, order=None):
         """(fusion weights, loss weights) of one task draw per row of ``obs``; ``order``: returned in that order."""
-        member = draw_tasks(obs, self.gen, self.heads_mode, order=order)
+        if self.k <= CACHED_K:
+            if self._slots is None:
+                self._slots = SlotCache(self.k, self.heads_mode, self._fusion, self.device)
+            agg = self._slots.draw(obs, self.gen, order)
+        else:
+            agg = self._fusion(draw_tasks(obs, self.gen, self.heads_mode, order=order))
         if order is not None:
             obs = torch.index_select(obs, 0, order)
-        return self._fusion(member), self._weights(obs)
+        return agg, self._weights(obs)
 
     def _tasks(self, batch: Batch):
         """(fusion weights [B|1, head, size, block], loss weights [B|1, head, size], active members, the loss's
@@ -356,8 +409,8 @@ class LaserVFL(Method):
         if self.nested:
             return None, None, *self._step_stats(obs), None
         shared = self.options["laser_subsets"] == "batch"
-        member = draw_tasks(obs, self.gen, self.heads_mode, shared=shared)
-        return self._fusion(member), self._weights(obs[:1] if shared else obs), *self._step_stats(obs), None
+        agg, w = self._draw(obs[:1] if shared else obs)
+        return agg, w, *self._step_stats(obs), None
 
     def _nested_orders(self, obs: torch.Tensor) -> torch.Tensor:
         """Per (sample, head) a uniform order of the blocks: the head first, then the other observed blocks in a
