@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import VFLBenchError
+from .datasets.encoding import OPTION_DEFAULTS, OPTION_HELP
 
 ALIGN = ("psi", "plain")
 DEFAULTS: dict[str, Any] = {
@@ -35,10 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "test_size": 0.2,
     "split_seed": 0,
     "scaler": "standard",
-    "embed_above": 50,
-    "embed_dim": 0,
-    "hash_buckets": 0,
-    "min_count": 2,
+    **OPTION_DEFAULTS,
 }
 HELP = {
     "id": "the ID column every party file has (--id-column)",
@@ -47,10 +45,7 @@ HELP = {
     "test_size": "held-out fraction of the stratified split of the labelled samples",
     "split_seed": "random_state of the split",
     "scaler": "standard | minmax | none (each party's numeric columns, fitted on the training samples)",
-    "embed_above": "a party's categorical column with more levels than this is embedded by its bottom model",
-    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)))",
-    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
-    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
+    **OPTION_HELP,
 }
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ...core.errors import VFLBenchError
 from .base import Dataset, DatasetInfo
+from .encoding import OPTION_DEFAULTS, OPTION_HELP
 from .fetch import RawFile, Variant
 from .registry import DatasetSpec, register
 
@@ -60,10 +61,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "test_size": 0.2,
     "split_seed": 0,
     "scaler": "standard",
-    "embed_above": 50,
-    "embed_dim": 0,
-    "hash_buckets": 0,
-    "min_count": 2,
+    **OPTION_DEFAULTS,
 }
 HELP = {
     "rows": "keep at most this many rows (after sampling; 0: every row)",
@@ -72,10 +70,7 @@ HELP = {
     "test_size": "held-out fraction of the stratified split",
     "split_seed": "random_state of the split",
     "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
-    "embed_above": "a categorical column with more levels than this is embedded instead of one-hot encoded",
-    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)))",
-    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
-    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
+    **OPTION_HELP,
 }
 
 

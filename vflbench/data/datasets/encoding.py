@@ -19,12 +19,14 @@ cannot fit is refused with the estimate and the fix (:func:`check_fits`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from ...core.errors import VFLBenchError
+
+if TYPE_CHECKING:  # pandas is imported where a table is encoded, not when a loader registers its options
+    import pandas as pd
 
 MISSING, UNSEEN, RARE = 0, 1, 2  # reserved codes of an embedded column
 RESERVED = 3
@@ -39,6 +41,17 @@ def embedding_dim(rows: int, fixed: int = 0) -> int:
     if fixed:
         return int(fixed)
     return int(max(1, min(EMBED_MAX_DIM, round(1.6 * rows**0.56))))
+
+
+# the encoding's dataset options, shared by every loader that encodes a table (users' tables, party files, click logs)
+OPTION_DEFAULTS: dict[str, Any] = {"embed_above": 50, "embed_dim": 0, "hash_buckets": 0, "min_count": 2}
+OPTION_HELP = {
+    "embed_above": "a categorical column with more levels than this (in the training split) is embedded by its "
+    "party's bottom model instead of one-hot encoded",
+    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)), rows = its table's)",
+    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
+    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
+}
 
 
 @dataclass
@@ -94,6 +107,8 @@ class Encoded:
 
 def format_level(v: Any) -> Any:
     """A categorical value as text (integers without ``.0``), NaN for missing."""
+    import pandas as pd
+
     if pd.isna(v):
         return np.nan
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
@@ -104,6 +119,8 @@ def format_level(v: Any) -> Any:
 def as_text(s: pd.Series) -> pd.Series:
     """A categorical column as text with NaN for missing (integers written without ``.0``). A pandas categorical
     column (the click-log loaders make them) stays categorical, its categories as text: no object per row."""
+    import pandas as pd
+
     if isinstance(s.dtype, pd.CategoricalDtype):
         cats = [format_level(c) for c in s.cat.categories]
         if len(set(cats)) == len(cats):
@@ -118,6 +135,7 @@ def as_text(s: pd.Series) -> pd.Series:
 def plan_columns(frame: pd.DataFrame, num: list[str], cat: list[str], tr_idx, opts: EncodingOptions):
     """Each source column's encoding and width, from the training rows' levels (``frame``'s categorical columns
     already text)."""
+
     plans = {c: ColumnPlan(c, "numeric", 1) for c in num}
     for c in cat:
         levels = int(frame[c].iloc[tr_idx].nunique(dropna=True))
@@ -196,6 +214,8 @@ def _onehot_pipeline():
 
 def embedding_codes(s: pd.Series, tr_idx, opts: EncodingOptions) -> tuple[np.ndarray, int, dict[str, Any]]:
     """``(codes for every row, table rows, what was done)`` of one embedded column (text, NaN for missing)."""
+    import pandas as pd
+
     if isinstance(s.dtype, pd.CategoricalDtype):
         return _category_codes(s, tr_idx, opts)
     missing = s.isna().to_numpy()
@@ -231,6 +251,8 @@ def embedding_codes(s: pd.Series, tr_idx, opts: EncodingOptions) -> tuple[np.nda
 def _category_codes(s: pd.Series, tr_idx, opts: EncodingOptions) -> tuple[np.ndarray, int, dict[str, Any]]:
     """:func:`embedding_codes` of a pandas categorical column, computed on its categories and integer codes (the
     same codes as for the column as text)."""
+    import pandas as pd
+
     cats = np.asarray([str(c) for c in s.cat.categories], dtype=object)
     raw = s.cat.codes.to_numpy().astype(np.int64)  # -1: missing
     missing = raw < 0
@@ -275,6 +297,8 @@ def encode(
 ) -> Encoded:
     """Encode ``frame``'s ``feats`` (fitted on rows ``tr_idx``) into float32 train and test arrays, columns in
     the source columns' order, each with its source column and name."""
+    import pandas as pd
+
     num = [c for c in feats if kinds[c] == "numeric"]
     cat = [c for c in feats if kinds[c] == "categorical"]
     text = {c: as_text(frame[c]) for c in cat}

@@ -33,7 +33,7 @@ import pandas as pd
 from ...core.errors import VFLBenchError
 from ...core.paths import user_path
 from .base import Dataset, DatasetInfo
-from .encoding import EncodingOptions, encode, format_level
+from .encoding import OPTION_DEFAULTS, OPTION_HELP, EncodingOptions, encode, format_level
 from .fetch import data_root, sha256_file
 
 # re-exported: the loader reads with them
@@ -51,10 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "sep": "",
     "coerce": False,
     "keep": "",
-    "embed_above": 50,
-    "embed_dim": 0,
-    "hash_buckets": 0,
-    "min_count": 2,
+    **OPTION_DEFAULTS,
     "file_sha256": "",
 }
 INTERNAL = {"file_sha256"}  # set by vflbench, never listed to users
@@ -70,11 +67,7 @@ HELP = {
     "sep": "the field separator of a .csv file (default: detected from its first lines, and recorded)",
     "coerce": "true: a mostly numeric column with stray text becomes numeric, the text missing (default: an error)",
     "keep": "keep these columns although they look useless (constant, all missing or an ID: dropped by default)",
-    "embed_above": "a categorical column with more levels than this (in the training split) is embedded by its "
-    "party's bottom model instead of one-hot encoded",
-    "embed_dim": "the embedding size of every embedded column (0: min(16, round(1.6 * rows^0.56)), rows = its table's)",
-    "hash_buckets": "embedded columns hashed into this many buckets (0: a vocabulary of the training levels)",
-    "min_count": "levels seen fewer times than this in training share one pooled 'rare' embedding",
+    **OPTION_HELP,
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
 MAX_CLASS_SHARE = (
