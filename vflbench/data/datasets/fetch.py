@@ -441,35 +441,28 @@ def _ensure_variant(
 LAST_CHECKS: dict[str, dict[str, str]] = {}  # dataset -> file -> kind of check made by the last fetch
 
 
-def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
-    if v.extract_zip and v.urls[0].endswith((".tar.gz", ".tgz", ".tar")):
+def _archive(path: Path):
+    """``(names, open_member)`` of a zip or tar(.gz) archive, and the context that closes it. Members are streamed:
+    a 4 GB archive is never held whole."""
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
         import tarfile
 
-        archive = ds_dir / ("download-" + Path(v.urls[0]).name.replace("%20", "_"))
-        if not archive.exists():
-            _download(v.urls[0], archive)
-        with tarfile.open(archive) as tar:  # streamed member by member: a 4 GB archive is never held whole
-            members = {m.name: m for m in tar.getmembers() if m.isfile()}
-            for f in v.files:
-                member = next((m for n, m in members.items() if n.endswith("/" + f.path) or n == f.path), None)
-                if member is None:
-                    raise VFLBenchError(
-                        f"Downloaded archive {archive.name} has no member {f.path}; the official layout changed?"
-                    )
-                target = ds_dir / f.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = shareable_mkstemp(target.parent, ".tmp-" + target.name)
-                with tar.extractfile(member) as src, os.fdopen(fd, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 22)
-                os.replace(tmp, target)
-    elif v.extract_zip:
-        import zipfile
+        tar = tarfile.open(path)
+        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        return list(members), lambda name: tar.extractfile(members[name]), tar
+    import zipfile
 
+    z = zipfile.ZipFile(path)
+    return z.namelist(), z.open, z
+
+
+def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
+    if v.extract_zip:
         archive = ds_dir / ("download-" + Path(v.urls[0]).name.replace("%20", "_"))
         if not archive.exists():
             _download(v.urls[0], archive)
-        with zipfile.ZipFile(archive) as z:
-            names = z.namelist()
+        names, open_member, handle = _archive(archive)
+        with handle:
             for f in v.files:
                 member = next((n for n in names if n.endswith("/" + f.path) or n == f.path), None)
                 if member is None:
@@ -479,8 +472,8 @@ def _fetch_url_variant(ds_dir: Path, v: Variant) -> None:
                 target = ds_dir / f.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fd, tmp = shareable_mkstemp(target.parent, ".tmp-" + target.name)
-                with z.open(member) as src, os.fdopen(fd, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                with open_member(member) as src, os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
                 os.replace(tmp, target)
     else:
         for url, f in zip(v.urls, v.files, strict=True):
