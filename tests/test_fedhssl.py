@@ -3,6 +3,7 @@ optimiser's trainable span, and the LASER-VFL options of the controlled runs."""
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import pytest
@@ -434,3 +435,23 @@ def test_simsiam_heads_are_outside_the_supervised_optimiser_with_the_same_number
         fit(m, data, {"pretrain": hp(2, 0.02, "sgd"), "train": hp(2)}, POLICY, lambda s: zlib.crc32(s.encode()) % 1000)
         out.append(m.store.flat.detach().clone())
     assert torch.equal(out[0], out[1])
+
+
+def test_ssl_width_sets_the_simsiam_heads_per_party():
+    """ssl_width (default 512, the FedHSSL code's) is the per-party projector's width: the heads hold, per party and
+    per SimSiam, cut*w + 2 w^2 + w*(w/4) + (w/4)*w weights plus biases, so they grow as K x w^2 (docs/SCALING.md)."""
+
+    def heads(m):
+        return sum(math.prod(m.store._specs[n][1]) for n in m.store.names() if ".proj" in n or ".pred" in n)
+
+    name = "fedhssl"
+    per = {w: heads(make(name, k=4, **({} if w == 512 else {"ssl_width": w}))) for w in (512, 64)}
+    n_ssl = 2  # FedHSSL: a cross-party and a local SimSiam
+
+    def expected(w, cut=6):  # make(): ModelSpec("mlp", cut=6, ...)
+        h = w // 4
+        return n_ssl * 4 * (cut * w + w + 2 * (w * w + w) + w * h + h + h * w + w)
+
+    assert per == {512: expected(512), 64: expected(64)}
+    spec = next(o for o in METHODS.get(name).option_specs if o.name == "ssl_width")
+    assert spec.check(2) == "must be >= 4" and spec.check(64) is None

@@ -412,4 +412,34 @@ def test_methods_command_says_which_methods_take_a_mechanism():
     assert by["laser"]["mechanisms"] and by["sum"]["sums_at_server"] and not by["laser"]["sums_at_server"]
     assert not by["local"]["mechanisms"] and "nothing crosses" in by["local"]["boundary_refusal"]
     r = runner.invoke(app, ["methods"], terminal_width=250)
-    assert "privacy mechanisms at the party-to-server boundary" in r.output and "pbm" in r.output
+    assert "mechanisms at the party-to-server boundary" in r.output and "Poisson Binomial" in r.output
+    r = runner.invoke(app, ["methods", "laser"], terminal_width=250)
+    assert r.exit_code == 0 and "--mechanism" in r.output and "yes" in r.output
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+@pytest.mark.parametrize("command", [["methods"], ["attacks"], ["methods", "false1"], ["attacks", "inversion"]])
+def test_listings_fit_the_terminal(command, width):
+    """One line per method or attack, every line within the terminal's width (`COLUMNS=80 vflbench methods`: at
+    most 80 lines), and one item's details on request."""
+    r = runner.invoke(app, command, terminal_width=width, env={"COLUMNS": str(width)})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(len(x) for x in lines) <= width
+    assert len(lines) <= 80
+    if command == ["methods"]:
+        from vflbench.methods import METHODS
+
+        names = [x.split()[0] for x in lines if x.split()]
+        assert all(n in names for n in METHODS.names())  # every registered method, one line each
+    if command == ["methods", "false1"]:  # one method's options, stages and traits
+        out = " ".join(r.output.split())
+        for want in ("n_pred_samples=50", "stages", "--runtime processes", "no:", "a lost party"):
+            assert want in out
+
+
+def test_listing_an_unknown_name_names_the_choices():
+    r = runner.invoke(app, ["methods", "lasr"])
+    assert r.exit_code == 2 and "Unknown method 'lasr'" in r.output and "laser" in r.output
+    r = runner.invoke(app, ["attacks", "inversoin"])
+    assert r.exit_code == 2 and "inversion" in r.output

@@ -39,6 +39,11 @@ def test_scalability_curves_and_bars(tmp_path):
         for ext in (".png", ".pdf"):
             f = tmp_path / (kind + ext)
             assert f.exists() and f.stat().st_size > 1000
+    import pandas as pd
+
+    pts = pd.read_csv(tmp_path / "scalability.csv")  # the plotted points: metric, time and each run's own peak
+    assert set(pts["parties"]) == {2, 4} and set(pts["method"]) == {"svfl", "laser"}
+    assert (pts["seconds_per_epoch"] > 0).all() and (pts["peak_rss_gb"] > 0.05).all()
     r = runner.invoke(app, ["plot", "pie", str(out)])
     assert r.exit_code == 2 and "Unknown plot" in r.output
 

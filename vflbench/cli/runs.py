@@ -75,6 +75,16 @@ def run(
         )
     run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
     _print_run(resolved, rows, manifest, run_dir)
+    warned = manifest.get("warnings")
+    if warned:  # libraries' warnings: one line here, every one in the run's folder
+        from rich.markup import escape
+
+        from ..core.warnlog import LOG_NAME, console_line
+
+        err_console.print(
+            "[yellow]note:[/] " + escape(console_line(warned["count"], warned["first"], str(run_dir / LOG_NAME))),
+            highlight=False,
+        )
 
 
 def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
@@ -130,8 +140,13 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
 
 def _print_attacks(rows: list[dict]) -> None:
     """The attacks' results at the last evaluated epoch: one line per metric, its value per adversary."""
+    import pandas as pd
+
+    from ..results.report import with_attack_variants
+
     last = max((r.get("epoch") or 0) for r in rows)
     rows = [r for r in rows if (r.get("epoch") or 0) == last]
+    rows = with_attack_variants(pd.DataFrame(rows)).to_dict("records")  # two variants of one attack stay apart
     t = Table(title="attacks on the training samples" + (f" (epoch {last})" if last else ""))
     who = list(dict.fromkeys(r["adversary"] for r in rows))
     t.add_column("attack metric")
@@ -255,101 +270,181 @@ def server(
     console.print(f"{run.method_display} on {run.dataset}: {len(rows)} rows -> {run_dir}")
 
 
+def _compact(title: str, columns: dict[str, int | None], rows: list[list[str]]) -> Table:
+    """A listing of one line per row that fits the terminal (``console.width``): a column without a cap keeps its
+    full width; the capped ones share what is left in proportion to their caps and are cut with an ellipsis."""
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    full = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
+    fixed = sum(w for w, cap in zip(full, columns.values(), strict=True) if cap is None)
+    caps = sum(cap for cap in columns.values() if cap is not None)
+    left = console.width - fixed - 2 * (len(columns) - 1)  # rich's default padding: one space each side
+    for w, (col, cap) in zip(full, columns.items(), strict=True):
+        share = None if cap is None else max(4, min(cap, w, left * cap // caps))
+        t.add_column(col, no_wrap=True, overflow="ellipsis", width=w if cap is None else share)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _details(title: str, fields: list[tuple[str, str]]) -> Table:
+    """One item's fields, a field a row, its text wrapped to the terminal."""
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column("field", style="bold", no_wrap=True)
+    t.add_column("value", overflow="fold")
+    for k, v in fields:
+        t.add_row(k, v)
+    return t
+
+
+def _pick(rows: list[dict], name: str, what: str, command: str) -> dict:
+    for r in rows:
+        if r["name"] == name:
+            return r
+    raise VFLBenchError(f"Unknown {what} '{name}'. Choices: {', '.join(r['name'] for r in rows)} (`{command}`).")
+
+
 @app.command()
 @friendly
-def attacks(fmt: str = typer.Option("table", "--format", help="table | json")):
-    """List the attacks (--attack) and the label defenses (--label-defense): paper, adversary, what it observes,
-    side knowledge, metrics and options."""
+def attacks(
+    name: str | None = typer.Argument(None, help="an attack or label defense: its paper, adversary and options"),
+    fmt: str = typer.Option("table", "--format", help="table | json"),
+):
+    """List the attacks (--attack) and the label defenses (--label-defense), one line each; `vflbench attacks NAME`
+    for one's paper, adversary, what it observes, side knowledge, metrics and options (docs/ATTACKS.md)."""
     from rich.markup import escape
 
     from ..privacy.attacks import describe
 
     rows = describe()
+    if name is not None:
+        rows = [_pick(rows, name, "attack or label defense", "vflbench attacks")]
     if fmt == "json":
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows[0] if name is not None else rows, indent=2))
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
-    t = Table(
-        title="vflbench attacks (--attack NAME[:key=value,...], rows attack:NAME:METRIC) and label defenses "
-        "(--label-defense SPEC); docs/ATTACKS.md"
-    )
-    for col in ("kind", "name", "paper", "adversary", "observes", "side knowledge", "metrics", "options"):
-        t.add_column(col, no_wrap=col in ("kind", "name"))
-    for r in rows:
+    if name is not None:
+        r = rows[0]
         opts = "\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["options"].items()) or "-"
-        t.add_row(
-            r["kind"],
-            r["name"],
-            escape(r["paper"]),
-            escape(r["adversary"]),
-            escape(r["observes"]),
-            escape(r["side_knowledge"] or "-"),
-            escape(", ".join(r["metrics"]) + (" (binary tasks)" if r["tasks"] == "binary" else "") or "-"),
-            escape(opts),
+        metrics = ", ".join(f"{r['kind']}:{r['name']}:{m}" for m in r["metrics"]) if r["kind"] == "attack" else ""
+        console.print(
+            _details(
+                f"{r['kind']} {r['name']}",
+                [
+                    ("paper", escape(r["paper"])),
+                    ("adversary", escape(r["adversary"])),
+                    ("observes", escape(r["observes"])),
+                    ("side knowledge", escape(r["side_knowledge"] or "-")),
+                    ("rows", escape(metrics or ", ".join(r["metrics"]) or "-")),
+                    ("tasks", escape(r["tasks"])),
+                    ("options", escape(opts)),
+                ],
+            )
         )
-    console.print(t)
+        return
+    console.print(
+        _compact(
+            "attacks (--attack NAME:key=value,...), label defenses (--label-defense SPEC)",
+            {"kind": None, "name": None, "adversary": 30, "metrics": 24, "paper": 60},
+            [
+                [
+                    r["kind"],
+                    r["name"],
+                    escape(r["adversary"]),
+                    escape(", ".join(r["metrics"]) or "-"),
+                    escape(r["paper"]),
+                ]
+                for r in rows
+            ],  # fmt: skip
+        )
+    )
+    console.print("One in full: vflbench attacks NAME; all: --format json; docs/ATTACKS.md")
+
+
+def _method_details(r: dict) -> list[tuple[str, str]]:
+    from rich.markup import escape
+
+    opts = (
+        "\n".join(
+            f"{o['name']}={o['default']}"
+            + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
+            + (f" (default from protocol field {o['protocol_default']})" if "protocol_default" in o else "")
+            + f": {o['help']}"
+            for o in r["options"]
+        )
+        or "-"
+    )
+    stages = ", ".join(f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"])
+    mech = (
+        "yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "")
+        if r["mechanisms"]
+        else f"no: {r['boundary_refusal']}"
+    )
+    return [
+        ("display", escape(r["display"])),
+        ("paper", escape(r["paper"])),
+        ("stages", escape(stages)),
+        ("options (--method-opt)", escape(opts)),
+        ("--mechanism", escape(mech)),
+        ("--runtime processes", "yes" if r["processes"] else escape(f"no: {r['runtime_refusal']}")),
+        ("a lost party", escape(r["party_loss"])),
+        ("F1 rule", escape(str(r["f1_rule"]))),
+        ("preset block", escape(str(r["hp_key"]))),
+    ]
 
 
 @app.command()
 @friendly
-def methods(fmt: str = typer.Option("table", "--format", help="table | json")):
-    """List the registered methods: name, display name, paper, stages and options."""
+def methods(
+    name: str | None = typer.Argument(None, help="a method: its options, stages and traits"),
+    fmt: str = typer.Option("table", "--format", help="table | json"),
+):
+    """List the registered methods, one line each (name, display name, paper, runs across processes, survives a lost
+    party, takes --mechanism); `vflbench methods NAME` for one method's options, stages and traits."""
+    from rich.markup import escape
+
     from ..privacy.mechanism_spec import describe_mechanisms
     from ..results.inspection import method_rows
 
     rows = method_rows()
+    if name is not None:
+        rows = [_pick(rows, name, "method", "vflbench methods")]
     if fmt == "json":
-        print(
-            json.dumps(rows, indent=2)
-        )  # the mechanisms' parameters: the table format, or vflbench.privacy.mechanism_spec.describe_mechanisms()
+        print(json.dumps(rows[0] if name is not None else rows, indent=2))
         return
     if fmt != "table":
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
-    t = Table(
-        title="vflbench methods (set options with --method-opt key=value; processes: runs with --runtime processes; "
-        "lost party: whether a run goes on when a party is lost, docs/RUNTIME.md)"
+    if name is not None:
+        console.print(_details(f"method {rows[0]['name']}", _method_details(rows[0])))
+        return
+    console.print(
+        _compact(
+            "methods (--method NAME, --method-opt key=value)",
+            {"name": None, "display": None, "processes": None, "lost party": None, "mechanism": None, "paper": 80},
+            [
+                [
+                    r["name"],
+                    escape(r["display"]),
+                    "yes" if r["processes"] else "no",
+                    "survives"
+                    if r["party_loss"] == "survives"
+                    else "survives*"
+                    if r["party_loss"].startswith("survives")
+                    else "stops",
+                    "yes" if r["mechanisms"] else "no",
+                    escape(r["paper"]),
+                ]
+                for r in rows
+            ],  # fmt: skip
+        )
     )
-    for col in ("name", "display", "paper", "stages", "options", "--mechanism", "processes", "lost party"):
-        t.add_column(col, no_wrap=col in ("name", "display", "processes"))
-    for r in rows:
-        opts = (
-            "\n".join(
-                f"{o['name']}={o['default']}"
-                + (f" ({'|'.join(map(str, o['choices']))})" if "choices" in o else f" ({o['type']})")
-                + (f" (default from protocol field {o['protocol_default']})" if "protocol_default" in o else "")
-                + f": {o['help']}"
-                for o in r["options"]
-            )
-            or "-"
+    if any(r["party_loss"] not in ("survives",) and r["party_loss"].startswith("survives") for r in rows):
+        console.print("* survives with an option (vflbench methods NAME says which)")
+    console.print(
+        _compact(
+            "mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)",
+            {"name": None, "what": 120},
+            [[r["name"], escape(r["help"])] for r in describe_mechanisms()],
         )
-        stages = ", ".join(
-            f"{s['name']} ({s['samples']}{'' if s['labels'] else ', labels hidden'})" for s in r["stages"]
-        )
-        from rich.markup import escape
-
-        t.add_row(
-            r["name"],
-            r["display"],
-            escape(r["paper"]),
-            escape(stages),
-            escape(opts),
-            escape(
-                "yes" + (" (+ --secagg masked)" if r["sums_at_server"] else "")
-                if r["mechanisms"]
-                else f"no: {r['boundary_refusal']}"
-            ),
-            "yes" if r["processes"] else "no",
-            escape(r["party_loss"]),
-        )  # why not: --format json (runtime_refusal), or the refusal of --runtime processes
-    console.print(t)
-    m = Table(title="privacy mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)")
-    for col in ("name", "what", "parameters"):
-        m.add_column(col)
-    for r in describe_mechanisms():
-        m.add_row(
-            r["name"],
-            r["help"],
-            escape("\n".join(f"{k}={v['default']}: {v['help']}" for k, v in r["params"].items()) or "-"),
-        )
-    console.print(m)
+    )
+    console.print("One in full (options, stages, traits): vflbench methods NAME; all: --format json")

@@ -223,6 +223,15 @@ def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, th
     )
     if len(df):  # every sweep gets a table: the experiment's layout, else the generic one
         console.print(f"table -> {write_table(exp, df, out)}")
+    warned = [r for r in records if r.get("warnings")]
+    if warned:  # libraries' warnings: one line here, every one in its run's folder
+        from rich.markup import escape
+
+        from ..core.warnlog import LOG_NAME, console_line
+
+        line = console_line(sum(r["warnings"] for r in warned), warned[0]["first_warning"],
+                            f"{LOG_NAME} of {len(warned)} run(s) under {out / 'runs'}")  # fmt: skip
+        err_console.print("[yellow]note:[/] " + escape(line), highlight=False)
     if diverged:
         console.print(
             f"[yellow]{len(diverged)} run(s) diverged[/]: recorded with status=diverged in results.csv and excluded "

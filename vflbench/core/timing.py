@@ -64,9 +64,43 @@ def close(timings: dict[str, Any], origin: float | None, origin_name: str, write
     return timings
 
 
+_PEAK_FROM_RUN = False  # reset_peak_memory succeeded: VmHWM is this run's peak
+
+
+def reset_peak_memory() -> bool:
+    """Start this run's peak at the resident set it has now, so that a run inside a sweep worker records its own
+    peak, not the worker's. Linux resets a process's high-water mark (``VmHWM``) when ``5`` is written to
+    ``/proc/self/clear_refs`` (Linux 4.0+); elsewhere nothing changes and :func:`peak_memory` reports the process's
+    peak. True where the reset happened."""
+    global _PEAK_FROM_RUN
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _PEAK_FROM_RUN = _hwm() is not None
+    except OSError:
+        _PEAK_FROM_RUN = False
+    return _PEAK_FROM_RUN
+
+
+def _hwm() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def peak_memory() -> dict[str, Any]:
-    """The manifest's ``memory``: this process's peak resident set so far (``getrusage``'s ``ru_maxrss``). A run
-    across processes records the server's (benchmarks/big_tables.py samples a process tree's from /proc)."""
+    """The manifest's ``memory``: the peak resident set of this run (``VmHWM`` since :func:`reset_peak_memory`, which
+    the pipeline calls as a run starts: what was resident then, imports included, counts), or, where the reset is
+    not available, of this process so far (``getrusage``'s ``ru_maxrss``). A run across processes records the
+    server's (benchmarks/big_tables.py samples a process tree's from /proc)."""
+    own = _hwm() if _PEAK_FROM_RUN else None
+    if own is not None:
+        return {"peak_rss_bytes": int(own), "peak_rss_gb": round(own / 1e9, 3), "of": "this run"}
     try:
         import resource
     except ImportError:  # not POSIX

@@ -125,23 +125,21 @@ def random_blocks(shape, k: int, rng: np.random.Generator, **_) -> Partition:
 
 @PARTITIONERS.register("importance")
 def importance(shape, k: int, rng: np.random.Generator, alpha: float = 1.0, **_) -> Partition:
-    """VertiBench-style importance control: party shares w ~ Dirichlet(alpha * 1_K), then each feature
-    goes to party k with probability w_k (redrawn until every party has a feature). Small alpha gives
-    very unequal parties; large alpha nearly equal ones."""
+    """VertiBench-style importance control: party shares w ~ Dirichlet(alpha * 1_K); each party first gets one
+    feature drawn uniformly without replacement (so no party is empty, at any K up to D), then every other feature
+    goes to party k with probability w_k (VertiBench's ``ImportanceSplitter`` without empty parties). Small alpha
+    gives very unequal parties; large alpha nearly equal ones."""
     _need(shape, "tabular", "importance")
     d = shape[0]
     _check_k(k, d, "features")
     if alpha <= 0:
         raise VFLBenchError(f"importance partitioner: alpha must be > 0, got {alpha}.")
-    for _ in range(1000):
-        w = rng.dirichlet(np.full(k, float(alpha)))
-        owner = rng.choice(k, size=d, p=w)
-        if len(np.unique(owner)) == k:
-            break
-    else:
-        raise VFLBenchError(
-            f"importance partitioner: could not give each of {k} parties a feature with alpha={alpha}; raise alpha."
-        )
+    w = rng.dirichlet(np.full(k, float(alpha)))
+    if not np.isfinite(w).all() or w.sum() <= 0:  # alpha so small that every share underflowed: one party gets all
+        w = np.eye(k)[rng.integers(k)]
+    first = rng.choice(d, size=k, replace=False)
+    owner = rng.choice(k, size=d, p=w / w.sum())
+    owner[first] = np.arange(k)
     return Partition(
         "features", [np.flatnonzero(owner == i) for i in range(k)], "importance", {"alpha": alpha, "shares": w.tolist()}
     )

@@ -205,7 +205,7 @@ def run_one(resolved: ResolvedRun, out: str, device: str) -> dict[str, Any]:
     try:
         rows, manifest = execute(resolved, device=device)
         write_outputs(Path(out) / "runs", rows, manifest, origin)
-        return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t}
+        return {"run_id": rid, "ok": True, "seconds": time.perf_counter() - t, **warned(manifest)}
     except TrainingDiverged as e:  # a result, not a crash: recorded, excluded from tables, not retried
         write_outputs(
             Path(out) / "runs",
@@ -247,7 +247,16 @@ def run_pack(runs: list[ResolvedRun], out: str, device: str, packed: bool = True
     for rows, manifest in results:
         write_outputs(Path(out) / "runs", rows, manifest)
     each = (time.perf_counter() - t) / len(runs)
-    return [{"run_id": r.run_id, "ok": True, "seconds": each, "pack": len(runs)} for r in runs]
+    return [
+        {"run_id": r.run_id, "ok": True, "seconds": each, "pack": len(runs), **warned(m)}
+        for r, (_, m) in zip(runs, results, strict=True)
+    ]
+
+
+def warned(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A status record's ``warnings`` (count) and ``first_warning``: libraries' warnings during the run."""
+    w = manifest.get("warnings") or {}
+    return {"warnings": w["count"], "first_warning": w["first"]} if w else {}
 
 
 def can_pack(r: ResolvedRun) -> bool:

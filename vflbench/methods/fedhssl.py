@@ -49,7 +49,7 @@ from .base import (
     zero_missing_inputs,
 )
 from .simsiam import ASSUMPTIONS as SIMSIAM_ASSUMPTIONS
-from .simsiam import SimSiam, negative_cosine
+from .simsiam import SSL_WIDTH_OPTION, SimSiam, negative_cosine
 
 CROSS = Stage("cross", samples="complete", labels=False, hp="simsiam", group="fedhssl")
 LOCAL = Stage("local", samples="all", labels=False, hp="simsiam", group="fedhssl")
@@ -107,6 +107,7 @@ class FedHSSL(Method):
             "the initialisation: the labeled-only variant)",
             choices=("none", "simsiam"),
         ),
+        SSL_WIDTH_OPTION,
         Option(
             "local_ratio",
             float,

@@ -42,7 +42,15 @@ PRETRAIN_OPTION = Option(
     choices=("none", "simsiam"),
 )
 
-PROJ, PRED_HIDDEN = 512, 128
+PROJ, PRED_HIDDEN = 512, 128  # the FedHSSL code's widths: every party's projector and predictor, at any K
+SSL_WIDTH_OPTION = Option(
+    "ssl_width",
+    int,
+    PROJ,
+    "width of each party's SimSiam projectors (predictor: width -> width/4 -> width); 512 is the FedHSSL code's. "
+    "The heads are per party, so their parameters grow as K x width^2 (at 512, 1.3 M a party for FedHSSL's two)",
+    check=lambda v: None if v >= 4 else "must be >= 4",
+)
 MASK_P, NOISE = 0.2, 0.1
 CROP_AREA, CROP_RATIO = (0.5, 1.0), (3 / 4, 4 / 3)
 
@@ -112,13 +120,9 @@ class SimSiam:
         self.n_members = k
         mem = torch.as_tensor(self.member_ids, dtype=torch.long)
         self.layers = []  # (name, fan_in, fan_out)
-        sizes = [
-            ("proj0", cut, PROJ),
-            ("proj1", PROJ, PROJ),
-            ("proj2", PROJ, PROJ),
-            ("pred0", PROJ, PRED_HIDDEN),
-            ("pred1", PRED_HIDDEN, PROJ),
-        ]
+        w = int(method.options.get("ssl_width", PROJ))
+        hid = max(1, w * PRED_HIDDEN // PROJ)
+        sizes = [("proj0", cut, w), ("proj1", w, w), ("proj2", w, w), ("pred0", w, hid), ("pred1", hid, w)]
         for name, fan_in, fan_out in sizes:
             bound = linear_bound(fan_in)
             method.store.add(f"{prefix}.{name}.w", (k, fan_in, fan_out), mem, bound)

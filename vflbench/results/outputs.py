@@ -59,15 +59,19 @@ def write_outputs(
     when both files exist and agree (:func:`run_finished`). Its ``timings`` are completed here
     (:func:`vflbench.core.timing.close`): wall time from ``origin`` (epoch seconds: the process's start for
     ``vflbench run``; default, the run's own start) and the parts that cover it."""
+    t = time.perf_counter()  # before the imports: a first import of pandas here is part of writing
     import pandas as pd
 
     from ..core.timing import close
 
-    t = time.perf_counter()
     run_dir = Path(out_dir) / manifest["run_id"]
     text = pd.DataFrame(rows).to_csv(index=False)
     manifest = {**manifest, "results_file": {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": len(rows)}}
     atomic_write_text(run_dir / "results.csv", text)
+    if manifest.get("warnings"):  # libraries' warnings during the run (vflbench.core.warnlog)
+        from ..core.warnlog import LOG_NAME, log_text
+
+        atomic_write_text(run_dir / LOG_NAME, log_text(manifest["warnings"]))
     if isinstance(manifest.get("timings"), dict):
         manifest["timings"] = close(dict(manifest["timings"]), origin, origin_name, time.perf_counter() - t)
     atomic_write_text(run_dir / "manifest.json", json.dumps(manifest, indent=2, default=json_default))

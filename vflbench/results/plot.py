@@ -83,7 +83,9 @@ def _save(fig, out: Path) -> list[Path]:
 
 
 def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_missing: str | None = None) -> list[Path]:
-    """Metric (mean +- std over seeds) and seconds per training epoch against the number of parties."""
+    """Against the number of parties K (log scale, base 2): the metric (mean +- std over seeds), seconds per training
+    epoch and, where the manifests record each run's own peak (``memory.of == "this run"``), peak resident memory.
+    The points go to ``<out>.csv``."""
     plt = _plt()
     df = load_results(results)
     metrics = sorted(set(df["metric"]))
@@ -103,33 +105,55 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
             "The scalability plot needs results for at least two numbers of parties K; these have only K = "
             f"{', '.join(map(str, ks))}."
         )
-    timing = pd.DataFrame(
+    costs = pd.DataFrame(
         [
             {
                 "method": m["config"]["method"],
                 "parties": m["config"]["parties"],
                 "seed": m["config"]["seed"],
                 "s_per_epoch": m["timings"]["seconds_per_epoch"],
+                "peak_gb": m.get("memory", {}).get("peak_rss_bytes", np.nan) / 1e9
+                if m.get("memory", {}).get("of") == "this run"
+                else np.nan,
             }
             for m in _manifests(Path(results).parent if Path(results).is_file() else Path(results))
         ]
     )
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    memory = bool(costs["peak_gb"].notna().any())
+    fig, axes = plt.subplots(1, 3 if memory else 2, figsize=(14 if memory else 10, 3.8))
+    colours = series_colours(method_order(df["method"]), keep_order=True)
+    points = []
     for m in method_order(df["method"]):
         g = df[df["method"] == m].groupby("parties")["value"]
         k = np.array(sorted(g.groups))
-        a1.errorbar(k, g.mean().loc[k], yerr=g.std(ddof=0).loc[k], marker="o", capsize=3, label=display(m))
-        t = timing[timing["method"] == m].groupby("parties")["s_per_epoch"].mean()
-        a2.plot(t.index, t.values, marker="o", label=display(m))
-    a1.set(
-        xlabel="number of parties K",
-        ylabel=metric,
-        title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""),
-    )
-    a2.set(xlabel="number of parties K", ylabel="seconds per training epoch", title="time per epoch", yscale="log")
-    a1.grid(alpha=0.3)
-    a2.grid(alpha=0.3)
-    return _finish(fig, [a1, a2], out, fontsize=8)
+        mean, std = g.mean().loc[k], g.std(ddof=0).loc[k]
+        c = costs[costs["method"] == m].groupby("parties")[["s_per_epoch", "peak_gb"]].median()
+        kw = {"marker": "o", "label": display(m), "color": colours[m]}
+        axes[0].errorbar(k, mean, yerr=std, capsize=3, **kw)
+        axes[1].plot(c.index, c["s_per_epoch"], **kw)
+        if memory and c["peak_gb"].notna().any():
+            axes[2].plot(c.index, c["peak_gb"], **kw)
+        for kk in k:
+            points.append(
+                {
+                    "method": m,
+                    "parties": int(kk),
+                    metric: float(mean.loc[kk]),
+                    f"{metric}_std": float(std.loc[kk]),
+                    "seconds_per_epoch": float(c["s_per_epoch"].get(kk, np.nan)),
+                    "peak_rss_gb": float(c["peak_gb"].get(kk, np.nan)),
+                }
+            )
+    axes[0].set(ylabel=metric, title=f"{metric}" + (f" (test {test_missing})" if test_missing else ""))
+    axes[1].set(ylabel="seconds per training epoch", title="time per epoch", yscale="log")
+    if memory:
+        axes[2].set(ylabel="peak resident memory (GB)", title="peak memory of a run")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("number of parties K")
+        ax.grid(alpha=0.3)
+    return _finish(fig, axes, out, points=pd.DataFrame(points), fontsize=8)
 
 
 def plot_curves(results: Path, out: Path) -> list[Path]:

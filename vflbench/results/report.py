@@ -38,6 +38,58 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _attack_options(spec: str) -> tuple[str, dict[str, str]]:
+    """An ``--attack`` spec's name and options as text, the attack's defaults filled in where it is registered."""
+    name, _, rest = str(spec).partition(":")
+    try:
+        from ..privacy.attacks import parse_attack  # only when a table holds two variants of one attack
+
+        name, opts = parse_attack(spec)
+        return name, {k: str(v) for k, v in opts.items()}
+    except VFLBenchError:  # an attack this install does not register (a plugin's): its spec as written
+        return name.strip(), dict(
+            (k.strip(), v.strip()) for k, _, v in (x.partition("=") for x in rest.split(",") if x.strip())
+        )
+
+
+def with_attack_variants(df: pd.DataFrame) -> pd.DataFrame:
+    """Two variants of one attack in these results (``--attack inversion:known=0.1 --attack
+    inversion:known=0.1,decoder=linear``) stay apart: their rows' metric ``attack:NAME:METRIC`` becomes
+    ``attack:NAME[OPTIONS]:METRIC``, OPTIONS the options whose values differ between the variants (defaults filled
+    in). One variant of an attack keeps its metric name. Labels are made from the whole frame each time (a label
+    already there is recomputed), so results read apart and then joined are labelled alike."""
+    if "attack" not in df.columns or "metric" not in df.columns:
+        return df
+    metric = df["metric"].astype(str)
+    is_attack = metric.str.startswith("attack:") & df["attack"].notna()
+    if not is_attack.any():
+        return df
+    base = metric[is_attack].str.replace(r"^attack:([^:\[]+)\[[^\]]*\]:", r"attack:\1:", regex=True)
+    # tables are per dataset: variants are told apart among the runs of one dataset
+    datasets = df["dataset"].astype(str) if "dataset" in df.columns else pd.Series("", index=df.index)
+    labels: dict[tuple[str, str], str] = {}
+    pairs = pd.DataFrame({"dataset": datasets[is_attack], "spec": df.loc[is_attack, "attack"].astype(str)})
+    for ds, specs in pairs.drop_duplicates().groupby("dataset", sort=False)["spec"]:
+        by_name: dict[str, dict[str, dict[str, str]]] = {}
+        for spec in specs:
+            name, opts = _attack_options(spec)
+            by_name.setdefault(name, {})[spec] = opts
+        for name, variants in by_name.items():
+            keys = sorted({k for o in variants.values() for k in o})
+            differ = [k for k in keys if len({o.get(k, "-") for o in variants.values()}) > 1]
+            for spec, o in variants.items():
+                tag = ",".join(f"{k}={o.get(k, '-')}" for k in differ)
+                labels[(ds, spec)] = name + (f"[{tag}]" if tag else "")
+    parts = base.str.split(":", n=2)
+    keys = zip(datasets[is_attack], df.loc[is_attack, "attack"].astype(str), strict=True)
+    new = [f"attack:{labels[key]}:{p[2]}" for key, p in zip(keys, parts, strict=True)]
+    if list(metric[is_attack]) == new:
+        return df
+    df = df.copy()
+    df.loc[is_attack, "metric"] = new
+    return df
+
+
 METRIC_ORDER = ("accuracy", "f1", "auprc")
 
 
@@ -87,7 +139,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
         df = read_results_texts(texts)
         if meta.get("quick"):
             df["quick"] = True
-        return _numeric_values(df, p)
+        return with_attack_variants(_numeric_values(df, p))
     if not p.exists():
         raise VFLBenchError(f"Results path {path} does not exist.")
     from .outputs import csv_problem
@@ -114,7 +166,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
             VFLBenchWarning,
             stacklevel=2,
         )
-    return _numeric_values(df, p)
+    return with_attack_variants(_numeric_values(df, p))
 
 
 def _numeric_values(df: pd.DataFrame, where) -> pd.DataFrame:
@@ -413,7 +465,7 @@ def load_many(paths: list[str | Path]):
     two of them is kept once."""
     if len(paths) == 1:
         return paths[0]
-    df = pd.concat([load_results(p) for p in paths], ignore_index=True)
+    df = with_attack_variants(pd.concat([load_results(p) for p in paths], ignore_index=True))
     keys = [c for c in ("run_id", "test_missing", "metric", "epoch") if c in df.columns]
     df = df.drop_duplicates(keys)
     same = [
@@ -494,7 +546,7 @@ def make_table(
         raise VFLBenchError(f"Unknown layout '{layout_name}'. Choices: {', '.join(artefacts.names())}.")
     art = artefacts.get(layout_name)
     layout = art.layout
-    df = results if isinstance(results, pd.DataFrame) else load_results(results)
+    df = with_attack_variants(results) if isinstance(results, pd.DataFrame) else load_results(results)
     all_budgets = df
     df = at_budget(df, epoch)
     if (

@@ -15,7 +15,8 @@ import torch
 
 from ..core.errors import VFLBenchError
 from ..core.role import SERVER
-from ..core.timing import peak_memory
+from ..core.timing import peak_memory, reset_peak_memory
+from ..core.warnlog import LibraryWarnings
 from ..data.missingness import p_key
 from ..methods import METHODS, Method, MethodContext
 from ..nn.models import ModelSpec
@@ -328,8 +329,20 @@ def execute(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Prepare, build, train, evaluate and record one resolved run; returns (CSV rows, manifest).
     ``wire`` (vflbench.federation.runtime.Wire): this process is one party or the server of a run whose parties
-    are processes; it keeps only its share of the data and its channel crosses the wire."""
+    are processes; it keeps only its share of the data and its channel crosses the wire. Libraries' warnings go to
+    the manifest's ``warnings`` (:mod:`vflbench.core.warnlog`), not to the console."""
+    with LibraryWarnings() as caught:
+        rows, manifest = _execute(run, device, callbacks, wire)
+    if manifest and caught.count:
+        manifest["warnings"] = caught.manifest()
+    return rows, manifest
+
+
+def _execute(
+    run: ResolvedRun, device: str, callbacks: list[Callback], wire
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     started = time.time()  # the run's start: vflbench.core.timing measures startup up to here
+    reset_peak_memory()  # the manifest's peak is this run's, also inside a sweep worker
     if wire is None and run.runtime == "processes":  # one process per party on this machine, this one the server
         from ..federation.runtime import run_processes
 
@@ -379,7 +392,7 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     (:mod:`vflbench.training.packing`) and then
     evaluated and recorded one by one; one (CSV rows, manifest) per run, in order. Raises
     :class:`NotPackable` (before any training) when the runs cannot share a pack."""
-    from .packing import VectorisedStep, why_not_packable
+    from .packing import why_not_packable
 
     if not runs:
         raise NotPackable("a pack needs at least one run")
@@ -389,8 +402,19 @@ def execute_pack(runs: list[ResolvedRun], device: str = "auto") -> list[tuple[li
     why = why_not_packable(runs[0])
     if why:
         raise NotPackable(why)
+    with LibraryWarnings() as caught:
+        out = _execute_pack(runs, device)
+    for _, manifest in out if caught.count else ():  # the pack's runs were trained together: one record for all
+        manifest["warnings"] = caught.manifest()
+    return out
+
+
+def _execute_pack(runs: list[ResolvedRun], device: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    from .packing import VectorisedStep
+
     torch.set_num_threads(intra_op_threads(runs[0]))
     started = time.time()
+    reset_peak_memory()  # one peak for the pack's runs: they are trained together
     inputs = [prepare(r, device) for r in runs]
     for i in inputs:
         i.timings["started_at"] = started
