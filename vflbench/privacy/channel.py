@@ -21,6 +21,69 @@ import torch
 PHASES = ("train", "eval", "monitor")  # monitor: passes over the training set that only measure
 
 
+class _Stale(torch.autograd.Function):
+    """A local step's crossing: forward, the values the server received at the exchange; backward, the gradient the
+    party received at the exchange, whatever the loss now says (a party learns nothing new between exchanges)."""
+
+    @staticmethod
+    def forward(ctx, fresh, received, grad):
+        ctx.save_for_backward(grad)
+        return received.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return grad, None, None
+
+
+class StaleExchange:
+    """Local steps after an exchange (``--local-steps Q``: FedBCD, Liu et al.; C-VFL, Castiglia et al.). At the
+    exchange every crossing is kept: what the server received and, from the backward, the gradient sent back for it.
+    In each of the Q - 1 local steps that follow on the same minibatch, the method's loss is computed again with its
+    crossings replayed in order: the server's side computes on the received values (its own parameters current, the
+    parties' representations stale), and each party back-propagates the gradient it received at the exchange through
+    its own current model (the stale partial derivative; its Jacobian fresh). Nothing crosses, and nothing is
+    counted. A party that sent no row for a sample (its block missing) gets no gradient for it, so a local step
+    leaves its model as the exchange's zero gradient does."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self.replaying = False
+        self._at = 0
+
+    def start_exchange(self) -> None:
+        self.kept, self.replaying = [], False
+
+    def keep(self, received: torch.Tensor) -> torch.Tensor:
+        slot = len(self.kept)
+        self.kept.append((received.detach().clone(), None))  # a copy: the party may update its values in place
+        if received.requires_grad:
+
+            def grab(g: torch.Tensor) -> torch.Tensor:
+                self.kept[slot] = (self.kept[slot][0], g.detach())
+                return g
+
+            received.register_hook(grab)
+        return received
+
+    def start_replay(self) -> None:
+        self.replaying, self._at = True, 0
+
+    def replay(self, fresh: torch.Tensor) -> torch.Tensor:
+        if self._at >= len(self.kept):
+            raise RuntimeError("a local step crossed the boundary more often than its exchange")
+        received, grad = self.kept[self._at]
+        self._at += 1
+        if grad is None or not fresh.requires_grad:
+            return received
+        if grad.shape != fresh.shape:  # a summed crossing ([B, D]): each sender's rows got the sum's gradient
+            grad = grad.expand(fresh.shape) if grad.ndim == fresh.ndim else grad[None].expand(fresh.shape)
+        return _Stale.apply(fresh, received, grad)
+
+    def stop(self) -> None:
+        self.replaying = False
+
+
 class Channel:
     """Counts the bytes each party sends up (representations) and receives down (their gradients).
 
@@ -55,13 +118,22 @@ class Channel:
         self.down_hooks: list[Any] = []
 
     # -- the boundary
+    stale: StaleExchange | None = None  # local steps (--local-steps): the exchange's values, replayed
+
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """``reps`` ``[M, B, D]``: what M senders computed for a batch; ``sent`` ``[M, B]`` bool: which
         of them actually cross (observed, not dropped; kept by reference until the totals are folded, so
         it must not be modified in place afterwards); ``party_of`` ``[M]``: the party each sender
         belongs to (default: sender m is party m). Returns what the server receives."""
+        if self.stale is not None and self.stale.replaying:
+            return self.stale.replay(reps)
         self.count(reps, sent, party_of)
-        return self.watch(self.transform(reps, sent, party_of), sent, party_of)
+        return self.kept(self.watch(self.transform(reps, sent, party_of), sent, party_of))
+
+    def kept(self, received: torch.Tensor) -> torch.Tensor:
+        """``received`` as it goes on to the server's computation; an exchange followed by local steps keeps it
+        and, when the backward reaches it, the gradient the parties get for it (:class:`StaleExchange`)."""
+        return received if self.stale is None else self.stale.keep(received)
 
     def watch(
         self, received: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None, summed: bool = False
@@ -123,6 +195,11 @@ class Channel:
         quantising channel (:mod:`vflbench.privacy.mechanisms`) overrides it. ``idx``: the batch's sample
         indices (for accountants)."""
         return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
+
+    def extra_up(self, bits: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
+        """Book payload bits ``[M]`` per sender that are not so many bytes a row (a compressed message's scale, a
+        codebook): counted with the step, in its phase."""
+        self._step.append((None, party_of, bits.detach().to("cpu", torch.float64) / 8, 0.0))
 
     # -- the step, as the trainer drives it (a runtime that puts the boundary between processes overrides these)
     def step_loss(self, method, batch, stage):
@@ -193,6 +270,15 @@ class Channel:
         for (phase, backward), recs in self._pending.items():
             groups: dict[tuple, list[torch.Tensor]] = {}
             for sent, party_of, up_b, down_b in recs:
+                if sent is None:  # extra_up: bytes per sender, as they are
+                    per_party = torch.zeros(self.k, dtype=torch.float64)
+                    m = len(up_b)
+                    if party_of is None:
+                        per_party[:m] += up_b
+                    else:
+                        per_party.index_add_(0, party_of.to("cpu"), up_b)
+                    self.totals[f"{phase}_up"] += per_party
+                    continue
                 key = (id(party_of) if party_of is not None else None, tuple(sent.shape), up_b, down_b)
                 groups.setdefault(key, []).append((sent, party_of))
             for (_, (m, _b), up_b, down_b), items in groups.items():

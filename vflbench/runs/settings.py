@@ -447,6 +447,98 @@ declare(
 )
 
 
+def _compress(value: Any):
+    from ..compression import parse_compression
+
+    return parse_compression(value)
+
+
+def _default_compress():
+    from ..compression import CompressionSpec
+
+    return CompressionSpec()
+
+
+def _check_compress(values: dict[str, Any], mcls) -> None:
+    spec = values["compress"]
+    if spec.name == "none":
+        return
+    if mcls is not None and mcls.boundary_refusal:
+        raise VFLBenchError(
+            f"--compress {spec}: {mcls.display} sends nothing that a compressor could act on: {mcls.boundary_refusal}."
+        )
+    mech = values.get("mechanism")
+    if mech is not None and mech.name != "none":
+        raise VFLBenchError(
+            f"--compress with --mechanism {mech} is not built yet (it would compress the noisy release, noise first: "
+            "post-processing keeps the certified epsilon); run one of the two."
+        )
+    if values.get("runtime") == "processes":
+        raise VFLBenchError(
+            "--compress across processes is not built yet: the wire carries float32 rows. Run it in one process (the "
+            "bytes counted are the compressed payload's)."
+        )
+
+
+declare(
+    Setting(
+        "compress",
+        _default_compress(),
+        "compress what the parties send up (and with down=1 the gradients that come down), for any method that sends "
+        "representations: none | quant:bits=B[,scale=message|row] (C-VFL's scalar quantisation, stochastic rounding) "
+        "| topk:ratio=R | vq:codes=C[,dim=2] (a learned codebook per party); docs/COMMUNICATION.md",
+        _compress,
+        metavar="SPEC",
+        check=_check_compress,
+        example="quant:bits=4",
+        bad="quant:bits=0",
+    )
+)
+
+
+def _local_steps(value: Any) -> int:
+    try:
+        v = int(str(value).strip())
+    except ValueError:
+        raise VFLBenchError(f"--local-steps takes a whole number of updates per exchange, got {value!r}.") from None
+    if v < 1:
+        raise VFLBenchError(f"--local-steps must be at least 1 (1: one update per exchange, as usual), got {v}.")
+    return v
+
+
+def _check_local_steps(values: dict[str, Any], mcls) -> None:
+    q = values["local_steps"]
+    if q == 1:
+        return
+    if mcls is not None and mcls.boundary_refusal:
+        raise VFLBenchError(
+            f"--local-steps {q}: {mcls.display} has no exchange between parties and server to space out: "
+            f"{mcls.boundary_refusal}."
+        )
+    if mcls is not None and getattr(mcls, "local_steps_refusal", None):
+        raise VFLBenchError(f"--local-steps {q}: {mcls.display} {mcls.local_steps_refusal}.")
+    mech = values.get("mechanism")
+    if mech is not None and mech.name != "none":
+        raise VFLBenchError(f"--local-steps with --mechanism {mech} is not built yet; run one of the two.")
+    if values.get("runtime") == "processes":
+        raise VFLBenchError("--local-steps across processes is not built yet; run it in one process.")
+
+
+declare(
+    Setting(
+        "local_steps",
+        1,
+        "Q: parameter updates per exchange (FedBCD, C-VFL). After each exchange, Q - 1 more updates on its minibatch: "
+        "the server on the representations it received, each party with the gradient it received. An epoch stays "
+        "one pass of exchanges, so Q local steps make Q times the updates (equal updates: epochs / Q)",
+        _local_steps,
+        metavar="Q",
+        check=_check_local_steps,
+        example=5,
+        bad=0,
+    )
+)
+
 declare(
     Setting(
         "train_samples",

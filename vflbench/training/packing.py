@@ -68,6 +68,11 @@ def why_not_packable(run) -> str | None:
     defense = run.settings.get("label_defense")
     if defense is not None and defense.name != "none":
         return "a run with a label defense (--label-defense) is trained alone"
+    comp = run.settings.get("compress")
+    if comp is not None and comp.name != "none":
+        return "a run whose boundary compresses (--compress) is trained alone"
+    if int(run.settings.get("local_steps", 1)) != 1:
+        return "a run with local steps (--local-steps) is trained alone"
     return None
 
 

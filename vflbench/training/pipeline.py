@@ -64,6 +64,11 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
         from ..privacy.mechanisms import attach
 
         attach(method, mech, run.settings.get("secagg", "plain")).owner = "run"
+    comp = run.settings.get("compress")
+    if comp is not None and comp.name != "none":  # --compress: what crosses is compressed, whatever the method
+        from ..compression.channel import CompressedChannel, compression_generators
+
+        method.channel = CompressedChannel(method.k, comp, compression_generators(ctx.streams, inputs.device))
     if (
         method.boundary is not None
     ):  # against whom its epsilon holds depends on where the parties run and who can derive their noise
@@ -122,6 +127,7 @@ def policy(run: ResolvedRun) -> TrainPolicy:
         balanced_sampler=p.balanced_sampler,
         augment=p.augment,
         stale_updates=p.stale_updates,
+        local_steps=int(run.settings.get("local_steps", 1)),
     )
 
 

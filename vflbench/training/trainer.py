@@ -23,6 +23,7 @@ from ..core.errors import TrainingDiverged, VFLBenchError
 from ..data.partitioners import Partition
 from ..methods import Batch, Epoch, Method, Stage
 from ..nn.optim import MaskedOptimizer, cosine_lr
+from ..privacy.channel import StaleExchange
 from ..runs.faults import PartyFaults, PartyLost
 from ..runs.hparams import HParams
 
@@ -102,6 +103,7 @@ class TrainPolicy:
     balanced_sampler: bool
     augment: bool
     stale_updates: bool = False
+    local_steps: int = 1  # parameter updates per exchange (--local-steps; vflbench.privacy.channel.StaleExchange)
 
 
 @dataclass
@@ -272,6 +274,27 @@ class DirectStep:
         else:
             ch.discard()
 
+    def start_exchange(self) -> None:
+        """Before an exchange that local steps will follow: its crossings are kept (StaleExchange)."""
+        ch = self.method.channel
+        if ch.stale is None:
+            ch.stale = StaleExchange()
+        ch.stale.start_exchange()
+
+    def local_step(self, stage: Stage, batches: list[Batch]):
+        """One local step after an exchange: the loss again on the same minibatch with the exchange's crossings
+        replayed (nothing crosses); ``(losses, active)``, or None when it trains nothing."""
+        ch = self.method.channel
+        ch.stale.start_replay()
+        try:
+            self.method.store.begin()
+            loss, active = self.method.loss(batches[0], stage)
+        finally:
+            ch.stale.stop()
+        if loss is None or not bool(active.any()):
+            return None
+        return [loss], active
+
     def end_epoch(self) -> None: ...
 
 
@@ -333,6 +356,16 @@ class _StageRun:
             self._lost_seen = list(f.lost)
         return sets
 
+    def local_updates(self, batches: list[Batch]) -> None:
+        """``--local-steps Q``: Q - 1 more updates on the exchange's minibatch, nothing crossing
+        (:class:`~vflbench.privacy.channel.StaleExchange`)."""
+        for _ in range(self.policy.local_steps - 1):
+            local = self.step.local_step(self.stage, batches)
+            if local is None:
+                break
+            self.step.backward(self.opt, local[0])
+            self.opt.step(local[1])
+
     def run_epoch(self, epoch: int, callbacks: Sequence[Sequence[Callback]]) -> None:
         hp, policy, opt, stage, step, n = self.hp, self.policy, self.opt, self.stage, self.step, len(self.methods)
         device = self.sets[0].obs.device
@@ -374,6 +407,8 @@ class _StageRun:
                     b.idx
                 )  # whose values cross the boundary in this step (a mechanism's accountant charges them)
                 m.draw(b, stage)
+            if policy.local_steps > 1:
+                step.start_exchange()
             try:
                 losses, active, values = step.forward(stage, batches)
             except PartyLost as e:  # across processes: a party stopped during this step; it is redone without it
@@ -406,6 +441,7 @@ class _StageRun:
                     cb.before_step(loop, b, loss)
             opt.step(active)
             step.commit(took)
+            self.local_updates(batches)
             for i, (cbs, loop, b, v) in enumerate(zip(callbacks, self.loops, batches, values, strict=True)):
                 if v is None:
                     skipped[i] += 1
