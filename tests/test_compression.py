@@ -36,6 +36,38 @@ def test_every_declared_compressor_is_implemented_and_nothing_else():
     assert set(COMPRESSORS) == set(IMPLEMENTED.names())
 
 
+@pytest.mark.parametrize(
+    "spec", ["none", "quant:bits=4", "quant:bits=3,scale=row", "topk:ratio=0.1", "vq:codes=16", "vq:codes=300,dim=3"]
+)
+def test_a_payload_decodes_to_the_in_process_numbers_and_weighs_what_is_counted(spec):
+    """What a party encodes and the server decodes across processes is the reconstruction of one process, bit for bit,
+    and its tensors hold exactly the bytes counted."""
+    x, sent = _msg(m=3, b=128)
+    party, server = (make_compressor(parse_compression(spec), 3) for _ in range(2))
+    for step in range(3):  # a second and third message: a codebook is not sent again
+        st = party.prepare(x + step, sent, torch.Generator().manual_seed(step), True)
+        rec, nbytes = party.reconstruct(st), party.nbytes(st)
+        for j in range(3):
+            n = int(sent[j].sum())
+            parts = party.encode(st, j)
+            assert [(tuple(t.shape), t.dtype) for t in parts] == server.expects(j, n, 10)
+            assert torch.equal(server.decode(parts, j, n, 10), rec[j][sent[j]])
+            assert sum(t.numel() * t.element_size() for t in parts) == nbytes[j]
+        party.after_message(sent)
+        server.after_message(sent)
+
+
+def test_packing_round_trips_any_width():
+    g = torch.Generator().manual_seed(0)
+    for bits in (1, 2, 3, 4, 5, 7, 8, 10, 16):
+        codes = torch.randint(1 << bits, (1001,), generator=g)
+        from vflbench.compression.compressors import pack, packed_bytes, unpack
+
+        packed = pack(codes, bits)
+        assert packed.dtype == torch.uint8 and len(packed) == packed_bytes(1001, bits)
+        assert torch.equal(unpack(packed, 1001, bits), codes)
+
+
 @pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize("scale", ["message", "row"])
 def test_quant_rounds_to_a_neighbouring_level_unbiased_with_the_stated_bits(bits, scale):
@@ -60,7 +92,7 @@ def test_quant_rounds_to_a_neighbouring_level_unbiased_with_the_stated_bits(bits
     assert bool(((mean - x).abs() <= 5 * se + 1e-6)[w].all())  # unbiased
     rows = sent.sum(1).double()
     ranges = rows if scale == "row" else torch.ones(3, dtype=torch.float64)
-    assert torch.equal(nbits, rows * 10 * bits + ranges * 64)
+    assert torch.equal(nbits, torch.ceil(rows * 10 * bits / 8) + ranges * 8)  # packed codes, (min, max) float32
 
 
 @pytest.mark.parametrize("ratio, k", [(0.1, 1), (0.3, 3), (0.55, 6), (1.0, 10)])
@@ -73,7 +105,8 @@ def test_topk_keeps_the_largest_values_of_each_vector_and_counts_their_indices(r
     smallest_kept = torch.where(kept, x.abs(), torch.inf).amin(-1)
     largest_dropped = torch.where(kept, -torch.inf, x.abs()).amax(-1)
     assert bool((smallest_kept >= largest_dropped).all())
-    assert torch.equal(nbits, sent.sum(1).double() * k * (32 + 4))  # 4 bits index one of 10 values
+    rows = sent.sum(1).double()
+    assert torch.equal(nbits, rows * k * 4 + torch.ceil(rows * k * 4 / 8))  # float32 values, 4-bit indices (of 10)
 
 
 def test_vq_sends_codewords_learns_them_by_lloyd_steps_and_counts_the_codebook_when_it_changes():
@@ -87,9 +120,10 @@ def test_vq_sends_codewords_learns_them_by_lloyd_steps_and_counts_the_codebook_w
     book = comp.book.clone()
     subs = xhat.reshape(2, -1, 2)
     assert all(bool((subs[j][:, None] == book[j][None]).all(-1).any(-1).all()) for j in range(2))  # codewords only
-    assert torch.equal(nbits, torch.full((2,), 128 * 2 * 2 + 4 * 2 * 32.0, dtype=torch.float64))  # codes + codebook
+    codes = 128 * 2 * 2 / 8  # two 2-bit codes a row
+    assert torch.equal(nbits, torch.full((2,), codes + 4 * 2 * 4.0, dtype=torch.float64))  # codes + codebook
     _, again = comp.roundtrip(x, sent, None)
-    assert torch.equal(again, torch.full((2,), 128 * 2 * 2.0, dtype=torch.float64))  # the codebook went once
+    assert torch.equal(again, torch.full((2,), codes, dtype=torch.float64))  # the codebook goes once an epoch
     err0 = ((xhat - x) ** 2).mean()
     # Lloyd's step: every codeword moves to the mean of the sub-vectors it coded (over the epoch's two messages)
     code = torch.cdist(x.reshape(2, -1, 2), book).argmin(-1)
@@ -100,7 +134,7 @@ def test_vq_sends_codewords_learns_them_by_lloyd_steps_and_counts_the_codebook_w
     comp.end_epoch()
     assert torch.allclose(comp.book, expect, atol=1e-6)
     xhat2, nbits2 = comp.roundtrip(x, sent, None)
-    assert bool((nbits2 > again).all())  # the moved codebook is sent again
+    assert bool((nbits2 > again).all())  # the next epoch's first message carries the codebook again
     assert ((xhat2 - x) ** 2).mean() <= err0
 
 
@@ -183,9 +217,36 @@ def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
     for extra, message in [
         (["--method", "local", "--compress", "quant:bits=4"], "sends nothing that a compressor could act on"),
         (["--method", "svfl", "--compress", "quant:bits=4", "--mechanism", "ldp:sigma=1"], "is not built yet"),
-        (["--method", "svfl", "--compress", "topk", "--runtime", "processes"], "across processes is not built yet"),
-        (["--method", "ensemble", "--local-steps", "5"], "no exchange between parties and server"),
+        (["--method", "svfl", "--compress", "topk:down=1", "--runtime", "processes"], "across processes is not built"),
+        (["--method", "ensemble", "--local-steps", "5"], "replays the exchange at the party-to-server boundary"),
         (["--method", "svfl", "--local-steps", "0"], "at least 1"),
     ]:
         r = runner.invoke(app, ["run", "--dataset", "synthetic", *extra, "--out", "/nonexistent/never"])
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
+
+
+@needs_mirror
+@pytest.mark.parametrize(
+    "spec, method",
+    [
+        ("quant:bits=4", "svfl"),
+        pytest.param("topk:ratio=0.1", "laser", marks=pytest.mark.integration),
+        pytest.param("vq:codes=16", "svfl", marks=pytest.mark.integration),
+    ],
+)
+def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_one_process(spec, method, tmp_path):
+    flags = ["--dataset", "credit", "--method", method, "--parties", "4", "--epochs", "2", "--train-missing",
+             "mcar:0.3", "--test-missing", "none,mcar:0.5", "--seed", "0", "--compress", spec, "--quiet"]  # fmt: skip
+    outs = {}
+    for rt in ("inprocess", "processes"):
+        r = runner.invoke(app, ["run", *flags, "--runtime", rt, "--out", str(tmp_path / rt)])
+        assert r.exit_code == 0, r.output
+        (outs[rt],) = list((tmp_path / rt).iterdir())
+    one_csv, many_csv = (pd.read_csv(outs[rt] / "results.csv") for rt in ("inprocess", "processes"))
+    pd.testing.assert_frame_equal(one_csv, many_csv[one_csv.columns])  # (a run that survives a lost party adds a
+    # parties_lost column across processes)
+    man = json.loads((outs["processes"] / "manifest.json").read_text())
+    one = json.loads((outs["inprocess"] / "manifest.json").read_text())
+    rt = man["runtime"]
+    assert rt["measured_equals_accounted"]
+    assert rt["measured"]["bytes_train_up"] == one["extras"]["comm_bytes_up"] == man["extras"]["comm_bytes_up"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..privacy.channel import PHASES, Channel
-from .compressors import F32_BITS, CompressionSpec, make_compressor
+from .compressors import CompressionSpec, make_compressor
 
 
 def compression_generators(streams, device) -> dict[str, torch.Generator]:
@@ -53,10 +53,10 @@ class CompressedChannel(Channel):
         if self.stale is not None and self.stale.replaying:
             return self.stale.replay(reps)
         self.calls += 1
-        xhat, bits = self.compressor.roundtrip(reps, sent, self.gens[self.mode], train=self.mode == "train")
+        xhat, nbytes = self.compressor.roundtrip(reps, sent, self.gens[self.mode], train=self.mode == "train")
         down_b = 0.0 if self.down else float(reps.element_size())
         self._step.append((sent, party_of, 0.0, reps.shape[-1] * down_b))
-        self.extra_up(bits, party_of)
+        self.extra_up(nbytes, party_of)
         received = xhat.to(reps.dtype) + (reps - reps.detach())  # straight-through to the party's exact values
         if self.down and received.requires_grad and self.mode == "train":
             received = self._compressed_down(received, sent, party_of)
@@ -66,9 +66,9 @@ class CompressedChannel(Channel):
         comp, gen = self.down_compressor, self.gens["down"]
 
         def down(g: torch.Tensor) -> torch.Tensor:
-            ghat, bits = comp.roundtrip(g, sent, gen)
+            ghat, nbytes = comp.roundtrip(g, sent, gen)
             # the gradients' payload, booked with the step (commit follows the backward)
-            self._down_bits.append((bits.detach().to("cpu", torch.float64) / 8, party_of))
+            self._down_bits.append((nbytes.detach().to("cpu", torch.float64), party_of))
             return ghat.to(g.dtype)
 
         received.register_hook(down)
@@ -94,8 +94,3 @@ class CompressedChannel(Channel):
         out = super().summary()
         out["compression"] = str(self.spec)
         return out
-
-
-def float_bits(rows: int, dim: int) -> int:
-    """What ``rows`` float32 vectors of ``dim`` values take: the uncompressed payload."""
-    return rows * dim * F32_BITS

@@ -196,10 +196,10 @@ class Channel:
         indices (for accountants)."""
         return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
 
-    def extra_up(self, bits: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
-        """Book payload bits ``[M]`` per sender that are not so many bytes a row (a compressed message's scale, a
-        codebook): counted with the step, in its phase."""
-        self._step.append((None, party_of, bits.detach().to("cpu", torch.float64) / 8, 0.0))
+    def extra_up(self, nbytes: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
+        """Book payload bytes ``[M]`` per sender that are not so many bytes a row (a compressed message: its codes,
+        its range, a codebook): counted with the step, in its phase."""
+        self._step.append((None, party_of, nbytes.detach().to("cpu", torch.float64), 0.0))
 
     # -- the step, as the trainer drives it (a runtime that puts the boundary between processes overrides these)
     def step_loss(self, method, batch, stage):

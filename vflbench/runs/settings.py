@@ -473,10 +473,10 @@ def _check_compress(values: dict[str, Any], mcls) -> None:
             f"--compress with --mechanism {mech} is not built yet (it would compress the noisy release, noise first: "
             "post-processing keeps the certified epsilon); run one of the two."
         )
-    if values.get("runtime") == "processes":
+    if values.get("runtime") == "processes" and dict(spec.params).get("down"):
         raise VFLBenchError(
-            "--compress across processes is not built yet: the wire carries float32 rows. Run it in one process (the "
-            "bytes counted are the compressed payload's)."
+            "--compress ...,down=1 across processes is not built yet: gradients go down as float32 on the wire. Drop "
+            "down=1, or run in one process."
         )
 
 
@@ -512,8 +512,8 @@ def _check_local_steps(values: dict[str, Any], mcls) -> None:
         return
     if mcls is not None and mcls.boundary_refusal:
         raise VFLBenchError(
-            f"--local-steps {q}: {mcls.display} has no exchange between parties and server to space out: "
-            f"{mcls.boundary_refusal}."
+            f"--local-steps {q} replays the exchange at the party-to-server boundary, which {mcls.display} does not "
+            f"open to it: {mcls.boundary_refusal}."
         )
     if mcls is not None and getattr(mcls, "local_steps_refusal", None):
         raise VFLBenchError(f"--local-steps {q}: {mcls.display} {mcls.local_steps_refusal}.")
