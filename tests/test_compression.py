@@ -227,16 +227,20 @@ def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
 
 @needs_mirror
 @pytest.mark.parametrize(
-    "spec, method",
+    "spec, method, q",
     [
-        ("quant:bits=4", "svfl"),
-        pytest.param("topk:ratio=0.1", "laser", marks=pytest.mark.integration),
-        pytest.param("vq:codes=16", "svfl", marks=pytest.mark.integration),
+        ("quant:bits=4", "svfl", 3),
+        pytest.param("topk:ratio=0.1", "laser", 1, marks=pytest.mark.integration),
+        pytest.param("vq:codes=16", "svfl", 1, marks=pytest.mark.integration),
+        pytest.param("none", "laser", 5, marks=pytest.mark.integration),
     ],
 )
-def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_one_process(spec, method, tmp_path):
+def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_one_process(spec, method, q, tmp_path):
+    """Compression and local steps across processes: the same results.csv as one process, and the wire's bytes (the
+    packed payload) equal to the accounted. In a local step each process replays what it kept of the exchange."""
     flags = ["--dataset", "credit", "--method", method, "--parties", "4", "--epochs", "2", "--train-missing",
-             "mcar:0.3", "--test-missing", "none,mcar:0.5", "--seed", "0", "--compress", spec, "--quiet"]  # fmt: skip
+             "mcar:0.3", "--test-missing", "none,mcar:0.5", "--seed", "0", "--compress", spec, "--local-steps",
+             str(q), "--quiet"]  # fmt: skip
     outs = {}
     for rt in ("inprocess", "processes"):
         r = runner.invoke(app, ["run", *flags, "--runtime", rt, "--out", str(tmp_path / rt)])

@@ -56,6 +56,7 @@ def test_scalability_curves_and_bars(tmp_path):
         ("scalability", "results/pbm/fig6", ["--metric", "auprc"]),
         ("budget", "results/pbm/fig4", ["--panel", "beta"]),
         ("frontier", "results/pbm/fig6", []),
+        ("communication", "results/communication", ["--test-missing", "mcar:0.5"]),
     ],
 )
 def test_legends_cover_no_data(kind, folder, extra, tmp_path, monkeypatch):

@@ -96,7 +96,8 @@ def table(
 def plot(
     kind: str = typer.Argument(
         ...,
-        help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | cd "
+        help="scalability | curves | bars | budget | frontier (PBM-VFL: metric against certified epsilon) | "
+        "communication (utility against training bytes, per protocol) | cd "
         "(critical-difference diagram over every dataset and condition of the results) | privacy (utility against "
         "an attack's success, epsilons marked)",
     ),
@@ -197,6 +198,10 @@ PLOTS = {
         lambda r, o, metric, test_missing, panel: _drawer("plot_budget")(r, o, metric, panel, test_missing),
     ),
     "frontier": ({"metric"}, _drawer("plot_frontier")),
+    "communication": (
+        {"metric", "test_missing"},
+        lambda r, o, metric, test_missing: _drawer("plot_communication")(r, o, metric, test_missing or "none"),
+    ),
     "cd": (set(), _plot_cd),
     "privacy": (
         {"metric", "test_missing", "attack_metric"},

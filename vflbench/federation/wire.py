@@ -377,7 +377,14 @@ class WireChannel(Channel):
         self.wire.flush()  # this party's rows of the crossing, as one transfer
         if grad and reps.requires_grad:
             self.crossings.append((reps, rows, owner))
+            self._slot()
         return reps.detach()  # what the rest of this party's copy computes is never used
+
+    def _slot(self) -> None:
+        """Local steps: which kept crossing (StaleExchange) a party's crossing is, for the gradient it will receive."""
+        if not hasattr(self, "slots"):
+            self.slots = []
+        self.slots.append(len(self.stale.kept) if self.stale is not None else -1)
 
     def transform_exact(self, reps: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
         return WireChannel.transform(self, reps, sent, None)
@@ -517,7 +524,12 @@ class WireChannel(Channel):
         """Server: back-propagate the loss and send each sent row's gradient to its party. Party:
         receive the gradients of the rows it sent and back-propagate them through its own models."""
         crossings, self.crossings = self.crossings, []
+        slots, self.slots = getattr(self, "slots", []), []
         local, self.local_term = getattr(self, "local_term", None), None
+        if self.stale is not None and self.stale.local:  # a local step: each side on its own, nothing crosses
+            if loss.requires_grad:
+                loss.backward()
+            return
         if self.is_server:
             if loss.requires_grad:  # (a sum of the parties' own terms has no graph here: they train at home)
                 loss.backward()
@@ -539,6 +551,9 @@ class WireChannel(Channel):
                     g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
             outs.append(reps)
             grads.append(g.to(reps.device))
+            slot = slots[len(outs) - 1] if len(slots) >= len(outs) else -1
+            if slot >= 0:  # local steps will replay this gradient (StaleExchange)
+                self.stale.kept[slot] = (self.stale.kept[slot][0], grads[-1])
             for tap in self.taps:  # what this party received, as it received it (its label attacks observe it)
                 party_of = None if owner == list(range(len(owner))) else torch.tensor(owner)
                 tap.on_down(g, rows, party_of, self.batch_idx, False)
@@ -651,6 +666,8 @@ class WireCompressedChannel(WireChannel):
         WireChannel.epoch.fset(self, value)
 
     def up(self, reps, sent, party_of=None):
+        if self.stale is not None and self.stale.replaying:
+            return self.stale.replay(reps)
         if reps.ndim != 3:
             raise VFLBenchError(
                 f"the processes runtime moves [senders, batch, width] tensors; this method sent {tuple(reps.shape)}"
@@ -679,7 +696,7 @@ class WireCompressedChannel(WireChannel):
             if grad:
                 got.requires_grad_(True)
                 self.crossings.append((got, rows, owner))
-            return self.watch(got, sent, party_of)
+            return self.kept(self.watch(got, sent, party_of))
         st = comp.prepare(reps, sent, self.gens[phase], train=phase == "train")
         me = self.wire.rank - 1
         for m, k in enumerate(owner):
@@ -690,7 +707,8 @@ class WireCompressedChannel(WireChannel):
         comp.after_message(rows)
         if grad and reps.requires_grad:
             self.crossings.append((reps, rows, owner))
-        return reps.detach()
+            self._slot()
+        return self.kept(reps.detach())
 
 
 def secret_generators(gens: dict[str, list[torch.Generator]], me: int) -> None:

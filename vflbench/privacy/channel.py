@@ -48,11 +48,12 @@ class StaleExchange:
 
     def __init__(self) -> None:
         self.kept: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        self.replaying = False
+        self.replaying = False  # a local step's forward is under way
+        self.local = False  # the step under way is a local one (its backward crosses nothing)
         self._at = 0
 
     def start_exchange(self) -> None:
-        self.kept, self.replaying = [], False
+        self.kept, self.replaying, self.local = [], False, False
 
     def keep(self, received: torch.Tensor) -> torch.Tensor:
         slot = len(self.kept)
@@ -67,7 +68,7 @@ class StaleExchange:
         return received
 
     def start_replay(self) -> None:
-        self.replaying, self._at = True, 0
+        self.replaying, self.local, self._at = True, True, 0
 
     def replay(self, fresh: torch.Tensor) -> torch.Tensor:
         if self._at >= len(self.kept):

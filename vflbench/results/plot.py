@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import VFLBenchError
-from .report import display, load_results, method_order
+from .report import display, load_many, load_results, method_order
 
 
 def _plt():
@@ -154,6 +154,78 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
         ax.set_xlabel("number of parties K")
         ax.grid(alpha=0.3)
     return _finish(fig, axes, out, points=pd.DataFrame(points), fontsize=8)
+
+
+def _protocol(settings: str) -> str:
+    """A run's communication protocol from its ``settings`` column: the compressor and the local steps."""
+    parts = dict(x.split("=", 1) for x in str(settings or "").split(";") if "=" in x)
+    comp = parts.get("compress", "none").replace(",scale=message", "").replace(",down=0", "")
+    q = int(parts.get("local_steps", 1))
+    mech = parts.get("mechanism")
+    return comp + (f" + Q={q}" if q > 1 else "") + (f" [{mech.split(':')[0]}]" if mech and mech != "none" else "")
+
+
+def communication_points(results: Path, metric: str | None = None, test_missing: str = "none") -> pd.DataFrame:
+    """One point per (dataset, training setting, method, protocol): the utility at ``test_missing`` (mean and std
+    over seeds) against the training bytes, up plus down (mean over seeds). ``results``: a sweep folder, or a folder
+    of sweep folders (results/communication: one sweep with one update per exchange, one with local steps)."""
+    root = Path(results)
+    sweeps = (
+        sorted(d for d in root.iterdir() if (d / "runs").is_dir())
+        if root.is_dir() and not (root / "runs").is_dir()
+        else []
+    )
+    df = load_many(sweeps) if len(sweeps) > 1 else load_results(sweeps[0] if sweeps else root)
+    if "comm_bytes_up" not in df.columns:
+        raise VFLBenchError("These results record no traffic (comm_bytes_up); they are not runs of vflbench.")
+    utility = [m for m in dict.fromkeys(df["metric"]) if not str(m).startswith("attack:") and "@" not in str(m)]
+    if metric is not None and metric not in utility:
+        raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(utility)}.")
+    settings = df["settings"] if "settings" in df.columns else pd.Series("", index=df.index)
+    df = df.assign(protocol=[_protocol(s) for s in settings.fillna("")])
+    rows = []
+    for ds, g in df.groupby("dataset", sort=False):
+        m = metric or ("f1" if ds in ("credit", "mimic4") and "f1" in utility else "accuracy")
+        g = g[(g["metric"] == m) & (g["test_missing"] == test_missing)]
+        if g.empty:
+            raise VFLBenchError(f"No {m} at --test-missing {test_missing} for {ds}.")
+        g = g.assign(total=(g["comm_bytes_up"] + g["comm_bytes_down"]) / 1e6)
+        for (tr, meth, proto), h in g.groupby(["train_missing", "method", "protocol"], sort=False):
+            rows.append({"dataset": ds, "train_missing": tr, "method": meth, "protocol": proto, "metric": m,
+                         "value": h["value"].mean(), "std": h["value"].std(ddof=0), "mb": h["total"].mean(),
+                         "seeds": h["seed"].nunique()})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def plot_communication(results: Path, out: Path, metric: str | None = None, test_missing: str = "none") -> list[Path]:
+    """Utility against the training bytes (up plus down, log scale), one panel per dataset and training setting: a
+    point per method and protocol (marker: the compressor; hollow: with local steps), and each method's frontier
+    (the points no other point of the method beats on both bytes and utility)."""
+    plt = _plt()
+    pts = communication_points(results, metric, test_missing)
+    panels = list(dict.fromkeys(zip(pts["dataset"], pts["train_missing"], strict=True)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    colours = series_colours(method_order(pts["method"]), keep_order=True)
+    markers = {"none": "o", "quant": "s", "topk": "^", "vq": "D"}
+    for ax, (ds, tr) in zip(axes[0], panels, strict=True):
+        p = pts[(pts["dataset"] == ds) & (pts["train_missing"] == tr)]
+        for meth in method_order(p["method"]):
+            q = p[p["method"] == meth].sort_values("mb")
+            best = q["value"].cummax()
+            front = q[q["value"] >= best]
+            ax.plot(front["mb"], front["value"], "-", color=colours[meth], alpha=0.6, label=display(meth))
+            for r in q.itertuples(index=False):
+                local = "Q=" in r.protocol
+                ax.errorbar(r.mb, r.value, yerr=r.std, fmt=markers.get(r.protocol.split(":")[0].split(" ")[0], "o"),
+                            color=colours[meth], markerfacecolor="white" if local else colours[meth], capsize=2,
+                            markersize=5)  # fmt: skip
+        ax.set(xscale="log", xlabel="training MB, up + down", ylabel=f"{p['metric'].iloc[0]} (test {test_missing})",
+               title=f"{ds}, trained {'with every block' if tr == 'none' else tr}")  # fmt: skip
+        ax.grid(alpha=0.3)
+    for name, mk in markers.items():  # the markers' key, once
+        axes[0][0].plot([], [], mk, color="grey", label=name if name != "none" else "no compression")
+    axes[0][0].plot([], [], "o", color="grey", markerfacecolor="white", label="with local steps (Q > 1)")
+    return _finish(fig, axes, out, pts.rename(columns={"value": p["metric"].iloc[0] if len(pts) else "value"}))
 
 
 def plot_curves(results: Path, out: Path) -> list[Path]:

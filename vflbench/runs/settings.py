@@ -520,8 +520,6 @@ def _check_local_steps(values: dict[str, Any], mcls) -> None:
     mech = values.get("mechanism")
     if mech is not None and mech.name != "none":
         raise VFLBenchError(f"--local-steps with --mechanism {mech} is not built yet; run one of the two.")
-    if values.get("runtime") == "processes":
-        raise VFLBenchError("--local-steps across processes is not built yet; run it in one process.")
 
 
 declare(
