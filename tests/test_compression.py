@@ -216,7 +216,7 @@ def test_the_communication_bars_on_credit(tmp_path):
 def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
     for extra, message in [
         (["--method", "local", "--compress", "quant:bits=4"], "sends nothing that a compressor could act on"),
-        (["--method", "svfl", "--compress", "quant:bits=4", "--mechanism", "ldp:sigma=1"], "is not built yet"),
+        (["--method", "sum", "--compress", "quant:bits=4", "--mechanism", "pbm"], "PBM's release is already quantised"),
         (["--method", "svfl", "--compress", "topk:down=1", "--runtime", "processes"], "across processes is not built"),
         (["--method", "ensemble", "--local-steps", "5"], "replays the exchange at the party-to-server boundary"),
         (["--method", "svfl", "--local-steps", "0"], "at least 1"),
@@ -254,3 +254,23 @@ def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_
     rt = man["runtime"]
     assert rt["measured_equals_accounted"]
     assert rt["measured"]["bytes_train_up"] == one["extras"]["comm_bytes_up"] == man["extras"]["comm_bytes_up"]
+
+
+@needs_mirror
+@pytest.mark.parametrize("method", ["svfl", "sum"])
+def test_compression_after_ldp_noise_keeps_the_certified_epsilon(method, tmp_path):
+    """Noise first, then compression: what crosses is a function of the LDP release alone (post-processing), so the
+    run's certified epsilons are those of the same run without compression, and the bytes are the compressed ones."""
+    mans = {}
+    for name, extra in (("ldp", []), ("ldp_quant", ["--compress", "quant:bits=4"])):
+        out = tmp_path / name
+        r = runner.invoke(app, ["run", "--dataset", "credit", "--method", method, "--parties", "4", "--epochs", "1",
+                                "--train-missing", "none", "--test-missing", "none", "--seed", "0", "--mechanism",
+                                "ldp:sigma=0.5", "--quiet", "--out", str(out), *extra])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        (run_dir,) = list(out.iterdir())
+        mans[name] = json.loads((run_dir / "manifest.json").read_text())
+    eps = {n: {k: v for k, v in m["extras"].items() if k.startswith("epsilon")} for n, m in mans.items()}
+    assert eps["ldp"] and eps["ldp"] == eps["ldp_quant"]
+    assert mans["ldp_quant"]["extras"]["comm_bytes_up"] < 0.15 * mans["ldp"]["extras"]["comm_bytes_up"]
+    assert mans["ldp_quant"]["communication"]["compression"] == "quant:bits=4,scale=message,down=0"

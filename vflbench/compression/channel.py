@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..privacy.channel import PHASES, Channel
+from ..privacy.mechanisms import LDPChannel
 from .compressors import CompressionSpec, make_compressor
 
 
@@ -25,18 +26,16 @@ def compression_generators(streams, device) -> dict[str, torch.Generator]:
     return gens
 
 
-class CompressedChannel(Channel):
-    """:class:`~vflbench.privacy.channel.Channel` whose crossings are compressed (per party, vectorised over
-    parties)."""
+class Compressing:
+    """What a compressing channel adds to its base (:class:`~vflbench.privacy.channel.Channel`, or a mechanism's
+    channel): :meth:`compressed` turns what a party releases into what the server receives, and books the payload."""
 
-    def __init__(self, n_parties: int, spec: CompressionSpec, gens: dict[str, torch.Generator]):
-        super().__init__(n_parties)
-        self.spec = spec
-        self.compressor = make_compressor(spec, n_parties)
+    def setup_compression(self, spec: CompressionSpec, gens: dict[str, torch.Generator]) -> None:
+        self.cspec = spec
+        self.compressor = make_compressor(spec, self.k)
         self.down = bool(dict(spec.params).get("down", 0))
-        self.down_compressor = make_compressor(spec, n_parties) if self.down else None
-        self.gens = gens
-        self._epoch = 0
+        self.down_compressor = make_compressor(spec, self.k) if self.down else None
+        self.cgens = gens
         self._down_bits: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 
     @property
@@ -45,25 +44,24 @@ class CompressedChannel(Channel):
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        if value != getattr(self, "_epoch", value):  # between epochs: a learned codebook takes its step
+        if hasattr(self, "compressor") and value != getattr(self, "_epoch", value):  # a learned codebook's step
             self.compressor.end_epoch()
         self._epoch = value
 
-    def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
-        if self.stale is not None and self.stale.replaying:
-            return self.stale.replay(reps)
-        self.calls += 1
-        xhat, nbytes = self.compressor.roundtrip(reps, sent, self.gens[self.mode], train=self.mode == "train")
-        down_b = 0.0 if self.down else float(reps.element_size())
-        self._step.append((sent, party_of, 0.0, reps.shape[-1] * down_b))
+    def compressed(self, values: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
+        """What the server receives of ``values`` ``[M, B, D]`` (what the parties release): the compressor's
+        reconstruction, with the gradient passing straight through to ``values``; the payload is booked."""
+        xhat, nbytes = self.compressor.roundtrip(values, sent, self.cgens[self.mode], train=self.mode == "train")
+        down_b = 0.0 if self.down else float(values.element_size())
+        self._step.append((sent, party_of, 0.0, values.shape[-1] * down_b))
         self.extra_up(nbytes, party_of)
-        received = xhat.to(reps.dtype) + (reps - reps.detach())  # straight-through to the party's exact values
+        received = xhat.to(values.dtype) + (values - values.detach())
         if self.down and received.requires_grad and self.mode == "train":
             received = self._compressed_down(received, sent, party_of)
-        return self.kept(self.watch(received, sent, party_of))
+        return received
 
     def _compressed_down(self, received: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
-        comp, gen = self.down_compressor, self.gens["down"]
+        comp, gen = self.down_compressor, self.cgens["down"]
 
         def down(g: torch.Tensor) -> torch.Tensor:
             ghat, nbytes = comp.roundtrip(g, sent, gen)
@@ -92,5 +90,52 @@ class CompressedChannel(Channel):
 
     def summary(self):
         out = super().summary()
-        out["compression"] = str(self.spec)
+        out["compression"] = str(self.cspec)
         return out
+
+
+class CompressedChannel(Compressing, Channel):
+    """:class:`~vflbench.privacy.channel.Channel` whose crossings are compressed (per party, vectorised over
+    parties)."""
+
+    def __init__(self, n_parties: int, spec: CompressionSpec, gens: dict[str, torch.Generator]):
+        super().__init__(n_parties)
+        self.setup_compression(spec, gens)
+
+    @property
+    def spec(self) -> CompressionSpec:
+        return self.cspec
+
+    @property
+    def gens(self) -> dict[str, torch.Generator]:
+        return self.cgens
+
+    def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
+        if self.stale is not None and self.stale.replaying:
+            return self.stale.replay(reps)
+        self.calls += 1
+        return self.kept(self.watch(self.compressed(reps, sent, party_of), sent, party_of))
+
+
+class CompressedLDPChannel(Compressing, LDPChannel):
+    """``--mechanism ldp`` with ``--compress``: noise first, then compression. Each party's noisy release is what
+    is compressed, so what crosses is a function of the release alone (post-processing): the certified epsilon is
+    the mechanism's, unchanged. Made from the run's LDP channel (its noise streams and accountant state)."""
+
+    def __init__(self, base: LDPChannel, spec: CompressionSpec, gens: dict[str, torch.Generator]):
+        self.__dict__.update(base.__dict__)
+        self._epoch = base.epoch
+        self.setup_compression(spec, gens)
+
+    def up(self, reps, sent, party_of=None):
+        if self.stale is not None and self.stale.replaying:  # a replay releases nothing new
+            return self.stale.replay(reps)
+        self.calls += 1
+        noisy = self.transform(reps, sent, party_of)  # the mechanism's release (charged to the accountant)
+        return self.kept(self.watch(self.compressed(noisy, sent, party_of), sent, party_of))
+
+    def aggregate(self, reps, sent, idx=None):
+        self.note_release(idx, sent, reps.shape[-1], "sum")
+        self.calls += 1
+        received = self.compressed(self._noisy(reps), sent, None)
+        return (self.watch(received, sent) * sent[..., None].to(reps.dtype)).sum(0)

@@ -468,10 +468,11 @@ def _check_compress(values: dict[str, Any], mcls) -> None:
             f"--compress {spec}: {mcls.display} sends nothing that a compressor could act on: {mcls.boundary_refusal}."
         )
     mech = values.get("mechanism")
-    if mech is not None and mech.name != "none":
+    if mech is not None and mech.name == "pbm":
         raise VFLBenchError(
-            f"--compress with --mechanism {mech} is not built yet (it would compress the noisy release, noise first: "
-            "post-processing keeps the certified epsilon); run one of the two."
+            f"--compress with --mechanism {mech}: PBM's release is already quantised (integer counts in 0..b, summed "
+            "and masked under SecAgg), so a second compressor has nothing to act on that the counts' b does not set; "
+            "lower b instead, or use --mechanism ldp (noise first, then compression)."
         )
     if values.get("runtime") == "processes" and dict(spec.params).get("down"):
         raise VFLBenchError(

@@ -66,9 +66,13 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
         attach(method, mech, run.settings.get("secagg", "plain")).owner = "run"
     comp = run.settings.get("compress")
     if comp is not None and comp.name != "none":  # --compress: what crosses is compressed, whatever the method
-        from ..compression.channel import CompressedChannel, compression_generators
+        from ..compression.channel import CompressedChannel, CompressedLDPChannel, compression_generators
 
-        method.channel = CompressedChannel(method.k, comp, compression_generators(ctx.streams, inputs.device))
+        gens = compression_generators(ctx.streams, inputs.device)
+        if method.boundary is not None:  # --mechanism ldp: noise first, then compression (post-processing)
+            method.channel = method.boundary.channel = CompressedLDPChannel(method.channel, comp, gens)
+        else:
+            method.channel = CompressedChannel(method.k, comp, gens)
     if (
         method.boundary is not None
     ):  # against whom its epsilon holds depends on where the parties run and who can derive their noise
