@@ -22,7 +22,7 @@ from trees import ROOT, cli_run  # noqa: E402
 PROTOCOLS = [
     ("none", []),
     ("quant:bits=4", ["--compress", "quant:bits=4"]),
-    ("quant:bits=4,down=1 (one process only)", None),
+    ("quant:bits=4,down=1", ["--compress", "quant:bits=4,down=1"]),
     ("topk:ratio=0.1", ["--compress", "topk:ratio=0.1"]),
     ("vq:codes=16,dim=2", ["--compress", "vq:codes=16,dim=2"]),
     ("none + Q=5", ["--local-steps", "5"]),
@@ -39,9 +39,6 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, extra in PROTOCOLS:
-            if extra is None:  # gradients compressed on the wire are not built yet
-                rows.append({"protocol": name, "note": "not across processes: gradients go down as float32"})
-                continue
             args = [*f"--dataset credit --method svfl --parties 4 --epochs {a.epochs} --train-missing none".split(),
                     *"--test-missing none --seed 0 --quiet --runtime processes".split(),
                     "--net-latency", str(LATENCY_MS), "--net-bandwidth", str(MBIT), *extra]  # fmt: skip

@@ -217,7 +217,6 @@ def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
     for extra, message in [
         (["--method", "local", "--compress", "quant:bits=4"], "sends nothing that a compressor could act on"),
         (["--method", "sum", "--compress", "quant:bits=4", "--mechanism", "pbm"], "PBM's release is already quantised"),
-        (["--method", "svfl", "--compress", "topk:down=1", "--runtime", "processes"], "across processes is not built"),
         (["--method", "ensemble", "--local-steps", "5"], "replays the exchange at the party-to-server boundary"),
         (["--method", "svfl", "--local-steps", "0"], "at least 1"),
     ]:
@@ -233,6 +232,8 @@ def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
         pytest.param("topk:ratio=0.1", "laser", 1, marks=pytest.mark.integration),
         pytest.param("vq:codes=16", "svfl", 1, marks=pytest.mark.integration),
         pytest.param("none", "laser", 5, marks=pytest.mark.integration),
+        pytest.param("quant:bits=4,down=1", "svfl", 2, marks=pytest.mark.integration),
+        pytest.param("vq:codes=16,down=1", "sum", 1, marks=pytest.mark.integration),
     ],
 )
 def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_one_process(spec, method, q, tmp_path):

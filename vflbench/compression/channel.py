@@ -46,6 +46,8 @@ class Compressing:
     def epoch(self, value: int) -> None:
         if hasattr(self, "compressor") and value != getattr(self, "_epoch", value):  # a learned codebook's step
             self.compressor.end_epoch()
+            if self.down_compressor is not None:
+                self.down_compressor.end_epoch()
         self._epoch = value
 
     def compressed(self, values: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
@@ -62,12 +64,13 @@ class Compressing:
 
     def _compressed_down(self, received: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
         comp, gen = self.down_compressor, self.cgens["down"]
+        sent = sent.clone()  # the mask as it was when the rows went up (a method may reuse its tensor)
 
         def down(g: torch.Tensor) -> torch.Tensor:
             ghat, nbytes = comp.roundtrip(g, sent, gen)
             # the gradients' payload, booked with the step (commit follows the backward)
             self._down_bits.append((nbytes.detach().to("cpu", torch.float64), party_of))
-            return ghat.to(g.dtype)
+            return torch.where(sent[..., None], ghat.to(g.dtype), torch.zeros_like(g))  # a row not sent gets none
 
         received.register_hook(down)
         return received

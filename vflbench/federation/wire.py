@@ -535,20 +535,13 @@ class WireChannel(Channel):
                 loss.backward()
             for got, rows, owner in crossings:
                 g = got.grad if got.grad is not None else torch.zeros_like(got)
-                g = g.detach().cpu()
-                for m, k in enumerate(owner):
-                    if bool(rows[m].any()):  # a summed crossing ([B, D], PBM) sends every party the sum's gradient
-                        self.wire.post((g if g.ndim == 2 else g[m])[rows[m]], k + 1, ("train_down", k))
+                self.send_gradients(g.detach().cpu(), rows, owner)
             self.wire.flush()  # the step's control message and gradients, to every party at once
             return
         me = self.wire.rank - 1
         outs, grads = [], []
         for reps, rows, owner in crossings:
-            g = torch.zeros(reps.shape, dtype=reps.dtype)
-            for m, k in enumerate(owner):
-                n = int(rows[m].sum())
-                if k == me and n:
-                    g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
+            g = self.receive_gradients(reps, rows, owner, me)
             outs.append(reps)
             grads.append(g.to(reps.device))
             slot = slots[len(outs) - 1] if len(slots) >= len(outs) else -1
@@ -561,6 +554,22 @@ class WireChannel(Channel):
             torch.autograd.backward(outs, grads)
         if local is not None:  # this party's own loss term (a method whose parties train alone)
             local.backward()
+
+    def send_gradients(self, g: torch.Tensor, rows: torch.Tensor, owner: list[int]) -> None:
+        """Server: each party's rows of a crossing's gradient ``g`` (``[M, B, D]``, or ``[B, D]`` for a summed
+        crossing, whose gradient every party gets), posted to it."""
+        for m, k in enumerate(owner):
+            if bool(rows[m].any()):
+                self.wire.post((g if g.ndim == 2 else g[m])[rows[m]], k + 1, ("train_down", k))
+
+    def receive_gradients(self, reps: torch.Tensor, rows: torch.Tensor, owner: list[int], me: int) -> torch.Tensor:
+        """Party ``me``: the gradient of a crossing it sent, ``[M, B, D]`` (zero where it sent nothing)."""
+        g = torch.zeros(reps.shape, dtype=reps.dtype)
+        for m, k in enumerate(owner):
+            n = int(rows[m].sum())
+            if k == me and n:
+                g[m][rows[m]] = self.wire.recv((n, reps.shape[2]), reps.dtype, SERVER, ("train_down", k))
+        return g
 
     def discard(self) -> None:
         super().discard()
@@ -653,6 +662,7 @@ class WireCompressedChannel(WireChannel):
 
     def __init__(self, base: CompressedChannel, wire: Wire):
         self.compressor, self.gens, self.spec = base.compressor, base.gens, base.spec
+        self.down, self.down_compressor = base.down, base.down_compressor
         super().__init__(base.k, wire)
 
     @property
@@ -663,6 +673,8 @@ class WireCompressedChannel(WireChannel):
     def epoch(self, value: int) -> None:
         if hasattr(self, "compressor") and value != self.wire.epoch:
             self.compressor.end_epoch()  # both sides: a codebook moves (party) and goes again (both know when)
+            if self.down_compressor is not None:
+                self.down_compressor.end_epoch()
         WireChannel.epoch.fset(self, value)
 
     def up(self, reps, sent, party_of=None):
@@ -678,11 +690,14 @@ class WireCompressedChannel(WireChannel):
         grad = torch.is_grad_enabled() and phase == "train"
         comp = self.compressor
         expected = [comp.expects(m, int(rows[m].sum()), d) for m in range(len(owner))]  # before after_message
-        nbytes = torch.tensor(
-            [sum(math.prod(shape) * torch.tensor([], dtype=dt).element_size() for shape, dt in e) if int(rows[m].sum())
-             else 0 for m, e in enumerate(expected)], dtype=torch.float64
-        )  # fmt: skip
-        self._step.append((sent, party_of, 0.0, d * float(reps.element_size())))  # gradients: float32 rows
+        nbytes = _payload_bytes(expected, rows)
+        if self.down and grad:  # the gradients' payload, as the down compressor will pack it
+            down = [self.down_compressor.expects(m, int(rows[m].sum()), d) for m in range(len(owner))]
+            self._step.append(
+                (None, party_of, torch.zeros(len(owner), dtype=torch.float64), _payload_bytes(down, rows))
+            )
+        else:
+            self._step.append((sent, party_of, 0.0, d * float(reps.element_size())))  # gradients: float32 rows
         self.extra_up(nbytes, party_of)
         if self.is_server:
             got = torch.zeros(reps.shape, dtype=reps.dtype)
@@ -709,6 +724,38 @@ class WireCompressedChannel(WireChannel):
             self.crossings.append((reps, rows, owner))
             self._slot()
         return self.kept(reps.detach())
+
+    def send_gradients(self, g, rows, owner):
+        if not self.down:
+            return super().send_gradients(g, rows, owner)
+        st = self.down_compressor.prepare(g, rows, self.gens["down"], train=True)  # the in-process hook's draws
+        for m, k in enumerate(owner):
+            if bool(rows[m].any()):
+                for t in self.down_compressor.encode(st, m):
+                    self.wire.post(t.cpu(), k + 1, ("train_down", k))
+        self.down_compressor.after_message(rows)
+
+    def receive_gradients(self, reps, rows, owner, me):
+        if not self.down:
+            return super().receive_gradients(reps, rows, owner, me)
+        g = torch.zeros(reps.shape, dtype=reps.dtype)
+        d = reps.shape[2]
+        for m, k in enumerate(owner):
+            n = int(rows[m].sum())
+            if k == me and n:
+                parts = [self.wire.recv(shape, dt, SERVER, ("train_down", k))
+                         for shape, dt in self.down_compressor.expects(m, n, d)]  # fmt: skip
+                g[m][rows[m]] = self.down_compressor.decode(parts, m, n, d).to(reps.dtype)
+        self.down_compressor.after_message(rows)
+        return g
+
+
+def _payload_bytes(expected: list[list[tuple[tuple[int, ...], torch.dtype]]], rows: torch.Tensor) -> torch.Tensor:
+    """Bytes per sender of payloads of the given shapes and dtypes (none where a sender sent no row)."""
+    return torch.tensor(
+        [sum(math.prod(shape) * torch.tensor([], dtype=dt).element_size() for shape, dt in e)
+         if int(rows[m].sum()) else 0 for m, e in enumerate(expected)], dtype=torch.float64
+    )  # fmt: skip
 
 
 def secret_generators(gens: dict[str, list[torch.Generator]], me: int) -> None:
@@ -748,10 +795,6 @@ def wire_channel(method, wire: Wire, run=None):
     if type(ch) is Channel:
         return WireChannel(method.k, wire)
     if isinstance(ch, CompressedChannel):
-        if ch.down:
-            raise VFLBenchError(
-                "--compress ...,down=1 across processes is not built yet: gradients go down as float32."
-            )
         return WireCompressedChannel(ch, wire)
     if isinstance(ch, PBMChannel) and method.sums_at_server:
         keys: dict[int, bytes] = {}

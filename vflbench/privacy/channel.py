@@ -271,14 +271,16 @@ class Channel:
         for (phase, backward), recs in self._pending.items():
             groups: dict[tuple, list[torch.Tensor]] = {}
             for sent, party_of, up_b, down_b in recs:
-                if sent is None:  # extra_up: bytes per sender, as they are
-                    per_party = torch.zeros(self.k, dtype=torch.float64)
-                    m = len(up_b)
-                    if party_of is None:
-                        per_party[:m] += up_b
-                    else:
-                        per_party.index_add_(0, party_of.to("cpu"), up_b)
-                    self.totals[f"{phase}_up"] += per_party
+                if sent is None:  # bytes per sender, as they are (extra_up; a compressed gradient's payload)
+                    for direction, b in (("up", up_b), ("down", down_b)):
+                        if not isinstance(b, torch.Tensor) or (direction == "down" and not backward):
+                            continue
+                        per_party = torch.zeros(self.k, dtype=torch.float64)
+                        if party_of is None:
+                            per_party[: len(b)] += b
+                        else:
+                            per_party.index_add_(0, party_of.to("cpu"), b)
+                        self.totals[f"{phase}_{direction}"] += per_party
                     continue
                 key = (id(party_of) if party_of is not None else None, tuple(sent.shape), up_b, down_b)
                 groups.setdefault(key, []).append((sent, party_of))

@@ -474,11 +474,6 @@ def _check_compress(values: dict[str, Any], mcls) -> None:
             "and masked under SecAgg), so a second compressor has nothing to act on that the counts' b does not set; "
             "lower b instead, or use --mechanism ldp (noise first, then compression)."
         )
-    if values.get("runtime") == "processes" and dict(spec.params).get("down"):
-        raise VFLBenchError(
-            "--compress ...,down=1 across processes is not built yet: gradients go down as float32 on the wire. Drop "
-            "down=1, or run in one process."
-        )
 
 
 declare(
