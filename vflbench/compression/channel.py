@@ -70,7 +70,10 @@ class Compressing:
             ghat, nbytes = comp.roundtrip(g, sent, gen)
             # the gradients' payload, booked with the step (commit follows the backward)
             self._down_bits.append((nbytes.detach().to("cpu", torch.float64), party_of))
-            return torch.where(sent[..., None], ghat.to(g.dtype), torch.zeros_like(g))  # a row not sent gets none
+            out = torch.where(sent[..., None], ghat.to(g.dtype), torch.zeros_like(g))  # a row not sent gets none
+            # in g's own memory layout: the mask may be a transposed view, and the layout picks the kernels (and the
+            # order of their sums) that the party's backward runs
+            return torch.empty_like(g).copy_(out)
 
         received.register_hook(down)
         return received
