@@ -21,14 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vflbench.results.plot import protocol_label
+
 LATENCY_S, MBIT = 0.05, 100.0
 METRIC = {"credit": "f1"}  # else accuracy
-
-
-def protocol(settings: dict) -> str:
-    comp = str(settings.get("compress", "none")).replace(",scale=message", "").replace(",down=0", "")
-    q = int(settings.get("local_steps", 1))
-    return comp + (f" + Q={q}" if q > 1 else "")
 
 
 def load(root: Path) -> pd.DataFrame:
@@ -50,7 +46,7 @@ def load(root: Path) -> pd.DataFrame:
             {
                 "dataset": cfg["dataset"],
                 "method": method,
-                "protocol": protocol(settings),
+                "protocol": protocol_label(res["settings"].fillna("").iloc[0] if "settings" in res else ""),
                 "local_steps": int(settings.get("local_steps", 1)),
                 "train_missing": cfg["train_missing"],
                 "seed": cfg["seed"],

@@ -36,7 +36,6 @@ class Compressing:
         self.down = bool(dict(spec.params).get("down", 0))
         self.down_compressor = make_compressor(spec, self.k) if self.down else None
         self.cgens = gens
-        self._down_bits: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 
     @property
     def epoch(self) -> int:
@@ -56,7 +55,7 @@ class Compressing:
         xhat, nbytes = self.compressor.roundtrip(values, sent, self.cgens[self.mode], train=self.mode == "train")
         down_b = 0.0 if self.down else float(values.element_size())
         self._step.append((sent, party_of, 0.0, values.shape[-1] * down_b))
-        self.extra_up(nbytes, party_of)
+        self.book_bytes(nbytes, party_of=party_of)
         received = xhat.to(values.dtype) + (values - values.detach())
         if self.down and received.requires_grad and self.mode == "train":
             received = self._compressed_down(received, sent, party_of)
@@ -68,8 +67,7 @@ class Compressing:
 
         def down(g: torch.Tensor) -> torch.Tensor:
             ghat, nbytes = comp.roundtrip(g, sent, gen)
-            # the gradients' payload, booked with the step (commit follows the backward)
-            self._down_bits.append((nbytes.detach().to("cpu", torch.float64), party_of))
+            self.book_bytes(None, nbytes, party_of)  # the gradients' payload (the step is open: commit follows)
             out = torch.where(sent[..., None], ghat.to(g.dtype), torch.zeros_like(g))  # a row not sent gets none
             # in g's own memory layout: the mask may be a transposed view, and the layout picks the kernels (and the
             # order of their sums) that the party's backward runs
@@ -77,22 +75,6 @@ class Compressing:
 
         received.register_hook(down)
         return received
-
-    def commit(self, phase: str, backward: bool) -> None:
-        if self.down and backward and self._down_bits:
-            for b, party_of in self._down_bits:
-                per_party = torch.zeros(self.k, dtype=torch.float64)
-                if party_of is None:
-                    per_party[: len(b)] += b
-                else:
-                    per_party.index_add_(0, party_of.to("cpu"), b)
-                self.totals[f"{phase}_down"] += per_party
-        self._down_bits = []
-        super().commit(phase, backward)
-
-    def discard(self) -> None:
-        self._down_bits = []
-        super().discard()
 
     def summary(self):
         out = super().summary()

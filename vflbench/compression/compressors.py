@@ -36,7 +36,16 @@ import torch
 from ..core.registry import Registry
 from .spec import CompressionSpec
 
-F32 = 4  # bytes of a float32
+
+def payload_bytes(expected: list[list[tuple[tuple[int, ...], torch.dtype]]], sent: torch.Tensor) -> torch.Tensor:
+    """Bytes per sender ``[M]`` (float64) of payloads of the given shapes and dtypes (:meth:`Compressor.expects`);
+    none where a sender sends no row (``sent`` ``[M, B]``)."""
+    rows = sent.sum(1).tolist()
+    return torch.tensor(
+        [sum(math.prod(shape) * torch.empty(0, dtype=dt).element_size() for shape, dt in e) if n else 0
+         for e, n in zip(expected, rows, strict=True)],
+        dtype=torch.float64,
+    )  # fmt: skip
 
 
 def packed_bytes(n_codes: int, bits: int) -> int:
@@ -91,8 +100,9 @@ class Compressor:
         raise NotImplementedError
 
     def nbytes(self, st: Prepared) -> torch.Tensor:
-        """The payload's bytes per sender ``[M]`` (float64), as :meth:`encode` produces them."""
-        raise NotImplementedError
+        """The payload's bytes per sender ``[M]`` (float64), as :meth:`encode` produces them: the sizes
+        :meth:`expects` declares (what a receiver reads)."""
+        return payload_bytes([self.expects(m, int(n), st.d) for m, n in enumerate(st.sent.sum(1).tolist())], st.sent)
 
     def encode(self, st: Prepared, j: int) -> list[torch.Tensor]:
         """Sender ``j``'s payload: the tensors that cross, for its rows that cross."""
@@ -135,9 +145,6 @@ class NoCompression(Compressor):
 
     def reconstruct(self, st):
         return st.parts["x"]
-
-    def nbytes(self, st):
-        return st.sent.sum(1).to(torch.float64) * st.d * F32
 
     def encode(self, st, j):
         return [st.parts["x"][j][st.sent[j]].to(torch.float32)]
@@ -183,13 +190,6 @@ class Quantise(Compressor):
         lo, hi = st.parts["lo"], st.parts["hi"]
         return st.parts["code"] * self._step(lo, hi, self.levels) + lo
 
-    def nbytes(self, st):
-        n = st.sent.sum(1).to(torch.float64)
-        bits = int(self.p["bits"])
-        codes = torch.tensor([packed_bytes(int(r) * st.d, bits) for r in n.tolist()], dtype=torch.float64)
-        ranges = n if self.p["scale"] == "row" else (n > 0).to(torch.float64)
-        return codes + ranges * 2 * F32
-
     def encode(self, st, j):
         r = st.sent[j]
         code = st.parts["code"][j][r].to(torch.int64)
@@ -227,11 +227,6 @@ class TopK(Compressor):
     def reconstruct(self, st):
         x = st.parts["x"]
         return torch.zeros_like(x).scatter_(-1, st.parts["idx"], st.parts["values"])
-
-    def nbytes(self, st):
-        k, ib = self.keep(st.d), self.index_bits(st.d)
-        n = st.sent.sum(1).tolist()
-        return torch.tensor([r * k * F32 + packed_bytes(int(r) * k, ib) for r in n], dtype=torch.float64)
 
     def encode(self, st, j):
         r = st.sent[j]
@@ -308,17 +303,6 @@ class VectorQuantise(Compressor):
         xhat = torch.gather(book, 1, code[..., None].expand(-1, -1, dim))  # [M, N, dim]
         b = st.sent.shape[1]
         return xhat.reshape(m, b, -1)[..., : st.d]
-
-    def nbytes(self, st):
-        c, dim = int(self.p["codes"]), int(self.p["dim"])
-        n = st.sent.sum(1).tolist()
-        return torch.tensor(
-            [
-                packed_bytes(int(r) * self.per_row(st.d), self.code_bits) + (c * dim * F32 if f and r > 0 else 0)
-                for r, f in zip(n, st.parts["fresh"].tolist(), strict=True)
-            ],
-            dtype=torch.float64,
-        )
 
     def encode(self, st, j):
         b = st.sent.shape[1]

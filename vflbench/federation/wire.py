@@ -8,7 +8,6 @@ launcher, are :mod:`vflbench.federation.runtime`."""
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from ..compression.channel import CompressedChannel
+from ..compression.compressors import payload_bytes
 from ..core.errors import VFLBenchError
 from ..core.role import SERVER
 from ..methods.base import Method
@@ -690,15 +690,13 @@ class WireCompressedChannel(WireChannel):
         grad = torch.is_grad_enabled() and phase == "train"
         comp = self.compressor
         expected = [comp.expects(m, int(rows[m].sum()), d) for m in range(len(owner))]  # before after_message
-        nbytes = _payload_bytes(expected, rows)
+        nbytes = payload_bytes(expected, rows)
         if self.down and grad:  # the gradients' payload, as the down compressor will pack it
             down = [self.down_compressor.expects(m, int(rows[m].sum()), d) for m in range(len(owner))]
-            self._step.append(
-                (None, party_of, torch.zeros(len(owner), dtype=torch.float64), _payload_bytes(down, rows))
-            )
+            self.book_bytes(None, payload_bytes(down, rows), party_of)
         else:
             self._step.append((sent, party_of, 0.0, d * float(reps.element_size())))  # gradients: float32 rows
-        self.extra_up(nbytes, party_of)
+        self.book_bytes(nbytes, party_of=party_of)
         if self.is_server:
             got = torch.zeros(reps.shape, dtype=reps.dtype)
             for m, k in enumerate(owner):
@@ -748,14 +746,6 @@ class WireCompressedChannel(WireChannel):
                 g[m][rows[m]] = self.down_compressor.decode(parts, m, n, d).to(reps.dtype)
         self.down_compressor.after_message(rows)
         return g
-
-
-def _payload_bytes(expected: list[list[tuple[tuple[int, ...], torch.dtype]]], rows: torch.Tensor) -> torch.Tensor:
-    """Bytes per sender of payloads of the given shapes and dtypes (none where a sender sent no row)."""
-    return torch.tensor(
-        [sum(math.prod(shape) * torch.tensor([], dtype=dt).element_size() for shape, dt in e)
-         if int(rows[m].sum()) else 0 for m, e in enumerate(expected)], dtype=torch.float64
-    )  # fmt: skip
 
 
 def secret_generators(gens: dict[str, list[torch.Generator]], me: int) -> None:

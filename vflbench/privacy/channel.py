@@ -197,10 +197,14 @@ class Channel:
         indices (for accountants)."""
         return (self.up(reps, sent) * sent[..., None].to(reps.dtype)).sum(0)
 
-    def extra_up(self, nbytes: torch.Tensor, party_of: torch.Tensor | None = None) -> None:
+    def book_bytes(
+        self, up: torch.Tensor | None, down: torch.Tensor | None = None, party_of: torch.Tensor | None = None
+    ) -> None:
         """Book payload bytes ``[M]`` per sender that are not so many bytes a row (a compressed message: its codes,
-        its range, a codebook): counted with the step, in its phase."""
-        self._step.append((None, party_of, nbytes.detach().to("cpu", torch.float64), 0.0))
+        its range, a codebook; a compressed gradient going down), with the open step, in its phase (down only when
+        the step back-propagates)."""
+        as64 = lambda b: None if b is None else b.detach().to("cpu", torch.float64)  # noqa: E731
+        self._step.append((None, party_of, as64(up), as64(down)))
 
     # -- the step, as the trainer drives it (a runtime that puts the boundary between processes overrides these)
     def step_loss(self, method, batch, stage):
@@ -271,9 +275,9 @@ class Channel:
         for (phase, backward), recs in self._pending.items():
             groups: dict[tuple, list[torch.Tensor]] = {}
             for sent, party_of, up_b, down_b in recs:
-                if sent is None:  # bytes per sender, as they are (extra_up; a compressed gradient's payload)
+                if sent is None:  # bytes per sender, as they are (book_bytes)
                     for direction, b in (("up", up_b), ("down", down_b)):
-                        if not isinstance(b, torch.Tensor) or (direction == "down" and not backward):
+                        if b is None or (direction == "down" and not backward):
                             continue
                         per_party = torch.zeros(self.k, dtype=torch.float64)
                         if party_of is None:

@@ -156,7 +156,7 @@ def plot_scalability(results: Path, out: Path, metric: str = "accuracy", test_mi
     return _finish(fig, axes, out, points=pd.DataFrame(points), fontsize=8)
 
 
-def _protocol(settings: str) -> str:
+def protocol_label(settings: str) -> str:
     """A run's communication protocol from its ``settings`` column: the compressor and the local steps."""
     parts = dict(x.split("=", 1) for x in str(settings or "").split(";") if "=" in x)
     comp = parts.get("compress", "none").replace(",scale=message", "").replace(",down=0", "")
@@ -182,7 +182,7 @@ def communication_points(results: Path, metric: str | None = None, test_missing:
     if metric is not None and metric not in utility:
         raise VFLBenchError(f"--metric {metric!r} is not in these results; they have {', '.join(utility)}.")
     settings = df["settings"] if "settings" in df.columns else pd.Series("", index=df.index)
-    df = df.assign(protocol=[_protocol(s) for s in settings.fillna("")])
+    df = df.assign(protocol=[protocol_label(s) for s in settings.fillna("")])
     rows = []
     for ds, g in df.groupby("dataset", sort=False):
         m = metric or ("f1" if ds in ("credit", "mimic4") and "f1" in utility else "accuracy")
