@@ -58,6 +58,9 @@ def load(root: Path) -> pd.DataFrame:
                 "exchanges": exchanges,
                 "wan_s": exchanges * 2 * LATENCY_S + (max(up) + max(down)) * 8 / (MBIT * 1e6),
                 "train_s": float(man["timings"]["train_s"]),
+                # a pack's train_s is the whole pack's wall time (its runs trained together): not comparable with a run
+                # trained alone, so every row says which it is
+                "trained": f"pack of {man['pack']['size']}" if "pack" in man else "alone",
             }
         )
     if not rows:
@@ -93,7 +96,9 @@ def main() -> None:
         "Written by `python scripts/communication_report.py results/communication` from the runs under this folder.",
         "`communication.csv` has one row per run. MB are training bytes, summed over parties; WAN s is the emulated",
         f"link's time ({LATENCY_S * 1000:.0f} ms one way, {MBIT:.0f} Mbit/s per party): exchanges x 2 latencies + the "
-        "busiest party's bytes.",
+        "busiest party's bytes. Its `train_s` is a run's training wall time where `trained` is `alone`, and the whole",
+        "pack's where it is `pack of N` (the runs of a pack train together): compare seconds only between rows trained",
+        "alike.",
         "",
     ]
     for (ds, train), t in s.groupby(["dataset", "train_missing"], sort=False):

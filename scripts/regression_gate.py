@@ -3,7 +3,9 @@ re-run to its committed numbers.
 
 1. Keys: every committed run's manifest is turned back into a request (``config_from_manifest``) and
    resolved; its run key must equal the committed one (so `vflbench sweep` finds every run: a dry run
-   of the folder's experiment would schedule nothing).
+   of the folder's experiment would schedule nothing), unless a behaviour version it uses was bumped since it was
+   recorded (vflbench.runs.behaviour): such a key is listed with the bump that moved it, and is no failure (the
+   run's numbers may have moved: `vflbench sweep` re-runs it).
 2. Numbers: per folder, the cheapest run recorded on a CPU (least committed training time, optionally only tabular) is
    executed again the way it was trained (alone, or as a bank of one when it was trained in a pack: a
    member's numbers do not depend on its bank's size) and its CSV rows are compared value by value
@@ -166,6 +168,7 @@ def main() -> int:
         return 0
     if a.against and not a.run:
         ap.error("--against needs --run RUN_DIR")
+    from vflbench.runs import behaviour
     from vflbench.runs.config import config_from_manifest, resolve
 
     if a.run:
@@ -175,8 +178,13 @@ def main() -> int:
     for folder in folders(Path(a.root)):
         manifests = [(p.parent, json.loads(p.read_text())) for p in sorted(folder.glob("runs/*/manifest.json"))]
         manifests = [(d, m) for d, m in manifests if m.get("status", "ok") == "ok" and "config" in m]
-        moved = [m["run_id"] for _, m in manifests if resolve(config_from_manifest(m)).key != m["run_key"]]
-        entry = {"runs": len(manifests), "keys_moved": moved}
+        moved, explained = [], {}
+        for _, m in manifests:
+            run = resolve(config_from_manifest(m))
+            if run.key != m["run_key"]:
+                why = behaviour.explain(m["config"].get("behaviour"), run.behaviour)
+                (explained.__setitem__(m["run_id"], why) if why else moved.append(m["run_id"]))
+        entry = {"runs": len(manifests), "keys_moved": moved, "keys_moved_by_a_bump": explained}
         if not a.keys_only:
             # bit-identical repeats are promised on CPU: a run recorded on a GPU draws other random numbers there
             pool = [
@@ -201,8 +209,10 @@ def main() -> int:
                 )
         bad |= bool(entry["keys_moved"]) or bool(entry.get("diffs"))
         report[str(folder)] = entry
+        reasons = sorted({r for why in explained.values() for r in why})
         print(
             f"{folder}: {entry['runs']} runs, keys moved {len(moved)}"
+            + (f", moved by a behaviour bump {len(explained)} ({'; '.join(reasons)})" if explained else "")
             + (f" ({entry['note']})" if "note" in entry else "")
             + (
                 f", re-ran {entry['rerun']} ({'pack of 1' if entry['packed'] else 'alone'}, {entry['seconds']}s): "

@@ -276,3 +276,31 @@ def test_randomized_response_is_exactly_epsilon_label_dp(classes, eps):
     assert torch.allclose(table.diagonal(), torch.full((classes,), keep), atol=0.006)
     off = table[~torch.eye(classes, dtype=torch.bool)]
     assert torch.allclose(off, torch.full_like(off, other), atol=0.006)
+
+
+def test_two_variants_are_named_apart_in_an_80_column_console_and_in_the_default_table(tmp_path, monkeypatch):
+    """Bar `trust` 2 in small: a run with two inversion variants; its console names both variants in full at 80
+    columns (no "…", no markup eating "[decoder=...]"), and `vflbench table RUN` in the default (paper) layout shows
+    an attack table for each, rows by adversary."""
+    from rich.console import Console
+
+    import vflbench.cli.runs as runs_cli
+
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", "svfl", "--parties", "4", "--epochs", "1",
+                            "--seed", "0", "--attack", "inversion:known=0.1", "--attack",
+                            "inversion:known=0.1,decoder=linear", "--quiet", "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (run_dir,) = list(out.iterdir())
+    rows = pd.read_csv(run_dir / "results.csv").to_dict("records")
+    narrow = Console(width=80, record=True, soft_wrap=False)
+    monkeypatch.setattr(runs_cli, "console", narrow)
+    runs_cli._print_attacks([r for r in rows if str(r["metric"]).startswith("attack:")])
+    text = narrow.export_text()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    for name in ("attack:inversion[decoder=mlp]:r2", "attack:inversion[decoder=linear]:mse"):
+        assert name in text, text
+    t = runner.invoke(app, ["table", str(run_dir)])
+    assert t.exit_code == 0, t.output
+    assert "attack:inversion[decoder=linear]:r2" in t.stdout and "attack:inversion[decoder=mlp]:r2" in t.stdout
+    assert "| 0.0 | server (party 3) |" in t.stdout

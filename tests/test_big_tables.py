@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from vflbench.core.errors import VFLBenchError
+from vflbench.core.errors import VFLBenchError, VFLBenchWarning
 from vflbench.data.datasets import encoding, reading
 from vflbench.data.datasets.encoding import MISSING, RARE, RESERVED, UNSEEN, EncodingOptions, embedding_dim, encode
 from vflbench.data.datasets.table import DEFAULTS, build_dataset, read_source
@@ -223,24 +223,98 @@ def test_parquet_reads_the_same_table_as_csv(tmp_path):
         reading.read_table(bad)
 
 
-def test_a_large_file_is_read_as_float32_and_a_late_text_value_makes_a_text_column(tmp_path, monkeypatch):
+def test_a_large_file_is_read_exactly_and_a_late_text_value_makes_a_text_column(tmp_path, monkeypatch):
     n = 5000
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"a": rng.standard_normal(n), "b": rng.integers(0, 9, n), "label": rng.integers(0, 2, n)})
     df["late"] = rng.standard_normal(n).round(3).astype(str)
     df.loc[n - 3, "late"] = "oops"  # beyond the rows the kinds are guessed from
+    df["late_decimal"] = rng.integers(0, 5, n).astype(float)
+    df.loc[n - 2, "late_decimal"] = 2.5  # an integer column up to here: read as float64, not cut to an integer
     path = tmp_path / "big.csv"
     df.to_csv(path, index=False)
     monkeypatch.setattr(reading, "LARGE_FILE", 1024)
     got = reading.read_table(path)
-    assert got["a"].dtype == np.float32 and got["b"].dtype == np.float32
+    assert got["b"].dtype == np.float32  # small integers: float32 holds them all
+    assert got["a"].dtype == np.float64 and got.attrs["kept_wide"] == ["a"]  # decimals float32 would round
+    np.testing.assert_array_equal(got["a"].to_numpy(), pd.read_csv(path)["a"].to_numpy())
+    assert got["late_decimal"].iloc[n - 2] == 2.5
     assert not pd.api.types.is_numeric_dtype(got["late"]) and got["late"].iloc[n - 3] == "oops"
-    np.testing.assert_allclose(got["a"].to_numpy(), df["a"].to_numpy(np.float32), rtol=1e-6)
     reading.read_table(path)
     assert not any(k[0] == str(path.resolve()) for k in reading._CACHE)  # a large table is not cached
     o = {**DEFAULTS, "target": "label"}
     with pytest.raises(VFLBenchError, match="column 'late' is numeric but for 1 value"):
         build_dataset(read_source(f"csv:{path}", o), o)
+
+
+def _id_table(n: int = 6000, users: int = 1500) -> pd.DataFrame:
+    """The bar's table in small: integer IDs from 2^25 up (float32 merges every four), a label that depends on them."""
+    rng = np.random.default_rng(1)
+    user = (1 << 25) + np.concatenate([np.arange(users), rng.integers(0, users, n - users)])
+    f = rng.standard_normal((n, 2))
+    f[rng.random(n) < 0.05, 0] = np.nan
+    return pd.DataFrame(
+        {
+            "user": user,
+            "f0": f[:, 0],
+            "f1": f[:, 1].round(3),
+            "city": rng.choice(["a", "b", "c"], n),
+            "count": rng.integers(0, 1000, n),
+            "y": ((user % 7) < 3).astype(int) ^ (rng.random(n) < 0.1),
+        }
+    )
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["pandas", "pyarrow"])
+def test_csv_gzip_and_parquet_give_identical_encoded_data_and_every_id_level(tmp_path, monkeypatch, large):
+    """The same table as CSV, gzip CSV and Parquet encodes to the same arrays, on either reader (the file size on
+    disk picks the reader), and integer IDs above 2^24 keep one level each."""
+    df = _id_table()
+    csv = tmp_path / "t.csv"
+    df.to_csv(csv, index=False, float_format="%.10g")
+    df.to_csv(tmp_path / "t.csv.gz", index=False, float_format="%.10g")
+    pd.read_csv(csv).to_parquet(tmp_path / "t.parquet", index=False)
+    monkeypatch.setattr(reading, "LARGE_FILE", 1024 if large else 1 << 40)
+    o = {**DEFAULTS, "target": "y", "categorical": "user", "embed_above": 10}
+    built = [
+        build_dataset(read_source(f"csv:{tmp_path / f}", dict(o)), dict(o)) for f in ("t.csv", "t.csv.gz", "t.parquet")
+    ]
+    first = built[0]
+    levels = first.preprocessing["columns"]["user"]["levels"]
+    train_users = df["user"].iloc[: len(df)].nunique()
+    assert levels > 0.95 * train_users, (levels, train_users)  # not a quarter of them, as float32 gave
+    for other in built[1:]:
+        np.testing.assert_array_equal(other.x_train, first.x_train)
+        np.testing.assert_array_equal(other.x_test, first.x_test)
+        np.testing.assert_array_equal(other.y_train, first.y_train)
+        assert other.preprocessing["columns"] == first.preprocessing["columns"]
+
+
+def test_narrowing_keeps_every_value_and_names_what_it_cannot_narrow(monkeypatch):
+    ids = np.array([(1 << 25) + i for i in range(8)], dtype=np.int64)
+    df = pd.DataFrame(
+        {
+            "small_int": np.arange(8, dtype=np.int64),
+            "id": ids,
+            "halves": np.arange(8) / 2.0,  # float32 holds them
+            "tenths": np.arange(8) / 10.0,  # it does not
+            "cat_id": ids,
+            "flag": np.arange(8) % 2 == 0,
+        }
+    )
+    monkeypatch.setattr(reading, "WIDE_NOTE", 1)
+    with pytest.warns(VFLBenchWarning, match=r"2 numeric column\(s\) kept at 64 bits .*id, tenths"):
+        out = reading.narrow_exact(df.copy(), exact=("cat_id",))
+    assert out["small_int"].dtype == np.float32 and out["halves"].dtype == np.float32
+    assert out["id"].dtype == np.int64 and out["tenths"].dtype == np.float64
+    assert out["cat_id"].dtype == np.int64 and out["flag"].dtype == bool
+    for c in df.columns:  # the values themselves never change
+        np.testing.assert_array_equal(out[c].to_numpy().astype(df[c].dtype), df[c].to_numpy())
+    assert reading.float32_holds(np.array([1 << 24, -(1 << 24)], dtype=np.int64))
+    assert not reading.float32_holds(np.array([(1 << 24) + 1], dtype=np.int64))
+    assert reading.float32_holds(np.array([(1 << 26) + 8], dtype=np.int64))  # float32 steps by 8 above 2^26
+    assert reading.float32_holds(np.array([np.nan, 0.5]))
+    assert not reading.float32_holds(np.array([1e300]))
 
 
 # ----------------------------------------------------------------------------- the bottom models
@@ -617,3 +691,94 @@ def test_a_long_phase_waits_while_the_other_side_beats_and_gives_up_when_it_stop
     with pytest.raises(PartyFailed, match=r"Lost party 0 \(rank 1\) while answering: no sign of life"):
         server.await_any({"align/never": 1}, "answering")
     assert 0.5 < time.monotonic() - t0 < 3.0
+
+
+def test_a_peer_that_beats_without_progress_is_reported_stuck_with_its_phase_within_the_bound():
+    """The beat proves progress, not only life: a party whose heartbeat thread goes on while its main thread makes no
+    progress (a deadlock, a thrashing process) is reported by name and phase within STALL_FACTOR x --timeout; one
+    that advances its step counter is waited for, however long it computes; two processes waiting for each other
+    are a deadlock, reported at once."""
+    import threading
+    import time
+
+    from vflbench.federation.wire import Wire
+    from vflbench.runs.faults import PartyFailed
+
+    store = _Store()
+    server, party = Wire(0, 2, timeout_s=0.2), Wire(1, 2, timeout_s=0.2)
+    for w in (server, party):
+        w.store, w.run_key = store, "k"
+        w.BEAT_S = 0.05
+    assert server.stall_s == pytest.approx(1.0)
+    stop = threading.Event()
+
+    def stuck():  # alive (the beat goes on) but its main thread never advances
+        party.advance("answering the PSI request")
+        with party.beating():
+            stop.wait(10)
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    t0 = time.monotonic()
+    with pytest.raises(PartyFailed, match=r"party 0 \(rank 1\) is alive but stuck while answering: .*"
+                       r"step 1 \(answering the PSI request\) for 1s \(the bound: 5 x --timeout = 1s\)"):  # fmt: skip
+        server.await_any({"align/answer/0": 1}, "answering")
+    took = time.monotonic() - t0
+    assert 0.9 < took < 2.0, took
+    stop.set()
+    t.join()
+
+    # the same length of work with progress: waited for, not reported
+    def working():
+        with party.beating():
+            for i in range(30):
+                time.sleep(0.05)
+                party.advance(f"chunk {i}")
+            party.announce("align/answer/0")
+
+    t = threading.Thread(target=working)
+    t.start()
+    assert server.await_any({"align/answer/0": 1}, "answering") == "align/answer/0"
+    t.join()
+
+    # each waits for the other: a deadlock, named at once (not after the stall bound)
+    stop.clear()
+
+    def waits_for_the_server():
+        with party.beating():
+            try:
+                party.await_any({"align/request": 0}, "blinding the label side's IDs")
+            except PartyFailed:
+                pass
+
+    t = threading.Thread(target=waits_for_the_server)
+    t0 = time.monotonic()
+    t.start()
+    with server.beating(), pytest.raises(PartyFailed, match=r"party 0 \(rank 1\) and this process \(the server\) wait"):
+        server.await_any({"align/never": 1}, "answering")
+    assert time.monotonic() - t0 < 0.9
+    t.join()
+
+
+def test_the_memory_check_counts_embedding_tables_and_their_optimizer_state(tmp_path, monkeypatch):
+    """A click-log vocabulary: the embedding tables (and their dense gradient, Adam's moments and the update's
+    temporaries) are what fill memory, not the MLPs; the refusal before allocation counts them and names the fix."""
+    from vflbench.core import limits
+    from vflbench.runs.config import RunConfig, resolve
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    df = pd.DataFrame({"a": rng.standard_normal(n), "b": rng.standard_normal(n), "y": rng.integers(0, 2, n)})
+    df["user"] = [f"u{i}" for i in rng.integers(0, 2500, n)]
+    df.to_csv(tmp_path / "t.csv", index=False)
+    cfg = dict(dataset=f"csv:{tmp_path / 't.csv'}", method="svfl", settings={"parties": 3})
+    opts = {"target": "y", "min_count": 1, "embed_dim": 16}
+    from vflbench.data.datasets.table import load_table_dataset
+
+    run = resolve(RunConfig(**cfg, data_options=opts))  # fits on this machine
+    tables = list(load_table_dataset(f"csv:{tmp_path / 't.csv'}", run.data_options).embedded.values())
+    assert tables and tables[0][1] == 16
+    need = 4 * 6 * 2 * tables[0][0] * 16  # bytes the tables alone need
+    monkeypatch.setattr(limits, "machine_memory", lambda: int(need * 1.5))  # the MLPs fit; the tables do not
+    with pytest.raises(VFLBenchError, match=r"embedding tables .* the largest .* x 16.*hash_buckets=N"):
+        resolve(RunConfig(**cfg, data_options=opts))

@@ -17,7 +17,8 @@ from vflbench.compression import COMPRESSORS, parse_compression
 from vflbench.compression.compressors import COMPRESSORS as IMPLEMENTED
 from vflbench.compression.compressors import make_compressor
 from vflbench.core.errors import VFLBenchError
-from vflbench.privacy.channel import Channel, StaleExchange
+from vflbench.privacy.channel import Channel
+from vflbench.training.local_steps import StaleExchange
 
 from .conftest import needs_mirror
 
@@ -234,14 +235,19 @@ def test_compression_and_local_steps_refuse_what_they_cannot_do_in_one_line():
         pytest.param("none", "laser", 5, marks=pytest.mark.integration),
         pytest.param("quant:bits=4,down=1", "svfl", 2, marks=pytest.mark.integration),
         pytest.param("vq:codes=16,down=1", "laser", 1, marks=pytest.mark.integration),
+        # bar `trust` 3: a label defense and compressed gradients meet in one order in both runtimes
+        pytest.param("quant:bits=4,down=1;gaussian:scale=1", "svfl", 1, marks=pytest.mark.integration),
+        pytest.param("quant:bits=4,down=1;max_norm", "laser", 1, marks=pytest.mark.integration),
     ],
 )
 def test_across_processes_the_payload_crosses_the_wire_and_gives_the_numbers_of_one_process(spec, method, q, tmp_path):
     """Compression and local steps across processes: the same results.csv as one process, and the wire's bytes (the
-    packed payload) equal to the accounted. In a local step each process replays what it kept of the exchange."""
+    packed payload) equal to the accounted. In a local step each process replays what it kept of the exchange. With a
+    label defense (``SPEC;DEFENSE``) the defended gradient is what is compressed, in both runtimes."""
+    spec, _, defense = spec.partition(";")
     flags = ["--dataset", "credit", "--method", method, "--parties", "4", "--epochs", "2", "--train-missing",
              "mcar:0.3", "--test-missing", "none,mcar:0.5", "--seed", "0", "--compress", spec, "--local-steps",
-             str(q), "--quiet"]  # fmt: skip
+             str(q), "--quiet", *(["--label-defense", defense] if defense else [])]  # fmt: skip
     outs = {}
     for rt in ("inprocess", "processes"):
         r = runner.invoke(app, ["run", *flags, "--runtime", rt, "--out", str(tmp_path / rt)])
@@ -275,3 +281,62 @@ def test_compression_after_ldp_noise_keeps_the_certified_epsilon(method, tmp_pat
     assert eps["ldp"] and eps["ldp"] == eps["ldp_quant"]
     assert mans["ldp_quant"]["extras"]["comm_bytes_up"] < 0.15 * mans["ldp"]["extras"]["comm_bytes_up"]
     assert mans["ldp_quant"]["communication"]["compression"] == "quant:bits=4,scale=message,down=0"
+
+
+def test_a_label_defense_changes_the_gradient_before_it_is_compressed_and_the_party_gets_the_compressed_one():
+    """One process, ``down=1`` with a label defense: the defense sees the server's exact gradient, the compressor
+    packs what the defense returned, and the party (and an attack's tap) gets the compressor's output, a few levels per
+    message; the bytes counted are that payload's."""
+    from vflbench.compression.channel import CompressedChannel, compression_generators
+    from vflbench.compression.spec import parse_compression
+    from vflbench.core.rng import Streams
+
+    ch = CompressedChannel(2, parse_compression("quant:bits=2,down=1"), compression_generators(Streams(0), "cpu"))
+    seen_by_defense, seen_by_tap = [], []
+
+    def defense(g, sent, party_of, summed):
+        seen_by_defense.append(g.clone())
+        return g + 0.5  # a shift the party would not see uncompressed
+
+    class Tap:
+        def on_up(self, *a):
+            pass
+
+        def on_down(self, g, *a):
+            seen_by_tap.append(g.clone())
+
+    ch.down_hooks.append(defense)
+    ch.taps.append(Tap())
+    reps = torch.randn(2, 64, 3, requires_grad=True)
+    sent = torch.ones(2, 64, dtype=torch.bool)
+    received = ch.up(reps, sent)
+    g = torch.randn(2, 64, 3)
+    received.backward(g)
+    assert torch.equal(seen_by_defense[0], g)  # the exact gradient, not a compressed one
+    party = reps.grad
+    assert torch.equal(seen_by_tap[0], party)
+    for m in range(2):  # 2 bits: at most 4 levels in each party's message, spanning the defended gradient's range
+        levels = torch.unique(party[m])
+        assert len(levels) <= 4
+        assert abs(float(levels.min()) - float((g[m] + 0.5).min())) < 1e-5
+        assert abs(float(levels.max()) - float((g[m] + 0.5).max())) < 1e-5
+
+
+def test_local_steps_keep_the_training_exchange_only_never_an_evaluations_crossings():
+    """What the replay needs is the training exchange's crossings: an evaluation pass between exchanges (every
+    batch of the test set) adds nothing to what is kept, and the next exchange starts afresh."""
+    ch = Channel(2)
+    ch.stale = StaleExchange()
+    sent = torch.ones(2, 8, dtype=torch.bool)
+    reps = torch.randn(2, 8, 4, requires_grad=True)
+    ch.stale.start_exchange()
+    ch.up(reps, sent).sum().backward()
+    assert len(ch.stale.kept) == 1 and ch.stale.kept[0][1] is not None
+    ch.mode = "eval"
+    with torch.no_grad():
+        for _ in range(50):
+            ch.up(torch.randn(2, 8, 4), sent)
+    assert len(ch.stale.kept) == 1
+    ch.mode = "train"
+    ch.stale.start_exchange()
+    assert ch.stale.kept == []

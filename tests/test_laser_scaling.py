@@ -1,5 +1,5 @@
 """LASER-VFL without subset tables: the draws of the former 3^K tables reproduced bit for bit up to K = 12 by
-unranking (the combinatorial number system), exactly uniform integer draws above, nested subsets from K = 13 on,
+unranking (the combinatorial number system), nested subsets from K = 13 on,
 and K up to 64."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from vflbench.methods.laser import (
     TABLE_ORDER_K,
     binomials,
     candidates,
-    draw_ranks,
     draw_tasks,
     unrank,
 )
@@ -74,30 +73,11 @@ def test_the_slot_cache_of_small_k_draws_what_the_unranking_draws(heads):
     assert torch.equal(agg, member.float() / size[:, None])
 
 
-def test_integer_draws_are_exactly_uniform_above_the_table_order():
-    # counts past float32's 2^24 (C(40, 20) = 1.4e11): every rank equally likely, also the top ones
-    count = torch.full((20000, 1, 1), math.comb(40, 20))
-    r = draw_ranks(count, torch.Generator().manual_seed(0), TABLE_ORDER_K + 1)
-    assert int(r.min()) >= 0 and int(r.max()) < math.comb(40, 20)
-    top = (r >= math.comb(40, 20) * 0.9).float().mean()
-    assert abs(float(top) - 0.1) < 0.01  # a float32 draw cannot reach most ranks up there; integers can
-    small = draw_ranks(torch.full((60000, 1, 1), 3), torch.Generator().manual_seed(1), TABLE_ORDER_K + 1)
-    freq = torch.bincount(small.view(-1), minlength=3).float() / 60000
-    assert torch.allclose(freq, torch.full((3,), 1 / 3), atol=0.01)
+def test_independent_draws_stop_at_the_table_order_and_the_largest_count_fits_int64():
+    obs = torch.ones(4, TABLE_ORDER_K + 1, dtype=torch.bool)
+    with pytest.raises(ValueError, match="nested subsets"):
+        draw_tasks(obs, torch.Generator().manual_seed(3), "per_party")
     assert binomials(MAX_K)[MAX_K, MAX_K // 2] == math.comb(64, 32)  # the largest count fits int64
-
-
-@pytest.mark.parametrize("k", [13, 64])
-def test_draws_above_the_table_order_stay_uniform_among_the_subsets(k):
-    n = 4000 if k < 32 else 1500  # [n, K, K, K] memberships: 400 MB at K = 64
-    obs = torch.zeros(n, k, dtype=torch.bool)
-    obs[:, :4] = True  # O = {0, 1, 2, 3}
-    member = draw_tasks(obs, torch.Generator().manual_seed(3), "per_party")
-    # head 0, size 2: {0, j} for j in 1..3, each with probability 1/3; nothing outside O; none for head 5
-    pair = member[:, 0, 1, 1:4].float().mean(0)
-    assert torch.allclose(pair, torch.full((3,), 1 / 3), atol=0.05)
-    assert not member[:, :, :, 4:].any() and not member[:, 5].any()
-    assert torch.equal(member[:, 2, 3].sum(-1), torch.full((n,), 4))  # size 4 = O itself
 
 
 def _laser(k: int, width: int = 2):
@@ -164,3 +144,33 @@ def test_laser_trains_at_sixty_four_parties(tmp_path):
     )  # fmt: skip
     rows, manifest = execute(resolve(cfg), device="cpu")[:2]
     assert manifest["parameters"]["total"] > 0 and all(np.isfinite(r["value"]) for r in rows)
+
+
+@pytest.mark.parametrize("k", [4, 13, 64])
+def test_per_sample_loss_weights_make_every_sample_weigh_one_and_the_bar_shows_a_cross_entropy(k):
+    """The paper's weights C(|O|-1, s-1)/s sum to 2^|O| - 1 per sample (every subset of O once), 1e19 at K = 64;
+    loss_weights=per_sample divides them by that sum. The progress bar's loss is their weighted mean of the task
+    cross-entropies, whatever the weights' scale."""
+    from vflbench.methods.base import Batch
+
+    torch.manual_seed(0)
+    obs = torch.rand(64, k) < 0.7
+    obs[0] = True  # one sample with every block
+    obs[1] = False  # one with none
+    paper = _laser(k)
+    w = paper._weights(obs)
+    n_obs = obs.sum(1).double()
+    expected = torch.where(n_obs > 0, 2.0**n_obs - 1, torch.zeros_like(n_obs))
+    assert torch.allclose(w.double().sum((1, 2)), expected, rtol=1e-5)
+    norm = _laser(k)
+    norm.options["loss_weights"] = "per_sample"
+    norm.per_sample = True
+    wn = norm._weights(obs)
+    assert torch.allclose(wn.sum((1, 2)), (n_obs > 0).float(), atol=1e-5)
+    assert torch.allclose(wn[n_obs > 0], (w / w.sum((1, 2), keepdim=True))[n_obs > 0], rtol=1e-5)
+    # the bar: the paper's loss sum(ce * w) / count, shown as sum(ce * w) / sum(w): a constant task loss reads as itself
+    batch = Batch(blocks=None, obs=obs, y=torch.zeros(64, dtype=torch.long), idx=torch.arange(64), number=0)
+    count = int(obs.any(1).sum())
+    value = float((0.7 * w.double()).sum() / count)
+    assert paper.display_loss(batch, value) == pytest.approx(0.7, rel=1e-5)
+    assert norm.display_loss(batch, 0.7) == 0.7

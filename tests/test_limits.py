@@ -40,6 +40,7 @@ def _huge_run(name: str, huge: str) -> RunConfig:
         "synthetic_n": lambda: RunConfig(**base, data_options=dict([huge.split("=")])),
         "synthetic_width": lambda: RunConfig(**base, data_options=dict([huge.split("=")])),
         "n_classes": lambda: RunConfig(**base, data_options=dict([huge.split("=")])),
+        "local_steps": lambda: RunConfig(dataset="synthetic", method="svfl", local_steps=huge),
     }[name]()
 
 

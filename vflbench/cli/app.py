@@ -200,7 +200,7 @@ def _stage_progress(bar, label: str):
             self.task = bar.add_task(f"{label}{name}", total=loop.epochs, loss="-")
 
         def on_epoch_end(self, loop):
-            bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.epoch_loss:.4f}")
+            bar.update(self.task, completed=loop.epoch + 1, loss=f"{loop.shown_loss:.4f}")
 
     return StageProgress()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ..core.errors import VFLBenchError
 from ..core.limits import check as check_limit
@@ -93,12 +94,12 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
         title=f"{resolved.method_display} | {resolved.dataset} | K={resolved.parties} | "
         f"train {resolved.train_missing} | {resolved.protocol.name} | seed {resolved.seed}"
     )
-    t.add_column("test setting")
+    t.add_column("test setting", overflow="fold")
     attack_rows = [r for r in rows if str(r["metric"]).startswith("attack:")]
     rows = [r for r in rows if not str(r["metric"]).startswith("attack:")]
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     for m in metrics:
-        t.add_column(m, justify="right")
+        t.add_column(m, justify="right", overflow="fold")  # a narrow console wraps a metric's name, never cuts it
     t.add_column("counted", justify="right")
     for s in resolved.test_missing:
         vals = {r["metric"]: r for r in rows if r["test_missing"] == s}
@@ -149,12 +150,14 @@ def _print_attacks(rows: list[dict]) -> None:
     rows = with_attack_variants(pd.DataFrame(rows)).to_dict("records")  # two variants of one attack stay apart
     t = Table(title="attacks on the training samples" + (f" (epoch {last})" if last else ""))
     who = list(dict.fromkeys(r["adversary"] for r in rows))
-    t.add_column("attack metric")
+    names = list(dict.fromkeys(r["metric"] for r in rows))
+    # a metric's name is never cut: it wraps (folds) where the console is narrow, the values keep their width
+    t.add_column("attack metric", overflow="fold", min_width=min(max(map(len, names)), 40))
     for w in who:
-        t.add_column(w, justify="right")
+        t.add_column(w, justify="right", overflow="fold", min_width=6)
     for metric in dict.fromkeys(r["metric"] for r in rows):
         vals = {r["adversary"]: r["value"] for r in rows if r["metric"] == metric}
-        t.add_row(metric, *[f"{vals[w]:.3f}" if w in vals else "" for w in who])
+        t.add_row(Text(metric), *[f"{vals[w]:.3f}" if w in vals else "" for w in who])  # Text: "[...]" is no markup
     console.print(t)
 
 
@@ -445,6 +448,15 @@ def methods(
             "mechanisms at the party-to-server boundary (--mechanism NAME:key=value,...)",
             {"name": None, "what": 120},
             [[r["name"], escape(r["help"])] for r in describe_mechanisms()],
+        )
+    )
+    from ..compression.spec import describe as describe_compressors
+
+    console.print(
+        _compact(
+            "compressors at the same boundary (--compress NAME:key=value,...,down=0|1)",
+            {"name": None, "what": 120},
+            [[r["name"], escape(r["help"])] for r in describe_compressors()],
         )
     )
     console.print("One in full (options, stages, traits): vflbench methods NAME; all: --format json")

@@ -3,7 +3,9 @@
 What goes up is the compressor's reconstruction; the gradient that comes back flows to the party's exact
 representation (straight-through, as C-VFL trains: the server computes its loss on what it received, the party's
 model takes the gradient at that point). With ``down=1`` the gradient that comes down is compressed by the same rule
-(its own draws). The bytes counted are the payload's: the compressor's bits a message, per party, by phase.
+(its own draws), after any label defense changed it (``--label-defense``: the defended gradient is what is compressed
+and sent, in one process as across processes). The bytes counted are the payload's: the compressor's bits a message,
+per party, by phase.
 """
 
 from __future__ import annotations
@@ -37,31 +39,35 @@ class Compressing:
         self.down_compressor = make_compressor(spec, self.k) if self.down else None
         self.cgens = gens
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        if hasattr(self, "compressor") and value != getattr(self, "_epoch", value):  # a learned codebook's step
+    def begin_epoch(self, epoch: int) -> None:
+        """The trainer starts epoch ``epoch``: when an epoch ended since the last one began, a learned codebook
+        takes its step (vq's Lloyd step over the epoch's messages), an explicit call, not a side effect of the
+        epoch's number changing."""
+        if epoch != self.epoch:
             self.compressor.end_epoch()
             if self.down_compressor is not None:
                 self.down_compressor.end_epoch()
-        self._epoch = value
+        super().begin_epoch(epoch)
 
-    def compressed(self, values: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
-        """What the server receives of ``values`` ``[M, B, D]`` (what the parties release): the compressor's
-        reconstruction, with the gradient passing straight through to ``values``; the payload is booked."""
+    def compressed(self, values: torch.Tensor, sent: torch.Tensor, party_of) -> tuple[torch.Tensor, object]:
+        """``(received, down)``: what the server receives of ``values`` ``[M, B, D]`` (what the parties release), the
+        compressor's reconstruction with the gradient passing straight through to ``values`` (the payload is
+        booked); and, with ``down=1`` in training, the function that compresses the gradient going back down (else
+        None). The channel's :meth:`~vflbench.privacy.channel.Channel.watch` applies it after the label defenses and
+        before the taps: the label party defends its gradient, compresses it, and the party receives (and an attack
+        observes) the compressed gradient; the bytes counted are that payload's. The processes runtime does the
+        same: the server's gradient, defended, is what it compresses and sends."""
         xhat, nbytes = self.compressor.roundtrip(values, sent, self.cgens[self.mode], train=self.mode == "train")
         down_b = 0.0 if self.down else float(values.element_size())
         self._step.append((sent, party_of, 0.0, values.shape[-1] * down_b))
         self.book_bytes(nbytes, party_of=party_of)
         received = xhat.to(values.dtype) + (values - values.detach())
+        down = None
         if self.down and received.requires_grad and self.mode == "train":
-            received = self._compressed_down(received, sent, party_of)
-        return received
+            down = self._compressed_down(sent, party_of)
+        return received, down
 
-    def _compressed_down(self, received: torch.Tensor, sent: torch.Tensor, party_of) -> torch.Tensor:
+    def _compressed_down(self, sent: torch.Tensor, party_of):
         comp, gen = self.down_compressor, self.cgens["down"]
         sent = sent.clone()  # the mask as it was when the rows went up (a method may reuse its tensor)
 
@@ -73,8 +79,7 @@ class Compressing:
             # order of their sums) that the party's backward runs
             return torch.empty_like(g).copy_(out)
 
-        received.register_hook(down)
-        return received
+        return down
 
     def summary(self):
         out = super().summary()
@@ -102,7 +107,8 @@ class CompressedChannel(Compressing, Channel):
         if self.stale is not None and self.stale.replaying:
             return self.stale.replay(reps)
         self.calls += 1
-        return self.kept(self.watch(self.compressed(reps, sent, party_of), sent, party_of))
+        received, down = self.compressed(reps, sent, party_of)
+        return self.kept(self.watch(received, sent, party_of, down=down))
 
 
 class CompressedLDPChannel(Compressing, LDPChannel):
@@ -112,7 +118,6 @@ class CompressedLDPChannel(Compressing, LDPChannel):
 
     def __init__(self, base: LDPChannel, spec: CompressionSpec, gens: dict[str, torch.Generator]):
         self.__dict__.update(base.__dict__)
-        self._epoch = base.epoch
         self.setup_compression(spec, gens)
 
     def up(self, reps, sent, party_of=None):
@@ -120,10 +125,11 @@ class CompressedLDPChannel(Compressing, LDPChannel):
             return self.stale.replay(reps)
         self.calls += 1
         noisy = self.transform(reps, sent, party_of)  # the mechanism's release (charged to the accountant)
-        return self.kept(self.watch(self.compressed(noisy, sent, party_of), sent, party_of))
+        received, down = self.compressed(noisy, sent, party_of)
+        return self.kept(self.watch(received, sent, party_of, down=down))
 
     def aggregate(self, reps, sent, idx=None):
         self.note_release(idx, sent, reps.shape[-1], "sum")
         self.calls += 1
-        received = self.compressed(self._noisy(reps), sent, None)
-        return (self.watch(received, sent) * sent[..., None].to(reps.dtype)).sum(0)
+        received, down = self.compressed(self._noisy(reps), sent, None)
+        return (self.watch(received, sent, down=down) * sent[..., None].to(reps.dtype)).sum(0)

@@ -21,8 +21,8 @@ the parties; :meth:`Compressor.nbytes` is the payload's size, byte for byte what
   a codeword nobody chose keeps its place). It goes to the server with the party's first message of every epoch (C x
   dim float32, counted). C-VFL quantises vectors on a fixed lattice (A2); a learned codebook is the choice here.
 
-The gradients that come down can be compressed with the same compressor (``down=1``, in one process); by default
-they go down as float32.
+The gradients that come down can be compressed with the same compressor (``down=1``, in one process and across
+processes, after any label defense changed them); by default they go down as float32.
 """
 
 from __future__ import annotations

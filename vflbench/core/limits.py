@@ -51,6 +51,14 @@ LIMITS: dict[str, Limit] = {
         "Mbit/s of an emulated link (0 = unlimited): slower links make one message take hours",
         "0.000000001",
     ),
+    "local_steps": Limit(
+        "--local-steps",
+        1,
+        1_000,
+        "updates per exchange, each a full step of the server and the parties (FedBCD and C-VFL take tens; 10^9 made "
+        "one Credit epoch run for hours)",
+        "1000000000",
+    ),
     "synthetic_n": Limit("synthetic n", 2, 10_000_000, "samples of the synthetic generator", "n=1000000000000"),
     "synthetic_width": Limit(
         "synthetic blocks x block_width", 1, 1_000_000, "features of the synthetic generator", "block_width=1000000000"

@@ -12,7 +12,8 @@ then tells each party which of the party's own IDs are samples) or by plain inte
 (``--align plain``: every ID is shown in clear; labelled not private).
 
 The data a party holds never leaves it: each party encodes its own columns (numeric: median-imputed
-and scaled; categorical: one-hot), fitted on the training samples, as the table loader does, with the
+and scaled; categorical: one-hot, or embedded above ``embed_above`` levels), fitted on the training samples, as the
+table loader does, with the
 samples it does not hold imputed like missing cells. In one process (``--runtime inprocess``) every
 party's block is built by the same function from its own file, so a run across processes equals the
 in-process run on the joined table with the alignment's missingness mask.
@@ -20,7 +21,7 @@ in-process run on the joined table with the alignment's missingness mask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -365,10 +366,12 @@ def assemble(
         source=name,
         license="the user's",
         positive_class=side.positive,
+        embeds=True,  # as the probe's: every process knows it before any party file is read (the key's input)
     )
     y = side.y if labels else np.zeros_like(side.y)
     offsets = np.cumsum([0, *widths])
     glob = {int(offsets[k] + j): tuple(v) for k, emb in enumerate(embedded or []) for j, v in emb.items()}
+    info = replace(info, embedded=tuple(glob.values()))
     ds = Dataset(info, xtr, y[side.train], xte, y[side.test], feature_names=names, embedded=glob)
     ds.party_widths = list(widths)
     ds.party_names = [n for n, _ in files]
@@ -417,7 +420,7 @@ def aligned_spec(name: str):
 
     files = parse_party_data(name.split(":", 1)[1])
     info = DatasetInfo(
-        name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's"
+        name=name, title=name, kind="tabular", n_classes=0, shape=(0,), source=name, license="the user's", embeds=True
     )
 
     def load(_dir, opts):
@@ -535,6 +538,7 @@ def _align_server(name, files, opts, wire, how, id_col, target, report, user_pat
             f"The server found no file with the target {target!r} among {', '.join(p for _, p in files)}."
         )
     side = label_side(owner_path[2], id_col, opts, owner_path[1])
+    wire.advance("blinding the label side's IDs")
     n = len(side.ids)
     steps = 2 * k + 2  # request, k answers, k results, the parties' blocks
     report(what, 0, steps)
@@ -553,6 +557,7 @@ def _align_server(name, files, opts, wire, how, id_col, target, report, user_pat
     while owed:  # the parties answer at the same time; take each answer as it is announced
         step = wire.await_any(owed, "answering the alignment")
         j = owed.pop(step) - 1
+        wire.advance(f"receiving party {j}'s answer")
         if how == "psi":
             answers[j] = (_recv_bytes(wire, j + 1), _recv_bytes(wire, j + 1))
         else:  # plain: the party's IDs in clear (not private)
@@ -567,6 +572,7 @@ def _align_server(name, files, opts, wire, how, id_col, target, report, user_pat
             futures = {j: pool.submit(psi_result, client, side.ids, *answers.pop(j)) for j in range(k)}
             for j in range(k):
                 held[:, j] = futures[j].result()
+                wire.advance(f"intersecting party {j}'s answer")
                 report(what, 1 + k + j + 1, steps)
     else:
         for j in range(k):
@@ -617,9 +623,11 @@ def _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256
     k = len(files)
     me = wire.rank - 1
     path = files[me][1]
+    wire.advance("reading its file")
     df = read_party(path, id_col)
     ids = df[id_col].tolist()
     wire.await_any({"align/request": SERVER}, "blinding the label side's IDs")
+    wire.advance("answering the PSI request" if how == "psi" else "sending its IDs")
     header = json.loads(_recv_bytes(wire, SERVER).decode())
     if header["align"] != how:
         raise VFLBenchError(
@@ -642,6 +650,7 @@ def _align_party(name, files, opts, wire, how, id_col, target, user_path, sha256
     train = _recv_array(wire, n_train, torch.int32, SERVER).astype(np.int64)  # the split, in the server's order
     test = _recv_array(wire, n_test, torch.int32, SERVER).astype(np.int64)
     n = int(meta["n"])
+    wire.advance("encoding its columns")
     # the party's view of the samples: its own IDs where it holds them, placeholders elsewhere (imputed)
     sample_ids = [f"\x00not-held-{i}" for i in range(n)]
     for pos, ident in zip(positions.tolist(), mine_ids, strict=True):

@@ -206,16 +206,32 @@ class Wire:
 
     # -- long phases (entity alignment): progress through the rendezvous store, not a blocking receive. A process
     # that computes for minutes (PSI over 10^5 IDs) keeps a heartbeat in the store; one that waits for another
-    # polls the store for the step it waits for and gives up only when the other's heartbeat stops for the
-    # timeout. A receive is posted once the sender has announced its message, so no gloo wait outlasts a transfer.
+    # polls the store for the step it waits for. The beat carries the process's progress: a step counter that its
+    # main thread advances (:meth:`advance`) and the phase it is in, and the ranks it waits for while it waits. A
+    # rank whose beat stops for the timeout is lost; a rank that beats but neither advances nor waits for another for
+    # STALL_FACTOR timeouts is stuck (a deadlock, a thrashing peer) and reported with its name and phase; two ranks
+    # that wait for each other are reported at once. A receive is posted once the sender has announced its message,
+    # so no gloo wait outlasts a transfer.
     BEAT_S = 0.5
+    STALL_FACTOR = 5  # a computing rank must advance its step counter within this many --timeout (300 s by default)
 
     def _key(self, name: str) -> str:
         return f"vflbench/{self.run_key}/{self.generation}/{name}"
 
+    def advance(self, phase: str) -> None:
+        """This process made progress: its step counter moves on and its beat says ``phase`` (what it computes now)."""
+        self.steps_done = getattr(self, "steps_done", 0) + 1
+        self.step_phase = phase
+
+    @property
+    def stall_s(self) -> float:
+        return self.STALL_FACTOR * self.timeout_s
+
     def beating(self):
         """A context manager: while inside, a thread sets this process's heartbeat in the store every
-        :data:`BEAT_S` seconds (the computations it covers release the GIL: openmined-psi's, numpy's, torch's)."""
+        :data:`BEAT_S` seconds (the computations it covers release the GIL: openmined-psi's, numpy's, torch's). The
+        beat is ``tick|steps|waits|phase``: the thread's tick (life), the main thread's step counter (progress), the
+        ranks it waits for (comma-separated; empty while it computes) and its phase."""
         import contextlib
         import threading
 
@@ -232,7 +248,9 @@ class Wire:
                 n = 0
                 while not stop.is_set():
                     n += 1
-                    wire.store.set(wire._key(f"alive/{wire.rank}"), str(n))
+                    waits = ",".join(map(str, getattr(wire, "waiting_for", ())))
+                    steps, phase = getattr(wire, "steps_done", 0), getattr(wire, "step_phase", "")
+                    wire.store.set(wire._key(f"alive/{wire.rank}"), f"{n}|{steps}|{waits}|{phase}")
                     stop.wait(wire.BEAT_S)
 
             t = threading.Thread(target=loop, name="vflbench-heartbeat", daemon=True)
@@ -249,31 +267,64 @@ class Wire:
         """Tell the others, through the store, that step ``name`` is done (its message can be received)."""
         if self.store is not None:
             self.store.set(self._key(name), "1")
+        self.advance(f"announced {name}")
+
+    def who(self, rank: int) -> str:
+        return "the server" if rank == SERVER else f"party {rank - 1}"
 
     def await_any(self, names: dict[str, int], what: str) -> str:
         """Wait until one of the steps ``names`` (step -> the rank that announces it) is announced, as long as the
-        ranks that owe them keep their heartbeat; returns the first announced. A rank whose heartbeat stops for
-        longer than the timeout is lost (PartyFailed)."""
+        ranks that owe them are alive and making progress; returns the first announced. A rank whose heartbeat
+        stops for longer than the timeout is lost; one that beats without advancing its step counter (and waits for
+        nobody) for :attr:`stall_s` is stuck; one that waits for this process while it waits for that one is
+        deadlocked (each PartyFailed, naming the rank and its phase)."""
         if self.store is None:
             return next(iter(names))
-        last: dict[int, tuple[str, float]] = {}
-        while True:
-            now = time.monotonic()
-            for name, rank in names.items():
-                if self.store.check([self._key(name)]):
-                    return name
-                beat_key = self._key(f"alive/{rank}")
-                beat = self.store.get(beat_key).decode() if self.store.check([beat_key]) else ""
-                seen, since = last.get(rank, ("", now))
-                if beat != seen or rank not in last:
-                    last[rank] = (beat, now)
-                elif now - since > self.timeout_s:
-                    who = "the server" if rank == SERVER else f"party {rank - 1}"
-                    raise PartyFailed(
-                        f"Lost {who} (rank {rank}) while {what}: no sign of life for {self.timeout_s:.0f}s "
-                        "(--timeout); nothing was written as a finished result."
-                    )
-            time.sleep(0.02)
+        last: dict[int, tuple[str, float]] = {}  # rank -> (its tick, when it last changed)
+        progress: dict[int, tuple[str, float]] = {}  # rank -> (its step counter, when it last moved)
+        mutual: dict[int, float] = {}  # rank -> since when it has waited for this process, as this one for it
+        self.waiting_for = sorted(set(names.values()))
+        try:
+            while True:
+                now = time.monotonic()
+                for name, rank in names.items():
+                    if self.store.check([self._key(name)]):
+                        return name
+                    beat_key = self._key(f"alive/{rank}")
+                    beat = self.store.get(beat_key).decode() if self.store.check([beat_key]) else ""
+                    tick, steps, waits, phase = (beat.split("|", 3) + ["", "", "", ""])[:4]
+                    seen, since = last.get(rank, ("", now))
+                    if tick != seen or rank not in last:
+                        last[rank] = (tick, now)
+                    elif now - since > self.timeout_s:
+                        raise PartyFailed(
+                            f"Lost {self.who(rank)} (rank {rank}) while {what}: no sign of life for "
+                            f"{self.timeout_s:.0f}s (--timeout); nothing was written as a finished result."
+                        )
+                    waiting = [int(r) for r in waits.split(",") if r]
+                    if self.rank not in waiting:
+                        mutual.pop(rank, None)
+                    elif now - mutual.setdefault(rank, now) > 3 * self.BEAT_S + 0.5:  # not a beat written late
+                        raise PartyFailed(
+                            f"{self.who(rank)} (rank {rank}) and this process ({self.who(self.rank)}) wait for each "
+                            f"other while {what} ({self.who(rank)}: {phase or 'no phase'}): a deadlock; nothing was "
+                            "written as a finished result."
+                        )
+                    moved, at = progress.get(rank, ("", now))
+                    if (
+                        steps != moved or rank not in progress or waiting
+                    ):  # a waiting rank is judged by whom it waits for
+                        progress[rank] = (steps, now)
+                    elif now - at > self.stall_s:
+                        raise PartyFailed(
+                            f"{self.who(rank)} (rank {rank}) is alive but stuck while {what}: its beat goes on, but "
+                            f"its progress stayed at step {steps or 0} ({phase or 'no phase'}) for {now - at:.0f}s "
+                            f"(the bound: {self.STALL_FACTOR} x --timeout = {self.stall_s:.0f}s); nothing was written "
+                            "as a finished result."
+                        )
+                time.sleep(0.02)
+        finally:
+            self.waiting_for = []
 
     def _failed(self, peer: int, e: Exception) -> PartyFailed:
         who = "the server" if peer == SERVER else f"party {self.party_of_rank(peer)}"
@@ -656,7 +707,9 @@ class WireCompressedChannel(WireChannel):
     (the same streams as in one process), and sends the payload as the compressor packs it (codes as packed bits,
     ranges and values as float32, a codebook when it goes); the server decodes. What crosses the wire is the
     payload, byte for byte what one process counts, and the server gets the numbers one process gets. Gradients go
-    down as float32. Made from the run's :class:`~vflbench.compression.channel.CompressedChannel`."""
+    down as float32 rows, or with ``down=1`` as the server's compressed payload of its gradient (after any label
+    defense changed it, as in one process). Made from the run's
+    :class:`~vflbench.compression.channel.CompressedChannel`."""
 
     draws_noise = True  # each party's draws and codebook are not checkpointed: a restarted party cannot rejoin exactly
 
@@ -665,17 +718,12 @@ class WireCompressedChannel(WireChannel):
         self.down, self.down_compressor = base.down, base.down_compressor
         super().__init__(base.k, wire)
 
-    @property
-    def epoch(self) -> int:
-        return self.wire.epoch
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        if hasattr(self, "compressor") and value != self.wire.epoch:
-            self.compressor.end_epoch()  # both sides: a codebook moves (party) and goes again (both know when)
+    def begin_epoch(self, epoch: int) -> None:
+        if epoch != self.wire.epoch:  # an epoch ends: both sides, a codebook moves (party) and goes again
+            self.compressor.end_epoch()
             if self.down_compressor is not None:
                 self.down_compressor.end_epoch()
-        WireChannel.epoch.fset(self, value)
+        super().begin_epoch(epoch)
 
     def up(self, reps, sent, party_of=None):
         if self.stale is not None and self.stale.replaying:

@@ -491,7 +491,11 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
             ]
             if old.get("experiment") == p.experiment.name and bool(old.get("quick")) == bool(p.experiment.quick):
                 # a subset invocation (--seeds, --methods, --train-missing ...) adds to the folder's runs
-                earlier_ids = [r for r in old.get("run_ids") or [] if isinstance(r, str)]
+                # (a run whose folder is gone is no longer the folder's: e.g. one superseded after a behaviour bump,
+                # vflbench.runs.behaviour, and removed)
+                earlier_ids = [
+                    r for r in old.get("run_ids") or [] if isinstance(r, str) and (p.out / "runs" / r).is_dir()
+                ]
         except (OSError, ValueError):
             previous = []
     run_ids = list(dict.fromkeys([*earlier_ids, *p.run_ids]))

@@ -294,6 +294,12 @@ class Method:
     def predict(self, batch: Batch) -> BatchPrediction:
         raise NotImplementedError
 
+    def display_loss(self, batch: Batch, value: float) -> float:
+        """The training loss ``value`` of ``batch`` as the progress bar shows it: the loss itself, unless its scale
+        says nothing to a reader (LASER-VFL's paper weights: their weighted mean). Only what is shown; the
+        optimised loss and the recorded curve are ``value``."""
+        return value
+
     def party_losses(self, batch: Batch, stage: Stage) -> tuple[torch.Tensor, torch.Tensor] | None:
         """For a method whose parties train alone (Local, Ensemble): each party's own loss term
         ``[K]``, the training loss being their sum, and the active members; None (the default): the

@@ -94,24 +94,14 @@ def candidates(obs: torch.Tensor, heads: str) -> tuple[torch.Tensor, torch.Tenso
     return others, take, count
 
 
-def draw_ranks(count: torch.Tensor, gen: torch.Generator, k: int) -> torch.Tensor:
-    """A uniform rank in ``0 .. count-1`` per task (0 where count is 0). Up to K = 12 the former tables' float draw
-    ``floor(u * count)``, one float32 uniform per (sample, head, size) in that order (the same numbers as then);
-    above, where counts pass float32's 2^24, integer draws: 62 random bits per task, redrawn while they fall in the
-    incomplete last copy of ``0 .. count-1`` (rejection), so every rank is exactly equally likely."""
+def draw_ranks(count: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A uniform rank in ``0 .. count-1`` per task (0 where count is 0): the former tables' float draw
+    ``floor(u * count)``, one float32 uniform per (sample, head, size) in that order (the same numbers as then). Up to
+    K = 12 every count is below float32's 2^24, so every rank can be drawn; above, LASER-VFL draws nested subsets
+    (:meth:`LaserVFL._nested_orders`) and no rank."""
     flat = count.reshape(count.shape[0], -1)
-    if k <= TABLE_ORDER_K:
-        u = torch.rand(flat.shape, generator=gen, device=count.device)
-        return (u * flat).long().view_as(count)
-    top = 1 << 62
-    c = flat.clamp_min(1)
-    limit = top - top % c  # the largest multiple of count below 2^62
-    v = torch.randint(0, top, flat.shape, generator=gen, device=count.device)
-    bad = v >= limit
-    while bool(bad.any()):
-        v = torch.where(bad, torch.randint(0, top, flat.shape, generator=gen, device=count.device), v)
-        bad = v >= limit
-    return torch.where(flat > 0, v % c, 0).view_as(count)
+    u = torch.rand(flat.shape, generator=gen, device=count.device)
+    return (u * flat).long().view_as(count)
 
 
 def unrank(others: torch.Tensor, take: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
@@ -180,10 +170,15 @@ def draw_tasks(obs: torch.Tensor, gen: torch.Generator, heads: str, shared: bool
     like the authors' ``random.sample``; empty where there is no task. ``shared``: one draw per (head, size) for
     the whole batch (the authors' per-batch code; the rows of ``obs`` are equal, one row comes back). ``order``:
     the draws are made in sample order and returned in this order."""
+    if obs.shape[1] > TABLE_ORDER_K:
+        raise ValueError(
+            f"independent task draws stop at K = {TABLE_ORDER_K} (K = {obs.shape[1]} given); above, LASER-VFL draws "
+            "nested subsets (LaserVFL._nested_orders)"
+        )
     if shared:
         obs = obs[:1]
     others, take, count = candidates(obs, heads)
-    rank = draw_ranks(count, gen, obs.shape[1])  # drawn in sample order
+    rank = draw_ranks(count, gen)  # drawn in sample order
     b, h, k = count.shape
     others = others.expand(b, h, k)
     if order is not None:
@@ -254,6 +249,14 @@ class LaserVFL(Method):
         Option(
             "freeze", bool, False, "with pretrain=simsiam: keep the pretrained extractors frozen while the head trains"
         ),
+        Option(
+            "loss_weights",
+            str,
+            "paper",
+            "the tasks' loss weights: the paper's C(|O|-1, s-1)/s (a sample's weights sum to 2^|O| - 1, the number of "
+            "its subsets), or those divided per sample by their sum (every sample weighs 1; docs/SCALING.md)",
+            choices=("paper", "per_sample"),
+        ),
     )
 
     @classmethod
@@ -298,6 +301,7 @@ class LaserVFL(Method):
         self.nested = self.k > TABLE_ORDER_K
         self.mean = self.fusion_is_mean()
         self.zero_impute = self.options["missing"] == "zero"
+        self.per_sample = self.options["loss_weights"] == "per_sample"
         if self.one:  # observed count -> loss weights [1, size]: C(|O|, s)/(2^|O| - 1) for s <= |O|
             self.wobs = one_weights(self.k).to(self.device)
         else:  # observed count -> loss weights [size]: C(|O|-1, s-1)/s for s <= |O| (times: the head is in O)
@@ -307,12 +311,28 @@ class LaserVFL(Method):
         self.ssl = simsiam_for(self, self.ext)
 
     def _weights(self, obs: torch.Tensor) -> torch.Tensor:
-        """The loss weights ``[B, head, size]`` of a batch's tasks (0 for a head outside O or a size above |O|)."""
+        """The loss weights ``[B, head, size]`` of a batch's tasks (0 for a head outside O or a size above |O|);
+        ``loss_weights=per_sample``: divided by their sum per sample, so every sample with a task weighs 1."""
         w = torch.index_select(self.wobs, 0, obs.sum(1))  # [B, size]
         if self.one:
-            return w[:, None, :]
-        heads = obs[:, : self.n_heads].to(w.dtype)  # head i in O (active: head 0)
-        return w[:, None, :] * heads[:, :, None]
+            w = w[:, None, :]
+        else:
+            heads = obs[:, : self.n_heads].to(w.dtype)  # head i in O (active: head 0)
+            w = w[:, None, :] * heads[:, :, None]
+        if self.per_sample:
+            w = w / w.sum((1, 2), keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+        return w
+
+    def display_loss(self, batch: Batch, value: float) -> float:
+        """The step's loss as the weighted mean of its task losses (cross-entropies): the paper's weights sum to
+        2^|O| - 1 per sample, so the loss itself reaches 1e19 at K = 64 (the optimised loss is unchanged)."""
+        obs = batch.obs
+        if self.per_sample or obs.shape[0] == 0:
+            return value
+        shared = self.options["laser_subsets"] == "batch"
+        total = float(self._weights(obs[:1]).sum()) * obs.shape[0] if shared else float(self._weights(obs).sum())
+        count = max(int(obs.any(1).sum()), 1)
+        return value * count / total if total > 0 else value
 
     def _fusion(self, member: torch.Tensor) -> torch.Tensor:
         """Membership ``[..., K]`` -> fusion weights: 1/|S| on the members of S (mean), 1/K (zero-imputed mean), or

@@ -21,70 +21,6 @@ import torch
 PHASES = ("train", "eval", "monitor")  # monitor: passes over the training set that only measure
 
 
-class _Stale(torch.autograd.Function):
-    """A local step's crossing: forward, the values the server received at the exchange; backward, the gradient the
-    party received at the exchange, whatever the loss now says (a party learns nothing new between exchanges)."""
-
-    @staticmethod
-    def forward(ctx, fresh, received, grad):
-        ctx.save_for_backward(grad)
-        return received.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        (grad,) = ctx.saved_tensors
-        return grad, None, None
-
-
-class StaleExchange:
-    """Local steps after an exchange (``--local-steps Q``: FedBCD, Liu et al.; C-VFL, Castiglia et al.). At the
-    exchange every crossing is kept: what the server received and, from the backward, the gradient sent back for it.
-    In each of the Q - 1 local steps that follow on the same minibatch, the method's loss is computed again with its
-    crossings replayed in order: the server's side computes on the received values (its own parameters current, the
-    parties' representations stale), and each party back-propagates the gradient it received at the exchange through
-    its own current model (the stale partial derivative; its Jacobian fresh). Nothing crosses, and nothing is
-    counted. A party that sent no row for a sample (its block missing) gets no gradient for it, so a local step
-    leaves its model as the exchange's zero gradient does."""
-
-    def __init__(self) -> None:
-        self.kept: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        self.replaying = False  # a local step's forward is under way
-        self.local = False  # the step under way is a local one (its backward crosses nothing)
-        self._at = 0
-
-    def start_exchange(self) -> None:
-        self.kept, self.replaying, self.local = [], False, False
-
-    def keep(self, received: torch.Tensor) -> torch.Tensor:
-        slot = len(self.kept)
-        self.kept.append((received.detach().clone(), None))  # a copy: the party may update its values in place
-        if received.requires_grad:
-
-            def grab(g: torch.Tensor) -> torch.Tensor:
-                self.kept[slot] = (self.kept[slot][0], g.detach())
-                return g
-
-            received.register_hook(grab)
-        return received
-
-    def start_replay(self) -> None:
-        self.replaying, self.local, self._at = True, True, 0
-
-    def replay(self, fresh: torch.Tensor) -> torch.Tensor:
-        if self._at >= len(self.kept):
-            raise RuntimeError("a local step crossed the boundary more often than its exchange")
-        received, grad = self.kept[self._at]
-        self._at += 1
-        if grad is None or not fresh.requires_grad:
-            return received
-        if grad.shape != fresh.shape:  # a summed crossing ([B, D]): each sender's rows got the sum's gradient
-            grad = grad.expand(fresh.shape) if grad.ndim == fresh.ndim else grad[None].expand(fresh.shape)
-        return _Stale.apply(fresh, received, grad)
-
-    def stop(self) -> None:
-        self.replaying = False
-
-
 class Channel:
     """Counts the bytes each party sends up (representations) and receives down (their gradients).
 
@@ -119,7 +55,10 @@ class Channel:
         self.down_hooks: list[Any] = []
 
     # -- the boundary
-    stale: StaleExchange | None = None  # local steps (--local-steps): the exchange's values, replayed
+    # local steps (--local-steps): the training schedule's replay of the exchange (vflbench.training.local_steps,
+    # installed by the trainer): ``keep`` it is given what crossed in a training step, and while it is
+    # ``replaying`` it answers a crossing with what the exchange received (``replay``)
+    stale: Any = None
 
     def up(self, reps: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None) -> torch.Tensor:
         """``reps`` ``[M, B, D]``: what M senders computed for a batch; ``sent`` ``[M, B]`` bool: which
@@ -132,17 +71,25 @@ class Channel:
         return self.kept(self.watch(self.transform(reps, sent, party_of), sent, party_of))
 
     def kept(self, received: torch.Tensor) -> torch.Tensor:
-        """``received`` as it goes on to the server's computation; an exchange followed by local steps keeps it
-        and, when the backward reaches it, the gradient the parties get for it (:class:`StaleExchange`)."""
-        return received if self.stale is None else self.stale.keep(received)
+        """``received`` as it goes on to the server's computation; a training exchange followed by local steps keeps
+        it and, when the backward reaches it, the gradient the parties get for it (the replay of
+        :mod:`vflbench.training.local_steps`). Evaluation and monitoring crossings are never kept."""
+        return received if self.stale is None or self.mode != "train" else self.stale.keep(received)
 
     def watch(
-        self, received: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None = None, summed: bool = False
+        self,
+        received: torch.Tensor,
+        sent: torch.Tensor,
+        party_of: torch.Tensor | None = None,
+        summed: bool = False,
+        down=None,
     ) -> torch.Tensor:
         """A training crossing as the two sides see it: the taps observe ``received`` (what the server holds:
         ``[M, B, D]``, or ``[B, D]`` for a sum, ``summed``), and, through a hook on it, the gradient that goes
-        back down for it, after the label defenses changed it. Returns ``received`` (the same tensor)."""
-        if self.mode != "train" or not (self.taps or self.down_hooks):
+        back down for it: the label defenses change it first, then ``down`` (a compressor's, ``--compress
+        ...,down=1``) turns it into what crosses, and the taps observe what the parties receive. Returns
+        ``received`` (the same tensor)."""
+        if self.mode != "train" or not (self.taps or self.down_hooks or down is not None):
             return received
         idx = self.batch_idx
         for tap in self.taps:
@@ -150,14 +97,16 @@ class Channel:
         if received.requires_grad:
             hooks, taps = list(self.down_hooks), list(self.taps)
 
-            def down(g: torch.Tensor) -> torch.Tensor:
+            def hook(g: torch.Tensor) -> torch.Tensor:
                 for h in hooks:
                     g = h(g, sent, party_of, summed)
+                if down is not None:
+                    g = down(g)
                 for tap in taps:
                     tap.on_down(g.detach(), sent, party_of, idx, summed)
                 return g
 
-            received.register_hook(down)
+            received.register_hook(hook)
         return received
 
     def count(
@@ -225,6 +174,11 @@ class Channel:
         sampler reads the labels). ``derived``: every process draws the same order from its replica of the run's
         streams (no labels read), so only a fingerprint need cross."""
         return order
+
+    def begin_epoch(self, epoch: int) -> None:
+        """The trainer starts epoch ``epoch`` (0-based, per stage group): what the channel's messages say, and where
+        a channel with state per epoch moves it (a learned codebook, vflbench.compression.channel)."""
+        self.epoch = epoch
 
     def epoch_boundary(self, boundary) -> None:
         """Between two epochs of a run that can lose a party (``boundary``: a

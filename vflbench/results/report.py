@@ -213,13 +213,13 @@ def aggregate(df: pd.DataFrame, layout: Layout) -> pd.DataFrame:
                 + [m for m in METRIC_ORDER if m in rec and m != first]
                 + [m for m in rec if m not in (first, *METRIC_ORDER)]
             )
-        else:
-            metrics = [first]
+        else:  # the dataset's metric, and every attack recorded beside it (a paper layout drops no attack)
+            metrics = [first] + [m for m in dict.fromkeys(gd["metric"]) if str(m).startswith("attack:")]
         for metric in metrics:
             g = gd[gd["metric"] == metric]
             if layout.train is not None:
                 g = g[g["train_missing"].isin(layout.train)]
-            if layout.test is not None:
+            if layout.test is not None and not str(metric).startswith("attack:"):  # an attack's rows are by adversary
                 g = g[g["test_missing"].isin(layout.test)]
             if str(metric).startswith("attack:") and "adversary" in g.columns:  # an attack's rows: by adversary
                 g = g.assign(test_missing=g["adversary"])
@@ -332,16 +332,19 @@ def render(
         lines += [f"# {title}", ""]
     for (ds, _metric), g in agg.groupby(["dataset", "metric"], sort=False):
         methods = method_order(g["method"])
-        trains = layout.train or list(dict.fromkeys(g["train_missing"]))
-        tests = layout.test or list(dict.fromkeys(g["test_missing"]))
         metric = g["metric"].iloc[0]
+        attack = str(metric).startswith("attack:")  # an attack's table: rows by adversary; the most leaked in bold
+        trains = layout.train or list(dict.fromkeys(g["train_missing"]))
+        # an attack's rows are its adversaries (in its test_missing column), whatever test settings the layout names
+        tests = (
+            list(dict.fromkeys(g["test_missing"])) if attack else layout.test or list(dict.fromkeys(g["test_missing"]))
+        )
         mlabel = {"f1": "F1 x 100", "auprc": "AUPRC x 100", "accuracy": "accuracy (%)"}.get(metric, metric)
         seeds = sorted(set(g["n_seeds"]))
         spread = "mean [95% t interval]" if with_stats else "mean ± population std"
         head = f"{ds}: {mlabel}, {spread} over {'/'.join(map(str, seeds))} seeds" + (
             f" ({protocol} protocol)" if protocol else ""
         )
-        attack = str(metric).startswith("attack:")  # an attack's table: rows by adversary; the most leaked in bold
         cols = ["p_miss train", "adversary" if attack else "p_miss test"] + [display(m) for m in methods]
         rows = []
         for tr in trains:

@@ -20,7 +20,7 @@ from ..core.limits import check as check_limit
 from ..core.paths import register as register_paths
 from ..core.paths import user_path
 from ..data import alignment  # noqa: F401  (registers the aligned:... datasets of --party-data)
-from . import keys
+from . import behaviour, keys
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .protocols import ResolvedProtocol
 from .settings import SETTINGS
@@ -99,6 +99,8 @@ class ResolvedRun:
     settings: dict[str, Any] = field(
         default_factory=dict
     )  # every declared setting's canonical value (vflbench.runs.settings)
+    # the components the run uses, with their behaviour versions (vflbench.runs.behaviour; those above 1 are keyed)
+    behaviour: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from .settings import to_json, top_json
@@ -140,6 +142,9 @@ class ResolvedRun:
         )  # the key layout (vflbench.runs.keys): no per-field marks
         d["data_options"] = keys.data_options(self.dataset, d["data_options"])
         d["method_options"] = keys.method_options(self.method, d["method_options"])
+        d.pop("behaviour", None)
+        if versions := behaviour.keyed(self.behaviour):  # a component whose numbers moved since keys began
+            d["behaviour"] = versions
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -373,7 +378,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .faults import check_run
 
     check_run(mcls, options, settings, int(settings["parties"]), sum(h.epochs for h in stage_hp.values()))
+    runtime = str(settings.get("runtime", "inprocess"))
+    compress, defense = settings.get("compress"), settings.get("label_defense")
+    down_defended = bool(compress is not None and dict(getattr(compress, "params", ())).get("down")) and (
+        defense is not None and getattr(defense, "name", "none") != "none"
+    )
     return ResolvedRun(
+        behaviour=behaviour.used(cfg.method, partitioner, runtime, info.embeds, info.large_file, down_defended),
         dataset=cfg.dataset,
         data_options=data_options,
         method=cfg.method,
@@ -397,9 +408,14 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     )
 
 
+EMBEDDING_COPIES = 6  # a table, its dense gradient, Adam's two moments and the update's two temporaries, 4 bytes each
+
+
 def check_model_memory(model: dict[str, Any], info, parties: int, batch_size: int) -> None:
     """An MLP run's parameters, gradients and Adam state (4 copies of 4 bytes, for every party's
-    extractor and as many heads again) and one batch's activations, against this machine's memory."""
+    extractor and as many heads again), its embedding tables (every embedded categorical column: the table, its
+    gradient, which a step writes in full, Adam's state and the update's temporaries; for every copy of the party's
+    extractor) and one batch's activations, against this machine's memory."""
     from ..core.limits import check_memory, mlp_parameters
 
     if model.get("arch") != "mlp" or not info.shape:
@@ -407,12 +423,20 @@ def check_model_memory(model: dict[str, Any], info, parties: int, batch_size: in
     hidden = [int(h) for h in model.get("hidden", [])]
     width = max(1, -(-int(info.shape[0]) // max(parties, 1)))
     params = 2 * parties * mlp_parameters(width, hidden, int(model["cut"]))
+    tables = 2 * sum(int(rows) * int(dim) for rows, dim in getattr(info, "embedded", ()))
     activations = 4 * batch_size * parties * sum([width, *hidden, int(model["cut"])])
+    largest = max(getattr(info, "embedded", ()) or [(0, 0)], key=lambda rd: rd[0] * rd[1])
     check_memory(
-        f"the models of {parties} parties (--cut {model['cut']}, --hidden {','.join(map(str, hidden)) or 'none'})",
-        16.0 * params + 3 * activations,
+        f"the models of {parties} parties (--cut {model['cut']}, --hidden {','.join(map(str, hidden)) or 'none'})"
+        + (
+            f" and their embedding tables ({tables // 2:,} parameters; the largest {largest[0]:,} x {largest[1]})"
+            if tables
+            else ""
+        ),
+        16.0 * params + 4.0 * EMBEDDING_COPIES * tables + 3 * activations,
         0.5,
-        "lower --cut, --hidden or --batch-size",
+        "lower --cut, --hidden or --batch-size"
+        + (", or embed fewer levels (--data-opt hash_buckets=N, min_count=M or embed_dim=D)" if tables else ""),
     )
 
 

@@ -499,6 +499,7 @@ def _local_steps(value: Any) -> int:
         raise VFLBenchError(f"--local-steps takes a whole number of updates per exchange, got {value!r}.") from None
     if v < 1:
         raise VFLBenchError(f"--local-steps must be at least 1 (1: one update per exchange, as usual), got {v}.")
+    check_limit("local_steps", v)
     return v
 
 
@@ -511,8 +512,6 @@ def _check_local_steps(values: dict[str, Any], mcls) -> None:
             f"--local-steps {q} replays the exchange at the party-to-server boundary, which {mcls.display} does not "
             f"open to it: {mcls.boundary_refusal}."
         )
-    if mcls is not None and getattr(mcls, "local_steps_refusal", None):
-        raise VFLBenchError(f"--local-steps {q}: {mcls.display} {mcls.local_steps_refusal}.")
     mech = values.get("mechanism")
     if mech is not None and mech.name != "none":
         raise VFLBenchError(f"--local-steps with --mechanism {mech} is not built yet; run one of the two.")

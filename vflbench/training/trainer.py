@@ -23,9 +23,9 @@ from ..core.errors import TrainingDiverged, VFLBenchError
 from ..data.partitioners import Partition
 from ..methods import Batch, Epoch, Method, Stage
 from ..nn.optim import MaskedOptimizer, cosine_lr
-from ..privacy.channel import StaleExchange
 from ..runs.faults import PartyFaults, PartyLost
 from ..runs.hparams import HParams
+from .local_steps import StaleExchange
 
 
 class BlockData:
@@ -103,7 +103,7 @@ class TrainPolicy:
     balanced_sampler: bool
     augment: bool
     stale_updates: bool = False
-    local_steps: int = 1  # parameter updates per exchange (--local-steps; vflbench.privacy.channel.StaleExchange)
+    local_steps: int = 1  # parameter updates per exchange (--local-steps; vflbench.training.local_steps.StaleExchange)
 
 
 @dataclass
@@ -186,6 +186,7 @@ class Loop:
     epoch: int = 0
     epochs: int = 0
     epoch_loss: float = float("nan")
+    shown_loss: float = float("nan")  # the epoch's loss as the bar shows it (Method.display_loss)
 
 
 def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
@@ -358,7 +359,7 @@ class _StageRun:
 
     def local_updates(self, batches: list[Batch]) -> None:
         """``--local-steps Q``: Q - 1 more updates on the exchange's minibatch, nothing crossing
-        (:class:`~vflbench.privacy.channel.StaleExchange`)."""
+        (:class:`~vflbench.training.local_steps.StaleExchange`)."""
         for _ in range(self.policy.local_steps - 1):
             local = self.step.local_step(self.stage, batches)
             if local is None:
@@ -372,7 +373,8 @@ class _StageRun:
         for m, loop in zip(self.methods, self.loops, strict=True):
             m.train(True)
             m.channel.mode = "train"
-            m.channel.epoch = loop.epoch = epoch
+            m.channel.begin_epoch(epoch)
+            loop.epoch = epoch
         t0 = time.perf_counter()
         if hp.schedule == "cosine":
             opt.lr = cosine_lr(hp.lr, epoch, hp.epochs, hp.eta_min_ratio)
@@ -392,7 +394,7 @@ class _StageRun:
         ]
         for m, ep in zip(self.methods, epochs, strict=True):
             m.begin_epoch(ep)
-        total, count, skipped = [0.0] * n, [0] * n, [0] * n
+        total, shown, count, skipped = [0.0] * n, [0.0] * n, [0] * n, [0] * n
         start, j, j0 = 0, 0, 0  # j: the batch's number in the epoch; j0: where the method's epoch draws began
         while start < len(orders[0]):
             batches = step.batches(
@@ -449,6 +451,7 @@ class _StageRun:
                 for cb in cbs:
                     cb.after_step(loop, b, v)
                 total[i] += v
+                shown[i] += loop.method.display_loss(b, v) if len(self.methods) == 1 else v
                 count[i] += 1
         for m, ep in zip(self.methods, epochs, strict=True):
             m.end_epoch(ep)
@@ -457,6 +460,7 @@ class _StageRun:
         for i, (h, loop, cbs) in enumerate(zip(self.hists, self.loops, callbacks, strict=True)):
             h.skipped_batches += skipped[i]
             loop.epoch_loss = total[i] / max(count[i], 1)
+            loop.shown_loss = shown[i] / max(count[i], 1)
             h.loss.append(loop.epoch_loss)
             h.lr.append(opt.lr)
             h.stage.append(stage.name)

@@ -22,6 +22,10 @@ class DatasetInfo:
     citation: str = ""
     offline: bool = False  # embedded in a dependency: never needs a download
     positive_class: int | None = None  # for binary F1
+    # what a run's key and memory check need from a table before training (set where a table is probed)
+    embedded: tuple[tuple[int, int], ...] = ()  # per embedded categorical column: (table rows, size)
+    embeds: bool = False  # categorical columns are embedded (a click log's loader says so before loading)
+    large_file: bool = False  # read from a table file over reading.LARGE_FILE bytes on disk
 
 
 @dataclass

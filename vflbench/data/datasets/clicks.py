@@ -163,6 +163,7 @@ CRITEO = DatasetInfo(
     license="Criteo's terms for the dataset (research use)",
     citation="Criteo AI Lab (2014), Display Advertising Challenge",
     positive_class=1,
+    embeds=True,  # its categoricals have far more levels than embed_above
 )
 
 
@@ -222,6 +223,7 @@ AVAZU = DatasetInfo(
     license="Kaggle competition rules (non-commercial research use)",
     citation="Avazu (2014), Click-Through Rate Prediction, Kaggle",
     positive_class=1,
+    embeds=True,  # its categoricals have far more levels than embed_above
 )
 
 

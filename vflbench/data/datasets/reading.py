@@ -3,11 +3,13 @@ separator detected from the first lines, text columns kept as text (an ID ``0010
 1000), every failure one line that names the fix (:func:`read_table`; results cached per path, size and
 mtime). Encoding the table into a dataset is :mod:`vflbench.data.datasets.table`.
 
-Large tables (a file over :data:`LARGE_FILE` bytes, or any Parquet file over it) are read by pyarrow's
-multithreaded reader with their numeric columns as float32 from the start (half the memory of pandas'
-float64, and no second copy: the Arrow buffers are released column by column as the frame is made), and
-are not cached. Smaller files are read exactly as before (pandas, float64), so every committed result
-keeps its numbers."""
+Every file is read exactly, whatever its size, compression or format: integers as int64, decimals as
+float64, text as text. Large delimited files (over :data:`LARGE_FILE` bytes on disk) go through pyarrow's
+multithreaded reader with the same column types that pandas gives a small one, and are not cached; the
+size on disk decides only the reader, never a value. Then each numeric column is narrowed to float32
+where float32 holds every one of its values (:func:`narrow_exact`), to halve its memory; a column it
+cannot hold stays as read, and a large table says so in one line. Columns named ``exact`` (the target,
+categorical columns) are never narrowed: a categorical integer ID above 2^24 keeps its own level."""
 
 from __future__ import annotations
 
@@ -23,17 +25,22 @@ import pandas as pd
 from ...core.errors import VFLBenchError
 
 SEPARATORS = ",;\t|"
-LARGE_FILE = 64 << 20  # bytes: above this a table is read by pyarrow, numeric columns as float32, and not cached
+LARGE_FILE = 64 << 20  # bytes on disk: above this a delimited table is read by pyarrow, and no table is cached
+WIDE_NOTE = 64 << 20  # bytes: numeric columns that float32 cannot hold and take more than this are named in one line
 PARQUET = (".parquet", ".pq")
 
 _CACHE: dict[tuple, pd.DataFrame] = {}
 
 
-def read_table(path: Path, sep: str = "", text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+def read_table(
+    path: Path, sep: str = "", text_columns: tuple[str, ...] = (), exact: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """One table file as a DataFrame (cached per path, size and mtime). Errors name the fix.
     ``sep``: the field separator of a delimited file; empty: detected from the first lines (the
     separator used is in ``df.attrs["sep"]``). ``text_columns``: read as the text they hold (an ID
-    ``001000`` stays ``001000``, not the number 1000)."""
+    ``001000`` stays ``001000``, not the number 1000). ``exact``: columns kept as read, never narrowed to
+    float32 (the target, categorical columns). The columns narrowed and those float32 could not hold are
+    in ``df.attrs["narrowed"]`` and ``df.attrs["kept_wide"]``."""
     path = Path(path)
     if not path.exists():
         raise VFLBenchError(
@@ -45,14 +52,15 @@ def read_table(path: Path, sep: str = "", text_columns: tuple[str, ...] = ()) ->
             f"{path} is a directory; give the path of a table file (.csv, .csv.gz, .tsv, .arff or .parquet)."
         )
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep, tuple(text_columns))
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sep, tuple(text_columns), tuple(exact))
     if key in _CACHE:
         return _CACHE[key]
     if st.st_size == 0:
         raise VFLBenchError(f"{path} is empty; a table needs a header row and data rows.")
     name = path.name.lower()
     if name.endswith(PARQUET):
-        df = read_parquet_frame(path, narrow=st.st_size > LARGE_FILE)
+        df = narrow_exact(read_parquet_frame(path), (*text_columns, *exact), path)
+        df.attrs["large_file"] = st.st_size > LARGE_FILE
         if st.st_size <= LARGE_FILE:
             _CACHE[key] = df
         return df
@@ -81,8 +89,61 @@ def read_table(path: Path, sep: str = "", text_columns: tuple[str, ...] = ()) ->
         df.attrs["sep"] = used
     if len(df) == 0:
         raise VFLBenchError(f"{path} has a header but no data rows.")
+    df = narrow_exact(df, (*text_columns, *exact), path)
+    df.attrs["large_file"] = st.st_size > LARGE_FILE
     if st.st_size <= LARGE_FILE:  # a large table is not kept twice
         _CACHE[key] = df
+    return df
+
+
+def float32_holds(values: np.ndarray) -> bool:
+    """Whether float32 holds every value of a numeric array exactly (NaN as NaN)."""
+    if values.dtype == np.float32 or values.size == 0:
+        return True
+    with np.errstate(invalid="ignore", over="ignore"):
+        if values.dtype.kind in "iu":
+            lo, hi = int(values.min()), int(values.max())
+            if -(1 << 24) <= lo and hi <= 1 << 24:  # every integer up to 2^24 is a float32
+                return True
+            if lo < -(1 << 62) or hi > 1 << 62:
+                return False
+            return bool(np.array_equal(values.astype(np.float32).astype(np.int64), values))
+        return bool(np.array_equal(values.astype(np.float32).astype(values.dtype), values, equal_nan=True))
+
+
+def narrow_exact(df: pd.DataFrame, exact: tuple[str, ...] = (), path: Path | None = None) -> pd.DataFrame:
+    """Every int or float column of ``df`` (booleans, text and the ``exact`` columns untouched) as float32 where
+    float32 holds all its values, column by column; the others stay as read. Which were narrowed and which were
+    kept wide is in ``df.attrs``; kept columns larger than :data:`WIDE_NOTE` together are named in one warning."""
+    import warnings
+
+    from ...core.errors import VFLBenchWarning
+
+    keep = {str(c) for c in exact}
+    narrowed, wide = [], []
+    for c in list(df.columns):
+        s = df[c]
+        if str(c) in keep or not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+            continue
+        if s.dtype == np.float32 or not isinstance(s.dtype, np.dtype):
+            continue  # already narrow, or a pandas extension type (nullable integers): as read
+        values = s.to_numpy()
+        if float32_holds(values):
+            df[c] = values.astype(np.float32)
+            narrowed.append(str(c))
+        else:
+            wide.append(str(c))
+    wide_bytes = sum(int(df[c].to_numpy().nbytes) // 2 for c in wide)  # what float32 would have saved
+    if wide and wide_bytes > WIDE_NOTE:
+        shown = ", ".join(wide[:6]) + (f" and {len(wide) - 6} more" if len(wide) > 6 else "")
+        warnings.warn(
+            f"{path or 'the table'}: {len(wide)} numeric column(s) kept at 64 bits because float32 would change "
+            f"their values ({shown}; {wide_bytes / 1e6:,.0f} MB more than float32).",
+            VFLBenchWarning,
+            stacklevel=3,
+        )
+    df.attrs["narrowed"] = narrowed
+    df.attrs["kept_wide"] = wide
     return df
 
 
@@ -159,20 +220,12 @@ def _header_names(path: Path, head: bytes, sep: str) -> list[str]:
     return header
 
 
-def numeric_as_float32(df: pd.DataFrame) -> pd.DataFrame:
-    """Every float64 or integer column of ``df`` as float32, column by column (booleans and text untouched)."""
-    for c in df.columns:
-        s = df[c]
-        if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and s.dtype != np.float32:
-            df[c] = s.to_numpy(dtype=np.float32, na_value=np.nan)
-    return df
-
-
 def read_large_delimited(path: Path, head: bytes, sep: str, text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A large delimited file through pyarrow's multithreaded CSV reader: the kinds of the columns from the
-    first rows (pandas), numeric columns parsed straight to float32, text as text; a column that turns out
-    to hold text further down is read as text (it is then a numeric column with stray text, handled as any
-    table's). The Arrow buffers are freed as the frame is made."""
+    """A large delimited file through pyarrow's multithreaded CSV reader, with the column types pandas gives a
+    small file: the kinds from the first rows (pandas), integer columns as int64, decimals as float64, text as
+    text. A column that turns out to hold decimals further down is read as float64, one that holds text as text
+    (it is then a numeric column with stray text, handled as any table's). The Arrow buffers are freed as the
+    frame is made; :func:`narrow_exact` then narrows what float32 holds."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -182,33 +235,34 @@ def read_large_delimited(path: Path, head: bytes, sep: str, text_columns: tuple[
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
         raise VFLBenchError(f"{path} is not a well-formed table: {str(e).splitlines()[-1]}") from None
     raw = list(sample.columns)  # as the file spells them (the reader matches these)
-    numeric = {
-        r
-        for r, h in zip(raw, header, strict=False)
-        if h not in text_columns
-        and pd.api.types.is_numeric_dtype(sample[r])
-        and not pd.api.types.is_bool_dtype(sample[r])
-    }
-    text = {r for r in raw if r not in numeric}
+    kind: dict[str, str] = {}  # raw name -> int | float | text
+    for r, h in zip(raw, header, strict=False):
+        s = sample[r]
+        if h in text_columns or not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+            kind[r] = "text" if (h in text_columns or not pd.api.types.is_bool_dtype(s)) else "bool"
+        else:
+            kind[r] = "int" if pd.api.types.is_integer_dtype(s) else "float"
+    arrow = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(), "bool": pa.bool_()}
+    wider = {"int": "float", "float": "text", "bool": "text"}
     pool = pa.default_memory_pool()
-    for _ in range(len(raw) + 1):
-        types = {r: pa.float32() for r in numeric} | {r: pa.string() for r in text}
+    for _ in range(2 * len(raw) + 1):
         try:
             tab = pacsv.read_csv(
                 path,
                 read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 24),
                 parse_options=pacsv.ParseOptions(delimiter=sep),
-                convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={r: arrow[k] for r, k in kind.items()}, strings_can_be_null=True
+                ),
                 memory_pool=pool,
             )
             break
         except pa.ArrowInvalid as e:
             msg = str(e)
-            m = re.search(r"In CSV column #(\d+): CSV conversion error to float", msg)
-            if m and raw[int(m.group(1))] in numeric:  # text further down: read the column as text
+            m = re.search(r"In CSV column #(\d+): CSV conversion error to (\w+)", msg)
+            if m and kind.get(raw[int(m.group(1))]) in wider:  # a wider kind further down: read the column as that
                 col = raw[int(m.group(1))]
-                numeric.discard(col)
-                text.add(col)
+                kind[col] = wider[kind[col]]
                 continue
             m = re.search(r"Expected (\d+) columns, got (\d+)", msg)
             if m:
@@ -224,8 +278,8 @@ def read_large_delimited(path: Path, head: bytes, sep: str, text_columns: tuple[
     return df
 
 
-def read_parquet_frame(path: Path, narrow: bool = False) -> pd.DataFrame:
-    """A Parquet file (pyarrow); ``narrow``: numeric columns as float32 (a large file)."""
+def read_parquet_frame(path: Path) -> pd.DataFrame:
+    """A Parquet file (pyarrow), its columns as stored."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -247,7 +301,7 @@ def read_parquet_frame(path: Path, narrow: bool = False) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     if len(df) == 0:
         raise VFLBenchError(f"{path} has columns but no rows.")
-    return numeric_as_float32(df) if narrow else df
+    return df
 
 
 def read_arff_frame(path: Path) -> pd.DataFrame:

@@ -4,17 +4,19 @@
 A table becomes a :class:`~vflbench.data.datasets.base.Dataset` in four steps, all recorded in the
 manifest (``data.preprocessing``):
 
-1. read (pandas; ARFF with ``scipy.io.arff``), with one clear error for every way a file can fail
-   to be a table (missing, empty, binary, ragged rows, duplicate column names);
+1. read exactly (:mod:`.reading`: integers as int64, decimals as float64, text as text, whatever the file's size,
+   compression or format; narrowed to float32 only where that changes no value), with one clear error for every way
+   a file can fail to be a table (missing, empty, binary, ragged rows, duplicate column names);
 2. the target column (``target=``, required) becomes class indices in sorted class order; rows
    without a target are dropped; ``positive=`` picks the positive class for F1/AUPRC (default: the
    minority class of a binary target);
 3. split: a given ``test=PATH`` or a stratified ``test_size`` / ``split_seed`` split;
-4. a scikit-learn ``ColumnTransformer`` fitted on the training split only: numeric columns
-   median-imputed and scaled (``scaler=``), categorical columns (auto-detected from the dtype, or
-   ``categorical=a,b``) imputed with the most frequent value and one-hot encoded. Encoded columns
-   stay in the order of their source columns, and each remembers its source column, so a party
-   that owns a column owns all of its one-hot columns (partitioner ``columns``).
+4. encoding fitted on the training split only (:mod:`.encoding`): numeric columns median-imputed and scaled
+   (``scaler=``); categorical columns (auto-detected from the dtype, or ``categorical=a,b``) imputed with the most
+   frequent value and one-hot encoded up to ``embed_above`` training levels, above that integer codes that the
+   owning party's bottom model embeds. Encoded columns stay in the order of their source columns, and each
+   remembers its source column, so a party that owns a column owns all of its one-hot columns (partitioner
+   ``columns``).
 
 The file's sha256 is part of the run's configuration: the same file with the same options gives
 the same run key and the same numbers; an edited file gives a new key.
@@ -62,7 +64,8 @@ HELP = {
     "test_size": "held-out fraction of the stratified split",
     "split_seed": "random_state of the split ('run': the run's seed)",
     "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
-    "categorical": "force these columns to be one-hot encoded (others: by dtype)",
+    "categorical": "encode these columns as categories, read exactly (integers as int64, text as text), whatever "
+    "their dtype: one-hot up to embed_above levels, embedded above (others: by dtype)",
     "positive": "the positive class for F1/AUPRC (default: the minority class of a binary target)",
     "sep": "the field separator of a .csv file (default: detected from its first lines, and recorded)",
     "coerce": "true: a mostly numeric column with stray text becomes numeric, the text missing (default: an error)",
@@ -251,7 +254,8 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         )
     kinds = column_kinds(full.iloc[:n_train_rows][feats], _cols(opts.get("categorical")))
     missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
-    X_df = full[feats] if keep.all() else full.loc[keep, feats].reset_index(drop=True)
+    # the rows with a target; every row: the frame itself (encoding reads only `feats`, a column at a time: no copy)
+    X_df = full if keep.all() else full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
     is_train = (np.arange(len(full)) < n_train_rows)[keep]
     tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes)
@@ -269,6 +273,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         source=tab.source or tab.label,
         license="the user's",
         positive_class=tgt.positive,
+        embedded=tuple(enc.embedded.values()),
+        embeds=bool(enc.embedded),
+        large_file=any(bool(f.attrs.get("large_file")) for f in (tab.train, tab.test) if f is not None),
     )
     prep = {
         "target": target,
@@ -435,12 +442,13 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
     if scheme == "csv":
         path = table_path(name)
         sep = str(opts.get("sep") or "")
-        train = read_table(path, sep)
+        exact = (str(opts.get("target") or "").strip(), *_cols(opts.get("categorical")))  # never narrowed
+        train = read_table(path, sep, exact=exact)
         sums = {path.name: sha256_file(path)}
         test = None
         if str(opts.get("test") or "").strip():
             tpath = user_path(opts["test"])
-            test = read_table(tpath, sep)
+            test = read_table(tpath, sep, exact=exact)
             sums[f"test:{tpath.name}"] = sha256_file(tpath)
         return Table(name, train, test, sums, str(path))
     if scheme == "openml":

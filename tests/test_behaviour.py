@@ -1,0 +1,141 @@
+"""Behaviour versions (vflbench.runs.behaviour): a run's key changes whenever its numbers can.
+
+* a bumped component moves the key of every run that uses it, and of no other run, and the regression gate says
+  which bump moved it;
+* committed runs, re-run here, give their committed numbers while their key stays: a change that moves them
+  without a bump fails this file (the gate's own re-run, `scripts/regression_gate.py`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vflbench.runs import behaviour
+from vflbench.runs.behaviour import COMPONENTS, Component
+from vflbench.runs.config import RunConfig, config_from_manifest, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gate():
+    spec = importlib.util.spec_from_file_location("regression_gate", ROOT / "scripts" / "regression_gate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(**kw):
+    base = dict(dataset="synthetic", method="laser", settings={"parties": 2, "seed": 0}, hp={"epochs": 1})
+    base.update(kw)
+    return resolve(RunConfig(**base))
+
+
+def test_a_bump_moves_the_keys_of_the_runs_that_use_the_component_and_no_others(monkeypatch):
+    laser, svfl = _run(), _run(method="svfl")
+    assert laser.behaviour["method.laser"] == 1 and "method.laser" not in svfl.behaviour
+    assert behaviour.keyed(laser.behaviour) == {}  # version 1 everywhere: nothing enters the key
+    monkeypatch.setitem(COMPONENTS, "method.laser", Component(2, ("2 (today): the loss changed",), "LASER-VFL runs"))
+    bumped_laser, bumped_svfl = _run(), _run(method="svfl")
+    assert bumped_laser.key != laser.key and bumped_svfl.key == svfl.key
+    assert behaviour.explain(laser.behaviour, bumped_laser.behaviour) == ["method.laser 1 -> 2: the loss changed"]
+    assert behaviour.explain(None, bumped_laser.behaviour) == ["method.laser 1 -> 2: the loss changed"]
+    assert behaviour.explain(bumped_laser.behaviour, bumped_laser.behaviour) == []
+
+
+def test_the_partitioner_and_table_components_are_used_only_where_they_apply(tmp_path):
+    imp = _run(partitioner="importance")
+    assert imp.behaviour["partitioner.importance"] == 2 and behaviour.keyed(imp.behaviour) == {
+        "partitioner.importance": 2
+    }
+    assert "data.encoding.embedding" not in _run().behaviour and "data.reading.large" not in _run().behaviour
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({"a": rng.standard_normal(n), "b": rng.standard_normal(n), "y": rng.integers(0, 2, n)})
+    df["c"] = ["L" + str(v) for v in rng.integers(0, 80, n)]  # 80 levels > embed_above = 50: embedded
+    df.to_csv(tmp_path / "t.csv", index=False)
+    emb = _run(dataset=f"csv:{tmp_path / 't.csv'}", data_options={"target": "y"})
+    onehot = _run(dataset=f"csv:{tmp_path / 't.csv'}", data_options={"target": "y", "embed_above": 100})
+    assert emb.behaviour["data.encoding.embedding"] == 2 and "data.encoding.embedding" not in onehot.behaviour
+
+
+def test_every_versioned_component_says_what_moved_at_each_version():
+    for name, c in COMPONENTS.items():
+        assert c.version >= 2 and c.used_when, name
+        assert [h.split(" ", 1)[0] for h in c.history] == [str(v) for v in range(2, c.version + 1)], name
+
+
+def _committed(pattern: str) -> Path:
+    hits = sorted(ROOT.glob(pattern))
+    assert hits, pattern
+    return min(hits, key=lambda p: json.loads((p / "manifest.json").read_text())["timings"]["train_s"])
+
+
+# the cheapest committed CPU run of each method, and a user's table: a second or two each
+GOLDEN = [
+    *(
+        f"results/scalability/isolet/runs/isolet_{m}_K2_*"
+        for m in ("local", "svfl", "ensemble", "plug", "laser", "sum", "pbm")
+    ),
+    "results/scalability/isolet_combinatorial/runs/isolet_combinatorial_K2_*",
+    "results/loans_example/runs/csv-loans_laser_*",
+]
+
+
+@pytest.mark.parametrize("pattern", GOLDEN, ids=lambda p: p.split("/runs/")[0].split("/")[-1] + ":" + p.split("_")[-2])
+def test_committed_numbers_do_not_move_while_their_key_stays(pattern, monkeypatch):
+    from vflbench.results.outputs import versions
+
+    monkeypatch.chdir(ROOT)
+    run_dir = _committed(pattern)
+    m = json.loads((run_dir / "manifest.json").read_text())
+    run = resolve(config_from_manifest(m))
+    if run.key != m["run_key"]:  # a bump moved it: the gate explains it, and its numbers may differ
+        why = behaviour.explain(m["config"].get("behaviour"), run.behaviour)
+        assert why, f"{run_dir.name}: its key moved with no behaviour bump to explain it"
+        pytest.skip(f"key moved by {'; '.join(why)}")
+    here, rec = versions(), m.get("versions", {})
+    if rec.get("cpu") and (rec.get("cpu"), rec.get("cpu_capability")) != (here["cpu"], here["cpu_capability"]):
+        pytest.skip(f"recorded on {rec.get('cpu')}: bit-identical repeats hold on one kind of CPU")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(m.get("threads", 1)))
+    try:
+        diffs = _gate().rerun(m, run_dir)
+    finally:
+        torch.set_num_threads(threads)
+    assert not diffs, (
+        f"{run_dir}: its committed numbers moved while its run key stayed ({'; '.join(diffs[:3])}). Bump the version "
+        "of the component that changed in vflbench/runs/behaviour.py (docs/DEVELOPMENT.md, 'Behaviour versions'), "
+        "or undo the change."
+    )
+
+
+def test_the_gate_lists_a_bumped_key_with_its_reason_and_passes(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(ROOT)
+    run_dir = _committed(GOLDEN[4])  # laser
+    folder = tmp_path / "results" / "x"
+    (folder / "runs").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(run_dir, folder / "runs" / run_dir.name)
+    gate = _gate()
+    monkeypatch.setattr("sys.argv", ["gate", str(tmp_path / "results"), "--keys-only"])
+    assert gate.main() == 0
+    assert "keys moved 0" in capsys.readouterr().out
+    monkeypatch.setitem(COMPONENTS, "method.laser", Component(2, ("2 (today): the loss changed",), "LASER-VFL runs"))
+    assert gate.main() == 0
+    out = capsys.readouterr().out
+    assert "moved by a behaviour bump 1 (method.laser 1 -> 2: the loss changed)" in out
+    # a key that moves with no bump behind it fails the gate
+    m = json.loads((folder / "runs" / run_dir.name / "manifest.json").read_text())
+    m["config"]["behaviour"] = {"method.laser": 2}
+    m["run_key"] = "0" * 12
+    (folder / "runs" / run_dir.name / "manifest.json").write_text(json.dumps(m))
+    assert gate.main() == 1

@@ -1,0 +1,112 @@
+"""Behaviour versions: a run's key changes whenever its numbers can.
+
+A run key hashes a run's request (dataset, options, settings). A code change that moves the numbers of an
+unchanged request must move its key too, or a resumed sweep mixes old and new numbers under one key. So
+every component whose behaviour a run depends on has a version here, and a run's key holds the versions of
+the components it uses that are above 1 (at version 1 a component adds nothing: every key recorded before
+this table existed stays valid).
+
+The rule (docs/DEVELOPMENT.md, "Behaviour versions"): a change that moves any number of a run that could be
+made before it bumps the version of the component that changed, with a line of history saying what moved.
+A new option, or a new value of one, needs no bump (options enter the key apart from their default).
+``tests/test_behaviour.py`` re-runs committed runs and fails when their numbers move while their key stays.
+
+Components are named ``area.part``; ``method.NAME``, ``partitioner.NAME`` and ``runtime.NAME`` exist for
+every registered method, partitioner and runtime at version 1 unless listed below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Component:
+    version: int
+    history: tuple[str, ...]  # one line per version above 1: "N (date): what moved"
+    used_when: str  # which runs use it (shown by `vflbench` docs and the gate's explanations)
+
+
+# The only list of versions above 1. Bump a version here, with its history line, in the commit that moves numbers.
+COMPONENTS: dict[str, Component] = {
+    "data.reading.large": Component(
+        3,
+        (
+            "2 (2026-11-26): a delimited table over 64 MB on disk read with every numeric column as float32 "
+            "(integers above 2^24 merged)",
+            "3 (2026-11-27): every table read exactly (int64, float64, text), then narrowed only where float32 holds "
+            "the values: version 1's numbers again",
+        ),
+        "a run on a user's table file (csv:, party files) larger than 64 MB on disk",
+    ),
+    "data.encoding.embedding": Component(
+        2,
+        (
+            "2 (2026-11-27, for the change of 2026-11-26): a categorical column with more than embed_above = 50 "
+            "training levels is embedded by its party's bottom model (it was one-hot encoded)",
+        ),
+        "a run whose encoded table holds an embedded categorical column",
+    ),
+    "compression.down_defended": Component(
+        2,
+        (
+            "2 (2026-11-27): in one process the label defense now changes the gradient before down=1 compresses it "
+            "(it was applied after, to the decompressed gradient); across processes it always was",
+        ),
+        "a run with --compress ...,down=1 and a --label-defense",
+    ),
+    "partitioner.importance": Component(
+        2,
+        ("2 (2026-11-27, for the change of 2026-11-27): one feature for each party first, then the Dirichlet shares",),
+        "a run with --partitioner importance",
+    ),
+}
+
+DEFAULT_VERSION = 1
+
+
+def version(component: str) -> int:
+    c = COMPONENTS.get(component)
+    return c.version if c is not None else DEFAULT_VERSION
+
+
+def used(
+    method: str,
+    partitioner: str,
+    runtime: str,
+    embeds: bool = False,
+    large_files: bool = False,
+    down_defended: bool = False,
+) -> dict[str, int]:
+    """Every component a run uses, with its version (what its manifest records)."""
+    names = [f"method.{method}", f"partitioner.{partitioner}", f"runtime.{runtime}"]
+    if down_defended:
+        names.append("compression.down_defended")
+    if large_files:
+        names.append("data.reading.large")
+    if embeds:
+        names.append("data.encoding.embedding")
+    return {n: version(n) for n in sorted(names)}
+
+
+def keyed(components: dict[str, int]) -> dict[str, int]:
+    """What enters the run key: the components above version 1."""
+    return {n: v for n, v in sorted(components.items()) if v > DEFAULT_VERSION}
+
+
+def explain(recorded: dict[str, Any] | None, current: dict[str, int]) -> list[str]:
+    """Why a recorded run's key moved, in words: each component whose version is not the one it was recorded with
+    (a manifest from before this table records none: every component at version 1)."""
+    rec = {k: int(v) for k, v in (recorded or {}).items()}
+    out = []
+    for n, v in sorted(current.items()):
+        was = rec.get(n, DEFAULT_VERSION)
+        if was != v:
+            c = COMPONENTS.get(n)
+            why = next((h for h in (c.history if c else ()) if h.startswith(f"{v} ")), "")
+            out.append(f"{n} {was} -> {v}" + (f": {why.split(': ', 1)[-1]}" if why else ""))
+    for n, was in sorted(rec.items()):
+        if n not in current and was > DEFAULT_VERSION:
+            out.append(f"{n} {was} -> not used")
+    return out
