@@ -28,8 +28,11 @@ METHOD_MODULES = (
     "pbm",
     "fedhssl",
     "false_vfl",
+    "gbdt",
+    "secureboost",
 )
-"""Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL."""
+"""Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL, then the
+gradient-boosted trees (the central reference and SecureBoost)."""
 
 
 @cache

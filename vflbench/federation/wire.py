@@ -378,9 +378,42 @@ def lost_parties(code: float) -> list[int]:
     return [p for p in range(bits.bit_length()) if bits >> p & 1]
 
 
+class WireMessages:
+    """Byte messages between the server and the party processes (SecureBoost's protocol): a length (control) then
+    the payload, booked as the phase's traffic to or from the party, as the accounted traffic books it."""
+
+    def __init__(self, wire: Wire):
+        self.wire = wire
+
+    @property
+    def rank(self) -> int:
+        return self.wire.rank
+
+    def to_party(self, k: int, data: bytes) -> None:
+        self.wire.post(torch.tensor([len(data)], dtype=torch.int64), k + 1, None)
+        self.wire.post(torch.frombuffer(bytearray(data), dtype=torch.uint8), k + 1, (f"{self.wire.phase}_down", k))
+        self.wire.flush()
+
+    def from_party(self, k: int) -> bytes:
+        n = int(self.wire.recv((1,), torch.int64, k + 1, None))
+        return bytes(self.wire.recv((n,), torch.uint8, k + 1, (f"{self.wire.phase}_up", k)).numpy().tobytes())
+
+    def from_server(self) -> bytes:
+        n = int(self.wire.recv((1,), torch.int64, SERVER, None))
+        return bytes(self.wire.recv((n,), torch.uint8, SERVER, None).numpy().tobytes())
+
+    def to_server(self, data: bytes) -> None:
+        self.wire.post(torch.tensor([len(data)], dtype=torch.int64), SERVER, None)
+        self.wire.post(torch.frombuffer(bytearray(data), dtype=torch.uint8), SERVER, None)
+        self.wire.flush()
+
+
 class WireChannel(Channel):
     """The run's channel with the boundary on the wire: counts as :class:`Channel` does (the accounted
     traffic), and moves the sent rows between the processes (the measured traffic)."""
+
+    def message_link(self):
+        return WireMessages(self.wire)
 
     def __init__(self, n_parties: int, wire: Wire):
         self.wire = wire

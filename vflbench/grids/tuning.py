@@ -71,6 +71,8 @@ def space_for(cfg: RunConfig, base_hp: dict[str, Any], mcls, stages: dict[str, d
     hyper-parameters), for a method with several stages: each stage's own dimensions, ``stage:NAME.KEY``."""
     fixed = {k for k, v in cfg.hp.items() if v is not None}
     space: dict[str, tuple] = {}
+    if getattr(mcls, "trains_whole", False):  # trees: no optimiser, batch or epochs; their options are the space
+        stages, fixed = {}, set(COMMON)
     if stages is None:
         for name, dim in _common_dims(base_hp):
             if name not in fixed:

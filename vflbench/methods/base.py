@@ -232,6 +232,10 @@ class Method:
     # the conformance suite's short runs (8 epochs at lr 3e-3 on 1,500 synthetic samples): a method's overrides
     smoke_hp: ClassVar[dict[str, Any]] = {}  # e.g. plain SGD needs a larger step
     smoke_options: ClassVar[dict[str, Any]] = {}  # method options of those runs (where the case sets none itself)
+    # True: the method trains on the whole training set at once (gradient-boosted trees: :meth:`fit_whole`), not in
+    # minibatch steps of a loss; the trainer hands it the set, its masks and the class weights the neural methods'
+    # sampler would use
+    trains_whole: ClassVar[bool] = False
 
     @classmethod
     def loss_refusal(cls, options: dict[str, Any]) -> str | None:
@@ -281,6 +285,17 @@ class Method:
         """Checks across options (each option's own check runs first); an error message or None."""
         return None
 
+    @classmethod
+    def settings_refusal(cls, settings: dict[str, Any]) -> str | None:
+        """Why this method cannot run with these run settings (checked when a run is resolved); None: it can."""
+        return None
+
+    def fit_whole(self, blocks: list[Any], y: Any, observed: Any, weights: Any, progress) -> list[float]:
+        """A :attr:`trains_whole` method's training: ``blocks`` each party's training columns ([n, w_k] numpy),
+        ``y`` [n], ``observed`` [n, K] the training mask, ``weights`` [n] the class weights; ``progress(done, total,
+        loss)`` after each round. Returns the training loss after each round."""
+        raise NotImplementedError
+
     def build(self) -> None:
         raise NotImplementedError
 
@@ -320,6 +335,11 @@ class Method:
 
     def extras(self) -> dict[str, Any]:
         """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""
+        return {}
+
+    def manifest_extras(self) -> dict[str, Any]:
+        """What the method records in the manifest beyond its CSV columns, under its own name (e.g. SecureBoost's
+        bytes by message kind and its Paillier operations); empty: nothing."""
         return {}
 
     def probe_representations(self, blocks, obs: torch.Tensor) -> torch.Tensor | None:

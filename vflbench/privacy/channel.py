@@ -175,6 +175,12 @@ class Channel:
         streams (no labels read), so only a fingerprint need cross."""
         return order
 
+    def message_link(self):
+        """A transport of byte messages between the server and each party process, for a method whose protocol is
+        messages rather than crossings of representations (SecureBoost): ``None`` here, where every party is in this
+        process; across processes, the wire's (vflbench.federation.wire.WireMessages)."""
+        return None
+
     def begin_epoch(self, epoch: int) -> None:
         """The trainer starts epoch ``epoch`` (0-based, per stage group): what the channel's messages say, and where
         a channel with state per epoch moves it (a learned codebook, vflbench.compression.channel)."""

@@ -378,6 +378,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .faults import check_run
 
     check_run(mcls, options, settings, int(settings["parties"]), sum(h.epochs for h in stage_hp.values()))
+    if why := mcls.settings_refusal(settings):
+        raise VFLBenchError(f"{mcls.display}: {why}.")
     runtime = str(settings.get("runtime", "inprocess"))
     compress, defense = settings.get("compress"), settings.get("label_defense")
     down_defended = bool(compress is not None and dict(getattr(compress, "params", ())).get("down")) and (

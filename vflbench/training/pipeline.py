@@ -28,7 +28,7 @@ from .evaluation import METRICS, Evaluation, cost_extras, evaluate, mask_summary
 # the pipeline's steps, re-exported
 from .inputs import RunInputs, prepare, report_alignment, validation_split  # noqa: F401
 from .monitors import BudgetEvaluator, SSLProbe, TargetMonitor  # noqa: F401
-from .trainer import Callback, History, StageHP, TrainPolicy, fit
+from .trainer import Callback, History, StageHP, TrainPolicy, fit, fit_at_once
 
 
 def build(run: ResolvedRun, inputs: RunInputs) -> Method:
@@ -161,9 +161,18 @@ def party_faults(run: ResolvedRun, wire=None):
 
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
     t = time.perf_counter()
-    hist = fit(
-        method, inputs.train, stage_hp(run), policy(run), inputs.prep.streams.seed_for, callbacks, faults=method.faults
-    )
+    if method.trains_whole:  # gradient-boosted trees: the whole training set at once, weighted as the sampler would
+        hist = fit_at_once(method, inputs.train, policy(run).balanced_sampler, callbacks)
+    else:
+        hist = fit(
+            method,
+            inputs.train,
+            stage_hp(run),
+            policy(run),
+            inputs.prep.streams.seed_for,
+            callbacks,
+            faults=method.faults,
+        )
     inputs.timings["train_s"] = time.perf_counter() - t
     return hist
 
@@ -256,6 +265,8 @@ def record(
     if method.faults is not None:
         manifest["party_losses"] = method.faults.manifest()
     manifest.update(privacy_manifest(run, method, extras, callbacks))
+    if own := method.manifest_extras():
+        manifest[mcls.name] = own
     manifest["memory"] = peak_memory()
     manifest["timings"]["record_s"] = time.perf_counter() - t_record
     return rows, manifest

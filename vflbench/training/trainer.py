@@ -607,3 +607,49 @@ def predict(
     counted = torch.cat([p.counted for p in parts]).cpu().numpy()
     scores = None if parts[0].scores is None else torch.cat([p.scores for p in parts], 1).float().cpu().numpy()
     return preds, valid, scores, counted
+
+
+def class_weights(y: np.ndarray, n_classes: int, balanced: bool) -> np.ndarray:
+    """Per sample the weight of its class: ``n / (C n_c)`` when the run samples classes in balance (the neural
+    methods' class-balanced sampler draws each class equally often), else 1."""
+    if not balanced:
+        return np.ones(len(y))
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)
+    return len(y) / (n_classes * np.maximum(counts, 1))[y]
+
+
+def fit_at_once(method: Method, data: TrainSet, balanced: bool, callbacks: Sequence[Callback] = ()) -> History:
+    """Train a method that takes the whole training set at once (:attr:`Method.trains_whole`: gradient-boosted
+    trees): each party's columns, the labels, the training mask and the class weights, in one call. Each round
+    (a tree) is an "epoch" for the callbacks and the history (the progress bar counts trees)."""
+    if data.blocks.kind != "features":
+        raise VFLBenchError(f"{method.display} reads tabular blocks; this dataset's blocks are image tiles.")
+    x = data.blocks.x
+    widths = method.ctx.widths
+    blocks = [x[k, :, : widths[k]].float().cpu().numpy() for k in range(len(widths))]
+    y = data.y.cpu().numpy().astype(np.int64)
+    obs = data.obs.cpu().numpy().astype(bool)
+    hist = History()
+    stage = method.stages[0]
+    loop = Loop(method, stage, None, None, hist)
+    last = [time.perf_counter()]
+
+    def progress(done: int, total: int, loss: float) -> None:
+        now = time.perf_counter()
+        loop.epochs, loop.epoch = total, done - 1
+        loop.epoch_loss = loop.shown_loss = float(loss)
+        hist.loss.append(float(loss))
+        hist.seconds.append(now - last[0])
+        hist.lr.append(float("nan"))
+        hist.stage.append(stage.name)
+        last[0] = now
+        if done == 1:
+            for cb in callbacks:
+                cb.on_stage_start(loop)
+        for cb in callbacks:
+            cb.on_epoch_end(loop)
+
+    method.fit_whole(blocks, y, obs, class_weights(y, method.c, balanced), progress)
+    for cb in callbacks:
+        cb.on_stage_end(loop)
+    return hist

@@ -1,0 +1,221 @@
+"""Gradient-boosted trees (issue "trees"): the histogram booster's rules on hand-built cases, SecureBoost equal to the
+central algorithm tree for tree (with and without missing blocks, and under test masks), Paillier equal to the
+clear protocol, the packing's arithmetic, and the two methods end to end with their refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+from vflbench.trees.binning import fit_cuts
+from vflbench.trees.booster import BoostParams, FixedPoint, best_splits, bin_sums, fit_central, predict_codes
+from vflbench.trees.paillier import Packing, Paillier, unpack_compressed
+from vflbench.trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, decode, encode
+
+from .conftest import needs_mirror
+
+runner = CliRunner()
+
+
+def _table(n=1200, k=3, dk=4, seed=0, p_missing=0.3, classes=2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, k * dk))
+    z = x[:, 0] + x[:, dk + 1] * x[:, -1] + 0.3 * rng.standard_normal(n)
+    y = (z > 0.2).astype(int) if classes == 2 else np.digitize(z, np.quantile(z, [1 / 3, 2 / 3]))
+    x[rng.random(x.shape) < 0.05] = np.nan  # missing cells inside held blocks too
+    held = rng.random((n, k)) >= p_missing
+    joined = x.copy()
+    for j in range(k):
+        joined[~held[:, j], j * dk : (j + 1) * dk] = np.nan
+    return x, y, held, joined
+
+
+def _federated(x, y, held, dk, params, encryption="none", key_bits=1024, classes=2, w=None):
+    k = held.shape[1]
+    parties = [FeatureParty(j, x[held[:, j], j * dk : (j + 1) * dk], np.flatnonzero(held[:, j])) for j in range(k)]
+    booked = np.zeros((k, 2), dtype=np.int64)
+
+    def book(j, up, down):
+        booked[j] += (up, down)
+
+    link = LocalLink(parties, book)
+    label = LabelParty(link, held, [j * dk for j in range(k)], Protocol(params, encryption, key_bits))
+    model = label.fit(y, np.ones(len(y)) if w is None else w, classes)
+    return model, label, parties, link, booked
+
+
+# ----------------------------------------------------------------------------- the booster's rules
+
+
+def test_bin_sums_are_the_loop_over_rows_they_replace():
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 5, (200, 3)).astype(np.uint8)  # 4 bins + the missing code 4
+    g = rng.integers(-50, 50, (200, 2))
+    h = rng.integers(0, 50, (200, 2))
+    node_of = rng.integers(0, 4, 200)
+    G, H, N = bin_sums(codes, g, h, [1, 3], node_of, 5, 2)
+    for s, v in enumerate([1, 3]):
+        for j in range(3):
+            for b in range(4):
+                rows = (node_of == v) & (codes[:, j] == b)
+                assert N[s, j, b] == rows.sum()
+                assert (G[s, j, b] == g[rows].sum(0)).all() and (H[s, j, b] == h[rows].sum(0)).all()
+
+
+def test_the_best_split_by_hand_and_the_default_direction_follows_the_missing_mass():
+    """One feature, two bins: rows {g: -1 x 3 in bin 0, +1 x 3 in bin 1}, lambda 0. The split at t = 1 separates
+    them. The node's totals are g = -5, h = 8: its missing rows carry g = -5, h = 2, and go left with the negative
+    ones: (-8)^2/5 + 3^2/3 - (-5)^2/8 against (-3)^2/3 + (-2)^2/5 - (-5)^2/8 on the right. With no missing mass they
+    go to the child with the larger hessian."""
+    fp = FixedPoint(0)
+    params = BoostParams(reg_lambda=0.0, min_child_weight=0.0, gamma=0.0)
+    G = np.array([[[[-3], [3]]]])  # [node, feature, bin, output]
+    H = np.array([[[[3], [3]]]])
+    (s,) = best_splits(G, H, np.array([[-5]]), np.array([[8]]), np.array([1]), params, fp)
+    assert (s.feature, s.bin, s.default_left) == (0, 1, True)
+    assert s.gain == pytest.approx(64 / 5 + 9 / 3 - 25 / 8)
+    H2 = np.array([[[[4], [2]]]])
+    (s2,) = best_splits(G, H2, np.array([[0]]), np.array([[6]]), np.array([1]), params, fp)
+    assert s2.default_left is True  # no missing mass: the larger hessian is on the left
+    # a split whose side falls under min_child_weight is no split
+    (none,) = best_splits(G, H, np.array([[0]]), np.array([[6]]), np.array([1]), BoostParams(min_child_weight=4), fp)
+    assert none is None
+
+
+def test_cuts_are_midpoints_of_few_values_and_a_missing_cell_has_its_own_code():
+    x = np.array([[1.0], [2.0], [2.0], [4.0], [np.nan]])
+    cuts = fit_cuts(x, 8)
+    assert cuts.values[0, : cuts.n_cuts[0]].tolist() == [1.5, 3.0]
+    assert cuts.codes(x)[:, 0].tolist() == [0, 1, 1, 2, 8]
+    assert cuts.threshold(0, 2) == 3.0  # split 2 sends x < 3 left
+
+
+# ----------------------------------------------------------------------------- SecureBoost against the central run
+
+
+@pytest.mark.parametrize("p_missing", [0.0, 0.3])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_secureboost_equals_the_central_algorithm_tree_for_tree_and_under_test_masks(p_missing, classes):
+    dk = 4
+    x, y, held, joined = _table(p_missing=p_missing, classes=classes)
+    params = BoostParams(trees=8, max_depth=4, max_bin=16)
+    central, cuts = fit_central(joined, y, np.ones(len(y)), classes, params)
+    model, label, parties, link, booked = _federated(x, y, held, dk, params, classes=classes)
+    assert len(model.trees) == 8
+    for a, b in zip(central.trees, model.trees, strict=True):
+        assert a.structure() == b.structure()
+    # every split's threshold is known to its owner alone; the label party holds (owner, record id)
+    for tree, owners in zip(model.trees, label.owner, strict=True):
+        for v, f in enumerate(tree.feature):
+            if f >= 0:
+                k, rec = owners[v]
+                assert k == f // dk and parties[k].table[rec][:2] == (f % dk, tree.bin[v])
+    # prediction through the parties under a test mask equals the central run on the NaN-filled table
+    rng = np.random.default_rng(5)
+    xt = rng.standard_normal((300, 3 * dk))
+    obs = rng.random((300, 3)) < 0.6
+    xt_joined = xt.copy()
+    for j in range(3):
+        xt_joined[~obs[:, j], j * dk : (j + 1) * dk] = np.nan
+    link.phase = "eval"
+    for j, p in enumerate(parties):
+        p.set_batch(xt[:, j * dk : (j + 1) * dk])
+    np.testing.assert_array_equal(
+        label.predict(model, obs), predict_codes(central, cuts.codes(xt_joined), cuts.missing)
+    )
+    assert (booked > 0).all()  # every party sent and received
+
+
+def test_paillier_gives_the_trees_of_the_clear_protocol():
+    """Spec 7.2 (b): n = 300, 2 trees, depth 3, 2 parties, a 1,024-bit key."""
+    dk = 3
+    x, y, held, _ = _table(n=300, k=2, dk=dk, seed=3)
+    params = BoostParams(trees=2, max_depth=3, max_bin=8)
+    clear, *_ = _federated(x, y, held, dk, params)
+    enc, label, parties, _, _ = _federated(x, y, held, dk, params, encryption="paillier")
+    for a, b in zip(clear.trees, enc.trees, strict=True):
+        assert a.structure() == b.structure()
+    assert label.he.ops["encrypt"] == 600 and label.he.ops["decrypt"] > 0
+    assert all(p.he.ops["add"] > 0 and p.he.ops["rerandomise"] > 0 for p in parties)
+
+
+def test_packing_and_compression_round_trip_and_a_sum_is_the_sum_of_its_rows():
+    he = Paillier.generate(1024)
+    g = np.array([-5, 3, 7, -1])
+    h = np.array([2, 9, 1, 4])
+    pk = Packing.for_rows(4, 8, 10)
+    cts = he.encrypt(pk.pack(g, h))
+    assert [pk.unpack(p) for p in he.decrypt(cts)] == [(a, b, 1) for a, b in zip(g.tolist(), h.tolist(), strict=True)]
+    total = he.sum_groups(cts, np.arange(4), np.array([0, 4]))
+    assert pk.unpack(he.decrypt(total)[0]) == (4, 16, 4)
+    cap = he.usable_bits // pk.bits
+    packed = he.compress([cts[0], None, cts[2]], pk.bits, cap)
+    sums = unpack_compressed(he.decrypt(packed), 3, cap, pk.bits)
+    assert [pk.unpack(s) if s else None for s in sums] == [(-5, 2, 1), None, (7, 1, 1)]
+    # a re-randomised ciphertext decrypts the same and is not the one the label party made
+    again = he.compress([cts[1]], pk.bits, 1)
+    assert again[0] != cts[1] and he.decrypt(again) == he.decrypt([cts[1]])
+
+
+def test_messages_round_trip():
+    data = encode("x", a=np.arange(5, dtype=np.int32), flag=True, name="n", nothing=None)
+    kind, f = decode(data)
+    assert kind == "x" and f["a"].tolist() == [0, 1, 2, 3, 4] and f["flag"] is True and f["nothing"] is None
+
+
+# ----------------------------------------------------------------------------- the methods
+
+
+@needs_mirror
+def test_gbdt_and_secureboost_train_under_missing_blocks_and_refuse_what_trees_lack(tmp_path):
+    common = ["--dataset", "credit", "--parties", "4", "--train-missing", "mcar:0.5", "--test-missing",
+              "none,mcar:0.5", "--seed", "0", "--quiet", "--method-opt", "trees=20"]  # fmt: skip
+    f1 = {}
+    for m in ("gbdt", "secureboost"):
+        r = runner.invoke(app, ["run", "--method", m, *common, "--out", str(tmp_path / m)])
+        assert r.exit_code == 0, r.output
+        (run_dir,) = list((tmp_path / m).iterdir())
+        res = pd.read_csv(run_dir / "results.csv")
+        f1[m] = res[res["metric"] == "f1"].set_index("test_missing")["value"]
+        man = json.loads((run_dir / "manifest.json").read_text())
+        assert man["extras"]["trees_grown"] == 20
+    assert (f1["gbdt"] > 40).all() and (f1["secureboost"] > 40).all()
+    assert man["secureboost"]["bytes_by_kind"]["train"]["hist_up"][0] > 0
+    assert man["extras"]["comm_bytes_up"] == sum(
+        sum(v) for k, v in man["secureboost"]["bytes_by_kind"]["train"].items() if k.endswith("_up")
+    )
+    for extra, message in [
+        (["--method", "gbdt", "--attack", "norm"], "--attack observes representations"),
+        (["--method", "secureboost", "--label-defense", "gaussian"], "use rr:epsilon=E"),
+        (["--method", "gbdt", "--runtime", "processes"], "gbdt is the central reference"),
+        (["--method", "secureboost", "--compress", "quant:bits=4"], "send no representations"),
+        (["--method", "secureboost", "--eval-epochs", "5"], "trees=N instead"),
+    ]:
+        r = runner.invoke(app, ["run", "--dataset", "synthetic", *extra, "--out", str(tmp_path / "never")])
+        assert r.exit_code == 2 and message in r.output, (extra, r.output)
+    assert not (tmp_path / "never").exists()
+    paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1"]
+    r = runner.invoke(app, ["run", "--dataset", "isolet", "--method", "secureboost", *paillier, "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "two classes" in r.output
+
+
+@needs_mirror
+@pytest.mark.integration
+def test_secureboost_across_processes_gives_the_numbers_of_one_process_and_the_bytes_it_counts(tmp_path):
+    """Bar `trees` 2 in small: 30 trees; the party processes answer the label party over the wire."""
+    flags = ["run", "--dataset", "credit", "--method", "secureboost", "--parties", "4", "--train-missing", "mcar:0.5",
+             "--test-missing", "none,mcar:0.5", "--seed", "0", "--method-opt", "trees=30", "--quiet"]  # fmt: skip
+    out = {}
+    for rt in ("inprocess", "processes"):
+        r = runner.invoke(app, [*flags, "--runtime", rt, "--out", str(tmp_path / rt)])
+        assert r.exit_code == 0, r.output
+        (out[rt],) = list((tmp_path / rt).iterdir())
+    one, many = (pd.read_csv(out[rt] / "results.csv") for rt in ("inprocess", "processes"))
+    pd.testing.assert_frame_equal(one, many[one.columns])
+    man = json.loads((out["processes"] / "manifest.json").read_text())
+    assert man["runtime"]["measured_equals_accounted"]

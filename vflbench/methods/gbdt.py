@@ -1,0 +1,84 @@
+"""GBDT: gradient-boosted trees on every party's columns in one place, from a maintained library (XGBoost's
+``hist``), the tabular practitioner's first choice and the central reference of every comparison. Not VFL: its
+rows are labelled as the central reference in tables.
+
+A block missing for a sample is NaN in each of its columns, so XGBoost learns each split's default direction for
+it (its sparsity-aware split finding), in training and at test time. Classes are weighted as the neural methods'
+sampler weighs them on the dataset (Credit: class-balanced), the first margin is the weighted prior (``base_score``),
+and with more than two classes XGBoost grows one tree per class a round (``multi:softprob``). Embedded categorical
+columns enter as their integer codes. One thread per run unless ``--threads`` says otherwise (the result does not
+depend on it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import METHODS, Batch
+from .boosting import TREE_OPTIONS, TreeMethod
+
+
+@METHODS.register("gbdt")
+class GBDT(TreeMethod):
+    name, display = "gbdt", "GBDT (central)"
+    paper = "XGBoost (Chen & Guestrin, KDD 2016): the central reference, not VFL"
+    runtime_refusal = "gbdt is the central reference: every block in one place, no parties"
+    option_specs = TREE_OPTIONS
+    assumptions = (
+        "XGBoost tree_method=hist, missing blocks as NaN (learned default directions), base_score = the weighted "
+        "training prior (binary), one thread; multi-class: one tree per class a round",
+    )
+
+    def fit_whole(self, blocks, y, observed, weights, progress):
+        try:
+            import xgboost as xgb
+        except ImportError:  # pragma: no cover - a dependency of the install
+            from ..core.errors import VFLBenchError
+
+            raise VFLBenchError("--method gbdt needs XGBoost: pip install xgboost-cpu (or xgboost).") from None
+        o = self.options
+        x = self.with_missing(blocks, observed)
+        params = {
+            "tree_method": "hist",
+            "max_depth": int(o["max_depth"]),
+            "eta": float(o["learning_rate"]),
+            "max_bin": self.max_bin,
+            "lambda": float(o["reg_lambda"]),
+            "gamma": float(o["gamma"]),
+            "min_child_weight": float(o["min_child_weight"]),
+            "nthread": max(1, torch.get_num_threads()),
+            "seed": int(self.ctx.streams.seed_for("gbdt") % (2**31)),
+        }
+        if self.c == 2:
+            prior = float(np.average(y, weights=weights))
+            params.update(objective="binary:logistic", eval_metric="logloss", base_score=prior)
+        else:
+            params.update(objective="multi:softprob", num_class=self.c, eval_metric="mlogloss")
+        dtrain = xgb.DMatrix(x, label=y, weight=weights, missing=np.nan)
+        rounds = int(o["trees"])
+        losses: list[float] = []
+
+        class Report(xgb.callback.TrainingCallback):
+            def after_iteration(self, model, epoch, evals_log):
+                loss = list(evals_log["train"].values())[0][-1]
+                losses.append(float(loss))
+                progress(epoch + 1, rounds, float(loss))
+                return False
+
+        self.booster = xgb.train(
+            params, dtrain, num_boost_round=rounds, evals=[(dtrain, "train")], verbose_eval=False, callbacks=[Report()]
+        )
+        self.nodes = int(sum(t.strip().count("\n") + 1 for t in self.booster.get_dump()))  # splits and leaves
+        return losses
+
+    def probabilities(self, batch: Batch) -> np.ndarray:
+        import xgboost as xgb
+
+        obs = batch.obs.cpu().numpy().astype(bool)
+        x = self.with_missing(self.party_columns(batch.blocks), obs)
+        p = self.booster.predict(xgb.DMatrix(x, missing=np.nan))
+        return np.stack([1 - p, p], 1) if self.c == 2 else p
+
+    def extras(self):
+        return {"trees_grown": int(self.booster.num_boosted_rounds())} if hasattr(self, "booster") else {}

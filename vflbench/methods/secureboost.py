@@ -1,0 +1,196 @@
+"""SecureBoost (Cheng et al., IEEE Intelligent Systems 2021): vertical gradient boosting. The server is the label
+party; each party bins its own columns, sums the g/h it is sent into histograms, keeps the thresholds of the splits
+it wins in its lookup table and routes its own rows; a block a party lacks for a sample sends the sample the
+learned default way (:mod:`vflbench.trees.secureboost`).
+
+``encryption=none`` (the default) sends g and h in clear: the same trees as under Paillier (tested), at a fraction
+of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier would
+send for the same run (``secureboost.paillier_estimate``). ``encryption=paillier`` encrypts them (python-paillier
+keys, gmpy2 arithmetic, packed g/h/count, cipher compression, re-randomised histograms; two classes) and records the
+time of every operation. With every party in one process the trees equal the central algorithm's node for node.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..trees.booster import BoostParams
+from ..trees.paillier import Packing
+from ..trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, RemoteLink, serve
+from .base import METHODS, Batch, Option
+from .boosting import TREE_OPTIONS, TreeMethod
+
+PAILLIER_BINS = 32  # FATE's and FedTree's default: decryptions and upload grow with the bins
+
+
+@METHODS.register("secureboost")
+class SecureBoost(TreeMethod):
+    name, display = "secureboost", "SecureBoost"
+    paper = "SecureBoost (Cheng et al., IEEE Intelligent Systems 2021)"
+    runtime_refusal = None
+    option_specs = (
+        *TREE_OPTIONS,
+        Option(
+            "encryption",
+            str,
+            "none",
+            "none: g/h in clear (insecure: they reveal the labels; what Paillier would cost is in the manifest) | "
+            "paillier: encrypted, packed, summed homomorphically (two classes)",
+            choices=("none", "paillier"),
+        ),
+        Option("key_bits", int, 2048, "the Paillier modulus' bits", check=lambda v: None if v >= 512 else ">= 512"),
+    )
+    assumptions = (
+        "the label party (server) holds no block; it sees each built node's per-bin sums and the winning feature "
+        "and bin (no shuffling), never a threshold",
+        "binning: unweighted quantiles per feature on the party's own rows (midpoints up to max_bin values)",
+        "a node with no missing mass in training sends missing rows to the child with the larger hessian",
+        "more than two classes: one multi-output tree a round (SecureBoost+'s SBT-MO)",
+    )
+
+    def default_bin(self) -> int:
+        return PAILLIER_BINS if self.options["encryption"] == "paillier" else 256
+
+    def params(self) -> BoostParams:
+        o = self.options
+        return BoostParams(
+            trees=int(o["trees"]),
+            max_depth=int(o["max_depth"]),
+            learning_rate=float(o["learning_rate"]),
+            max_bin=self.max_bin,
+            reg_lambda=float(o["reg_lambda"]),
+            gamma=float(o["gamma"]),
+            min_child_weight=float(o["min_child_weight"]),
+        )
+
+    def _book(self, k: int, up: int, down: int) -> None:
+        u = torch.zeros(self.k, dtype=torch.float64)
+        d = torch.zeros(self.k, dtype=torch.float64)
+        u[k], d[k] = up, down
+        self.channel.book_bytes(u, d)
+        self.channel.commit(self.channel.mode, backward=True)
+
+    def fit_whole(self, blocks, y, observed, weights, progress):
+        params = self.params()
+        transport = self.channel.message_link()  # None: every party in this process
+        self.transport = transport
+        if transport is not None and transport.rank != 0:  # a party process: it answers the label party
+            me = transport.rank - 1
+            self.me = me
+            self.party = FeatureParty(me, blocks[me][observed[:, me]], np.flatnonzero(observed[:, me]))
+            serve(self.party, transport)
+            return []
+        if transport is None:
+            self.parties = [
+                FeatureParty(k, blocks[k][observed[:, k]], np.flatnonzero(observed[:, k])) for k in range(self.k)
+            ]
+            self.link = LocalLink(self.parties, self._book)
+        else:
+            self.parties = []
+            self.link = RemoteLink(transport, self.k, self._book)
+        offsets = np.cumsum([0, *self.ctx.widths])[:-1].tolist()
+        proto = Protocol(params, self.options["encryption"], int(self.options["key_bits"]))
+        self.label = LabelParty(self.link, observed, offsets, proto)
+        self.model = self.label.fit(y, weights, self.c, progress=lambda t, loss: progress(t, params.trees, loss))
+        self._stop_parties()
+        self.nodes = sum(t.n_nodes for t in self.model.trees)
+        self._estimate = paillier_estimate(self.link, self.label, len(y), float(np.max(weights)), params)
+        return list(self.model.history)
+
+    def _stop_parties(self) -> None:
+        """The end of a phase (training, a batch's prediction): party processes stop answering; in one process a
+        message of the same bytes (what is counted does not depend on the runtime)."""
+        for k in range(self.k):
+            self.link.tell(k, "stop")
+
+    def probabilities(self, batch: Batch) -> np.ndarray:
+        cols = self.party_columns(batch.blocks)
+        if self.transport is not None and self.transport.rank != 0:  # a party: it answers this batch's queries
+            self.party.set_batch(cols[self.me])
+            serve(self.party, self.transport)
+            return np.full((cols[0].shape[0], self.c), 1.0 / self.c)  # (the server scores the run)
+        self.link.phase = "eval"
+        obs = batch.obs.cpu().numpy().astype(bool)
+        for k, c in enumerate(cols[: len(self.parties)]):
+            self.parties[k].set_batch(c)
+        margin = self.label.predict(self.model, obs)
+        self._stop_parties()
+        return self.model.objective.probabilities(margin)
+
+    def extras(self):
+        if getattr(self, "label", None) is None or getattr(self, "model", None) is None:
+            return {}
+        out = {"trees_grown": len(self.model.trees)}
+        he = self.label.he
+        if he is not None:
+            party_ops = {}
+            for p in self.parties:
+                for k, v in (p.he.seconds if p.he else {}).items():
+                    party_ops[k] = party_ops.get(k, 0.0) + v
+            out.update(
+                {
+                    "he_encrypt_s": round(he.seconds.get("encrypt", 0.0), 3),
+                    "he_decrypt_s": round(he.seconds.get("decrypt", 0.0), 3),
+                    "he_sum_s": round(party_ops.get("add", 0.0), 3),
+                    "he_pack_s": round(party_ops.get("pack", 0.0) + party_ops.get("rerandomise", 0.0), 3),
+                }
+            )
+        return out
+
+    def manifest_extras(self) -> dict:
+        """The protocol's record: bytes by message kind and party, every Paillier operation's count and seconds, and
+        (in clear) what Paillier would have sent."""
+        out = {
+            "encryption": self.options["encryption"],
+            "max_bin": self.max_bin,
+            "bytes_by_kind": {ph: t.by_kind for ph, t in self.link.traffic.items()},
+            # (across processes each party's seconds stay in its process)
+            "party_seconds": {f"party {p.k}": {k: round(v, 3) for k, v in p.seconds.items()} for p in self.parties},
+            "paillier_estimate": self._estimate,
+        }
+        he = self.label.he
+        if he is not None:
+            ops = {"label party": {"ops": dict(he.ops), "seconds": {k: round(v, 3) for k, v in he.seconds.items()}}}
+            for p in self.parties:
+                if p.he is not None:
+                    ops[f"party {p.k}"] = {
+                        "ops": dict(p.he.ops),
+                        "seconds": {k: round(v, 3) for k, v in p.he.seconds.items()},
+                    }
+            out["paillier"] = {"key_bits": int(self.options["key_bits"]), **ops}
+        return out
+
+
+def paillier_estimate(link, label: LabelParty, n: int, w_max: float, params: BoostParams) -> dict:
+    """What the same run would send under Paillier with a 2,048-bit key (the message counts of this run, ciphertexts
+    of 512 bytes, the g/h/count packing and the compression of its fixed point): a cost model for runs too large to
+    encrypt, beside the bytes that crossed."""
+    fp = label.fp
+    g_max = int(round(w_max * (1 << fp.bits))) + 1
+    pk = Packing.for_rows(n, g_max, g_max)
+    capacity = max(1, (2048 - 2) // pk.bits)
+    traffic = link.traffic.get("train")
+    held = label.held.sum(0)
+    trees = len(label.owner)
+    down = int(held.sum()) * trees  # one ciphertext per held row per tree
+    # per built node and party: d_k x B sums, packed `capacity` a ciphertext; the plaintext run's histogram bytes say
+    # how many nodes were built (each sum there is 3 x 8 bytes per output)
+    up = 0
+    if traffic:
+        for nbytes in traffic.by_kind.get("hist_up", []):
+            sums = nbytes / 24.0  # G, H, N: three int64 a sum (one output)
+            up += math.ceil(sums / capacity)
+    return {
+        "key_bits": 2048,
+        "ciphertext_bytes": 512,
+        "packed_bits": pk.bits,
+        "capacity": capacity,
+        "ciphertexts_down": down,
+        "ciphertexts_up": up,
+        "bytes": 512 * (down + up),
+        "encryptions": n * trees,
+        "decryptions": up,
+    }

@@ -1,0 +1,443 @@
+"""SecureBoost (Cheng et al., 2019): gradient boosting across parties that each hold a block of columns, the labels
+at the server (the label party, which holds no block).
+
+The label party computes g and h (as integers, :class:`~.booster.FixedPoint`), sends each party those of its own
+rows (in clear with ``encryption=none``, or as Paillier ciphertexts of the packed (g, h, 1): :mod:`.paillier`), and
+grows each tree with :func:`~.booster.grow`: it asks every party for the histograms of the nodes it builds (the
+party sums its rows' values per node, feature and bin, vectorised: no loop over rows or bins in plaintext), finds
+the best split over all parties' candidates, and asks the winning party to apply it. The owner keeps the
+threshold in its lookup table (record id -> feature, threshold): no one else learns it; it returns which of its
+rows go left, and the label party routes the rows that party does not hold by the node's default direction
+(sparsity-aware split finding over the samples the party lacks) and tells every other party where its rows went.
+Prediction walks every tree level by level: at a node owned by party k the label party sends (sample, record id)
+and k answers one bit; a party absent for a sample (its block missing) is asked nothing, and its nodes send the
+sample the default way.
+
+With every party in one process the histograms and routes are the central algorithm's, so the trees are the same,
+node for node (tests/test_trees.py). The parties are request handlers (:class:`FeatureParty`) behind a link: in one
+process a call (:class:`LocalLink`), across processes the wire (vflbench.federation); either way every message is
+serialised (:func:`encode`) and its bytes counted per party, direction and kind, so what is counted is what
+crosses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .binning import Cuts, fit_cuts
+from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow
+from .paillier import Packing, Paillier, unpack_compressed
+
+# ----------------------------------------------------------------------------- messages
+
+
+def encode(kind: str, **fields: Any) -> bytes:
+    """A message as bytes: a JSON header (its kind, its scalars, each array's dtype and shape), then the arrays."""
+    head: dict[str, Any] = {"kind": kind, "s": {}, "a": []}
+    parts = []
+    for name, v in fields.items():
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            head["s"][name] = v
+        else:
+            a = np.ascontiguousarray(v)
+            head["a"].append([name, a.dtype.str, list(a.shape)])
+            parts.append(a.tobytes())
+    h = json.dumps(head, separators=(",", ":")).encode()
+    return len(h).to_bytes(4, "little") + h + b"".join(parts)
+
+
+def decode(data: bytes) -> tuple[str, dict[str, Any]]:
+    n = int.from_bytes(data[:4], "little")
+    head = json.loads(data[4 : 4 + n])
+    out = dict(head["s"])
+    at = 4 + n
+    for name, dt, shape in head["a"]:
+        dtype = np.dtype(dt)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        out[name] = np.frombuffer(data[at : at + size], dtype=dtype).reshape(shape)
+        at += size
+    return head["kind"], out
+
+
+def pack_bits(b: np.ndarray) -> np.ndarray:
+    return np.packbits(np.asarray(b, dtype=bool))
+
+
+def unpack_bits(p: np.ndarray, n: int) -> np.ndarray:
+    return np.unpackbits(np.asarray(p, dtype=np.uint8), count=n).astype(bool)
+
+
+# ----------------------------------------------------------------------------- a feature party
+
+
+class FeatureParty:
+    """Party k's side: its own rows' values (``x`` [n_k, d_k], NaN a missing cell) and which training samples they
+    are (``rows``); it bins them, keeps the g/h it is sent, sums histograms, applies the splits it wins (its lookup
+    table) and answers prediction queries. Every request is a message (:meth:`handle`)."""
+
+    def __init__(self, k: int, x: np.ndarray, rows: np.ndarray):
+        self.k = k
+        self.x = np.asarray(x, dtype=np.float64)
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.cuts: Cuts | None = None
+        self.codes: np.ndarray | None = None
+        self.node_of = np.zeros(len(self.rows), dtype=np.int64)
+        self.g: np.ndarray | None = None
+        self.h: np.ndarray | None = None
+        self.cts: list[int] | None = None
+        self.he: Paillier | None = None
+        self.packing: Packing | None = None
+        self.capacity = 1
+        # record id -> (feature, bin, threshold, default left): the party's alone
+        self.table: list[tuple[int, int, float, bool]] = []
+        self.batch: np.ndarray | None = None  # codes of the batch being predicted
+        self.seconds = {"histograms": 0.0, "predict": 0.0}
+
+    def handle(self, data: bytes) -> bytes | None:
+        kind, f = decode(data)
+        return getattr(self, f"on_{kind}")(**f)
+
+    def on_setup(self, max_bin: int, encryption: str, public_n: np.ndarray | None = None) -> bytes:
+        self.max_bin = int(max_bin)
+        self.cuts = fit_cuts(self.x, self.max_bin)  # its own columns, on its own rows: nothing crosses
+        self.codes = self.cuts.codes(self.x)
+        self.encryption = encryption
+        if encryption == "paillier":
+            self.he = Paillier.public(int.from_bytes(np.asarray(public_n, np.uint8).tobytes(), "big"))
+        return encode("cuts", n_cuts=self.cuts.n_cuts.astype(np.int32))
+
+    def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1) -> None:
+        self.node_of[:] = 0
+        if cts is not None:
+            self.cts = self.he.from_bytes(cts)
+            self.packing, self.capacity = Packing(int(offset), int(bg), int(bh), int(bc)), int(capacity)
+        else:
+            self.g, self.h = np.asarray(g, dtype=np.int64), np.asarray(h, dtype=np.int64)
+        return None
+
+    def on_build(self, nodes: np.ndarray) -> bytes:
+        t0 = time.perf_counter()
+        nodes = [int(v) for v in nodes]
+        if self.cts is None:
+            G, H, N = bin_sums(self.codes, self.g, self.h, nodes, self.node_of, self.max_bin + 1, self.g.shape[1])
+            out = encode("hist", G=G, H=H, N=N)
+        else:
+            out = encode("hist", cts=self.he.to_bytes(self._encrypted_sums(nodes)))
+        self.seconds["histograms"] += time.perf_counter() - t0
+        return out
+
+    def _encrypted_sums(self, nodes: list[int]) -> list[int]:
+        """Per (node, feature, bin) the homomorphic sum of its rows' ciphertexts, packed ``capacity`` a ciphertext."""
+        d, b = self.codes.shape[1], self.max_bin
+        slot_of = np.full(max(int(self.node_of.max(initial=0)), max(nodes, default=0)) + 1, -1, dtype=np.int64)
+        slot_of[np.asarray(nodes, dtype=np.int64)] = np.arange(len(nodes))
+        slot = slot_of[self.node_of]
+        rows = np.flatnonzero(slot >= 0)
+        codes = self.codes[rows].astype(np.int64)
+        key = (slot[rows, None] * d + np.arange(d)[None, :]) * b + codes
+        key = np.where(codes < b, key, -1).ravel()  # a missing cell is in no bin
+        row_of = np.repeat(rows, d)
+        keep = key >= 0
+        key, row_of = key[keep], row_of[keep]
+        order = np.argsort(key, kind="stable")
+        key_sorted = key[order]
+        bounds = np.flatnonzero(np.diff(key_sorted)) + 1
+        starts = np.concatenate([[0], bounds, [len(key_sorted)]])
+        groups = self.he.sum_groups(self.cts, row_of[order], starts)
+        sums: list[int | None] = [None] * (len(nodes) * d * b)
+        for k, c in zip(key_sorted[starts[:-1]].tolist(), groups, strict=True):
+            sums[k] = c
+        return self.he.compress(sums, self.packing.bits, self.capacity)
+
+    def on_split(self, node: int, feature: int, bin: int, default_left: bool, left: int, right: int) -> bytes:
+        record = len(self.table)
+        self.table.append((int(feature), int(bin), self.cuts.threshold(int(feature), int(bin)), bool(default_left)))
+        mine = np.flatnonzero(self.node_of == node)
+        c = self.codes[mine, int(feature)].astype(np.int64)
+        go_left = np.where(c == self.max_bin, bool(default_left), c < int(bin))
+        self.node_of[mine[go_left]], self.node_of[mine[~go_left]] = left, right
+        return encode("left", record=record, bits=pack_bits(go_left))
+
+    def on_stop(self) -> None:
+        return None
+
+    def on_route(self, node: int, left: int, right: int, bits: np.ndarray) -> None:
+        mine = np.flatnonzero(self.node_of == node)
+        go_left = unpack_bits(bits, len(mine))
+        self.node_of[mine[go_left]], self.node_of[mine[~go_left]] = left, right
+        return None
+
+    def set_batch(self, x: np.ndarray) -> None:
+        """The columns of the rows about to be predicted (this party's, [B, d_k])."""
+        self.batch = self.cuts.codes(x)
+
+    def on_predict(self, samples: np.ndarray, records: np.ndarray) -> bytes:
+        """One bit per query: does the sample go left at that record's node (a missing cell: the node's default)."""
+        t0 = time.perf_counter()
+        table = np.asarray([(j, t, dl) for j, t, _, dl in self.table], dtype=np.int64).reshape(-1, 3)
+        j, t, dl = table[records, 0], table[records, 1], table[records, 2].astype(bool)
+        c = self.batch[samples, j].astype(np.int64)
+        go_left = np.where(c == self.max_bin, dl, c < t)
+        self.seconds["predict"] += time.perf_counter() - t0
+        return encode("bits", left=pack_bits(go_left))
+
+
+# ----------------------------------------------------------------------------- links
+
+
+@dataclass
+class Traffic:
+    """Bytes by party, direction and message kind, in one phase ("train" or "eval")."""
+
+    k: int
+    by_kind: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, kind: str, direction: str, party: int, nbytes: int) -> None:
+        self.by_kind.setdefault(f"{kind}_{direction}", [0] * self.k)[party] += int(nbytes)
+
+
+class LocalLink:
+    """Every party in this process: a message is serialised, handed to the party, and its reply serialised back;
+    ``book(party, up, down)`` counts the bytes (the run's channel)."""
+
+    def __init__(self, parties: list[FeatureParty], book: Callable[[int, int, int], None]):
+        self.parties, self.book = parties, book
+        self.traffic: dict[str, Traffic] = {}
+        self.phase = "train"
+
+    def _t(self) -> Traffic:
+        return self.traffic.setdefault(self.phase, Traffic(len(self.parties)))
+
+    def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
+        data = encode(kind, **fields)
+        self._t().add(kind, "down", k, len(data))
+        reply = self.parties[k].handle(data)
+        up = 0 if reply is None else len(reply)
+        if reply is not None:
+            self._t().add(decode(reply)[0], "up", k, up)
+        self.book(k, up, len(data))
+        return None if reply is None else decode(reply)
+
+    tell = ask
+
+
+REPLIES = {"setup", "build", "split", "predict"}  # the requests a party answers; the others it only takes in
+
+
+class RemoteLink(LocalLink):
+    """The parties in their own processes: the same messages through a transport of bytes (``to_party(k, data)``,
+    ``from_party(k)``: vflbench.federation.wire.WireMessages), counted as :class:`LocalLink` counts them."""
+
+    def __init__(self, transport, k: int, book: Callable[[int, int, int], None]):
+        self.transport, self.k, self.book = transport, k, book
+        self.traffic = {}
+        self.phase = "train"
+
+    def _t(self) -> Traffic:
+        return self.traffic.setdefault(self.phase, Traffic(self.k))
+
+    def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
+        data = encode(kind, **fields)
+        self._t().add(kind, "down", k, len(data))
+        self.transport.to_party(k, data)
+        if kind not in REPLIES:
+            self.book(k, 0, len(data))
+            return None
+        reply = self.transport.from_party(k)
+        self._t().add(decode(reply)[0], "up", k, len(reply))
+        self.book(k, len(reply), len(data))
+        return decode(reply)
+
+    tell = ask
+
+
+def serve(party: FeatureParty, transport, until: str = "stop") -> None:
+    """A party process: answer the label party's requests until it says ``until``."""
+    while True:
+        data = transport.from_server()
+        if decode(data)[0] == until:
+            return
+        reply = party.handle(data)
+        if reply is not None:
+            transport.to_server(reply)
+
+
+# ----------------------------------------------------------------------------- the label party
+
+
+@dataclass
+class Protocol:
+    """What a SecureBoost run's label party and parties agree on."""
+
+    params: BoostParams
+    encryption: str = "none"  # none | paillier
+    key_bits: int = 2048
+
+
+class LabelParty:
+    """The label party: g and h, every node's instance space, the trees' structure and leaves; the parties' columns
+    and thresholds stay with them. ``held`` [n, K]: which training samples each party holds (its block observed)."""
+
+    def __init__(self, link, held: np.ndarray, offsets: list[int], proto: Protocol):
+        self.link, self.held, self.proto = link, np.asarray(held, dtype=bool), proto
+        self.k = self.held.shape[1]
+        self.offsets = list(offsets)  # each party's first global feature
+        self.he: Paillier | None = None
+        self.owner: list[list[tuple[int, int]]] = []  # per tree, per node: (party, record id) of a split, else (-1, -1)
+        self.seconds: dict[str, float] = {}
+
+    def setup(self) -> None:
+        p = self.proto
+        pub = None
+        if p.encryption == "paillier":
+            self.he = Paillier.generate(p.key_bits)
+            pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
+        n_cuts = []
+        for k in range(self.k):
+            _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub)
+            n_cuts.append(np.asarray(f["n_cuts"], dtype=np.int64))
+        self.widths = [len(c) for c in n_cuts]
+        self.n_cuts = np.concatenate(n_cuts) if n_cuts else np.zeros(0, dtype=np.int64)
+        self.party_of = np.repeat(np.arange(self.k), self.widths)
+
+    def fit(self, y: np.ndarray, w: np.ndarray, n_classes: int, progress=None) -> Model:
+        if self.proto.encryption == "paillier" and n_classes != 2:
+            from ..core.errors import VFLBenchError
+
+            raise VFLBenchError(
+                "secureboost with encryption=paillier is built for two classes (one packed g/h a row); use "
+                "encryption=none for more classes."
+            )
+        self.setup()
+        return boost(y, w, n_classes, self.proto.params, self._grow_tree, progress)
+
+    # -- one tree
+    def _grow_tree(self, g_int: np.ndarray, h_int: np.ndarray, fp: FixedPoint) -> tuple[Tree, np.ndarray]:
+        self.fp = fp
+        self._send_gh(g_int, h_int)
+        self.owner.append([])
+        tree, leaf = grow(g_int, h_int, self.n_cuts, self.proto.params, fp, self._histograms, self._route)
+        owners = self.owner[-1]
+        owners += [(-1, -1)] * (tree.n_nodes - len(owners))
+        return tree, leaf
+
+    def _send_gh(self, g_int: np.ndarray, h_int: np.ndarray) -> None:
+        if self.he is None:
+            for k in range(self.k):
+                rows = np.flatnonzero(self.held[:, k])
+                self.link.tell(k, "gh", g=g_int[rows], h=h_int[rows])
+            return
+        n = len(g_int)
+        g_max = int(np.abs(g_int).max(initial=0)) + 1
+        self.packing = Packing.for_rows(n, g_max, int(h_int.max(initial=0)) + 1)
+        if self.packing.bits > self.he.usable_bits:
+            raise ValueError(f"a packed g/h sum needs {self.packing.bits} bits; the key holds {self.he.usable_bits}")
+        self.capacity = max(1, self.he.usable_bits // self.packing.bits)
+        cts = self.he.encrypt(self.packing.pack(g_int[:, 0], h_int[:, 0]))  # each row once, whoever holds it
+        pk = self.packing
+        for k in range(self.k):
+            rows = np.flatnonzero(self.held[:, k])
+            self.link.tell(
+                k,
+                "gh",
+                cts=self.he.to_bytes([cts[i] for i in rows]),
+                offset=pk.offset,
+                bg=pk.bg,
+                bh=pk.bh,
+                bc=pk.bc,
+                capacity=self.capacity,
+            )
+
+    def _histograms(self, nodes: list[int], node_of: np.ndarray):
+        parts = []
+        for k in range(self.k):
+            _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
+            if self.he is None:
+                parts.append((f["G"], f["H"], f["N"]))
+            else:
+                parts.append(self._decrypted(f["cts"], len(nodes), self.widths[k]))
+        G = np.concatenate([p[0] for p in parts], axis=1)
+        H = np.concatenate([p[1] for p in parts], axis=1)
+        N = np.concatenate([p[2] for p in parts], axis=1)
+        return G, H, N
+
+    def _decrypted(self, cts: np.ndarray, m: int, d: int):
+        b = self.proto.params.max_bin
+        n_sums = m * d * b
+        plain = self.he.decrypt(self.he.from_bytes(cts))
+        sums = unpack_compressed(plain, n_sums, self.capacity, self.packing.bits)
+        G = np.zeros(n_sums, dtype=np.int64)
+        H = np.zeros(n_sums, dtype=np.int64)
+        N = np.zeros(n_sums, dtype=np.int64)
+        for i, s in enumerate(sums):
+            if s:
+                G[i], H[i], N[i] = self.packing.unpack(s)
+        return G.reshape(m, d, b, 1), H.reshape(m, d, b, 1), N.reshape(m, d, b)
+
+    def _route(self, node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
+        k = int(self.party_of[s.feature])
+        j = s.feature - self.offsets[k]
+        _, f = self.link.ask(
+            k, "split", node=node, feature=j, bin=s.bin, default_left=s.default_left, left=lc, right=rc
+        )
+        owners = self.owner[-1]
+        owners += [(-1, -1)] * (node + 1 - len(owners))
+        owners[node] = (k, int(f["record"]))
+        held = self.held[rows, k]
+        go_left = np.full(len(rows), s.default_left)  # rows the owner does not hold: the default direction
+        go_left[held] = unpack_bits(f["bits"], int(held.sum()))
+        for other in range(self.k):  # every other party learns where its own rows of the node went
+            if other != k and self.held[rows, other].any():
+                mine = self.held[rows, other]
+                self.link.tell(other, "route", node=node, left=lc, right=rc, bits=pack_bits(go_left[mine]))
+        return go_left
+
+    # -- prediction
+    def predict(self, model: Model, observed: np.ndarray) -> np.ndarray:
+        """Margins [B, outputs] of a batch whose parties hold its columns (``observed`` [B, K]: a party whose block
+        is missing for a sample is asked nothing about it)."""
+        b = observed.shape[0]
+        t_n = len(model.trees)
+        arrays = [t.arrays() for t in model.trees]
+        width = max(t.n_nodes for t in model.trees) if t_n else 1
+        feat = np.full((t_n, width), -1, dtype=np.int64)
+        dl = np.zeros((t_n, width), dtype=bool)
+        lft = np.zeros((t_n, width), dtype=np.int64)
+        rgt = np.zeros((t_n, width), dtype=np.int64)
+        own = np.full((t_n, width), -1, dtype=np.int64)
+        rec = np.zeros((t_n, width), dtype=np.int64)
+        for i, (a, o) in enumerate(zip(arrays, self.owner, strict=True)):
+            n = len(a["feature"])
+            feat[i, :n], dl[i, :n], lft[i, :n], rgt[i, :n] = a["feature"], a["default_left"], a["left"], a["right"]
+            own[i, :n] = [p for p, _ in o]
+            rec[i, :n] = [r for _, r in o]
+        pos = np.zeros((b, t_n), dtype=np.int64)
+        trees_idx = np.arange(t_n)[None, :].repeat(b, 0)
+        depth = max((max(t.depth) for t in model.trees), default=0)
+        for _ in range(depth):
+            internal = feat[trees_idx, pos] >= 0
+            if not internal.any():
+                break
+            go_left = dl[trees_idx, pos].copy()  # the default; overwritten where the owner answers
+            owner = own[trees_idx, pos]
+            for k in range(self.k):
+                ask = internal & (owner == k) & observed[:, k][:, None]
+                if not ask.any():
+                    continue
+                s_idx, t_idx = np.nonzero(ask)
+                _, f = self.link.ask(
+                    k, "predict", samples=s_idx.astype(np.int32), records=rec[t_idx, pos[s_idx, t_idx]].astype(np.int32)
+                )
+                go_left[s_idx, t_idx] = unpack_bits(f["left"], len(s_idx))
+            nxt = np.where(go_left, lft[trees_idx, pos], rgt[trees_idx, pos])
+            pos = np.where(internal, nxt, pos)
+        margin = np.tile(model.base, (b, 1))
+        for i, a in enumerate(arrays):
+            margin += a["value"][pos[:, i]]
+        return margin
