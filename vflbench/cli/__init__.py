@@ -4,7 +4,7 @@ One module per group of commands, in the order ``vflbench --help`` lists them: :
 :mod:`.sweeps`, :mod:`.tables`; what they share (the application object, the error handling, the run flags
 generated from the settings schema) is :mod:`.app`. A command module registers its commands on import."""
 
-from . import data, runs, sweeps, tables  # noqa: F401  (registration, in --help's order)
+from . import data, runs, serving, sweeps, tables  # noqa: F401  (registration, in --help's order)
 from .app import app, main
 
 __all__ = ["app", "main"]

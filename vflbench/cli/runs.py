@@ -42,6 +42,13 @@ def run(
     threads: int | None = typer.Option(
         None, help="torch intra-op threads [default: 1 for tabular models, all cores for images]"
     ),
+    save_model: bool = typer.Option(
+        False,
+        "--save-model",
+        metavar="",
+        help="also write the trained model split by party (model/party_K.pt, model/server.pt) and the test "
+        "predictions (predictions.csv) into the run's folder, for `vflbench serve RUN`",
+    ),
     **given,
 ):
     """Train one method on one dataset for one seed and evaluate it under every test setting."""
@@ -70,10 +77,26 @@ def run(
         from ..federation.runtime import check
 
         check(resolved)  # before the progress bar: a refused run prints one line
+    keep = []
+    if save_model:
+        if resolved.runtime == "processes":
+            raise VFLBenchError(
+                "--save-model saves the model from one process; train with --runtime inprocess (the default) and "
+                "serve it with `vflbench serve RUN --runtime processes`: each party process loads only its part."
+            )
+        if resolved.model.get("arch") != "mlp":
+            raise VFLBenchError("--save-model is built for tabular (MLP) models; this run's extractors are images.")
+        from ..serving.model_files import ModelKeeper
+
+        keep = [ModelKeeper(out)]
     with progress_bar("loss {task.fields[loss]}", quiet=quiet) as bar, phase_progress(bar):
         rows, manifest = execute(
-            resolved, device=device, callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})")]
+            resolved,
+            device=device,
+            callbacks=[_stage_progress(bar, f"{method} on {dataset} (seed {resolved.seed})"), *keep],
         )
+    if keep:
+        manifest["saved_model"] = keep[0].saved
     run_dir = write_outputs(out, rows, manifest, process_start(), "process start")
     _print_run(resolved, rows, manifest, run_dir)
     warned = manifest.get("warnings")

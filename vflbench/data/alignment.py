@@ -375,6 +375,7 @@ def assemble(
     ds = Dataset(info, xtr, y[side.train], xte, y[side.test], feature_names=names, embedded=glob)
     ds.party_widths = list(widths)
     ds.party_names = [n for n, _ in files]
+    ds.test_ids = [side.ids[i] for i in side.test]  # the test samples' IDs (vflbench serve: {"ids": [...]})
     ds.structural = {"train": held[side.train], "test": held[side.test]}  # [n, K]: the party holds the sample's ID
     ds.checksums = dict(checksums)
     ds.preprocessing = {

@@ -337,6 +337,41 @@ class Method:
         """Per-run scalars added as columns of the run's CSV rows (and to its manifest)."""
         return {}
 
+    # -- a saved model (vflbench run --save-model; vflbench serve)
+    def party_members(self) -> dict[int, list[int]]:
+        """The members each party computes before what it sends at prediction (its part of a saved model): the
+        members of its extractors; a method whose parties send more (Ensemble: their logits) adds its own."""
+        out: dict[int, list[int]] = {k: [] for k in range(self.k)}
+        for ex in self.extractor_sets:
+            for m, p in zip(ex.member_ids, ex.party_of, strict=True):
+                out[int(p)].append(int(m))
+        return out
+
+    def model_parts(self) -> dict[str, Any]:
+        """The trained model split by who holds it: ``party_K`` (what party K computes: its members' values in the
+        parameter store) and ``server`` (every other value). Image extractors are not split yet."""
+        if any(e.modules is not None for e in self.extractor_sets) or self.module_members:
+            raise VFLBenchError(
+                f"{self.display}: saving a model split by party is built for tabular (MLP) models; this run's "
+                "extractors are image modules."
+            )
+        flat = self.store.flat.detach().cpu()
+        owner = torch.full((max(self.n_members, 1),), -1, dtype=torch.long)
+        for k, members in self.party_members().items():
+            owner[torch.as_tensor(members, dtype=torch.long)] = k
+        elem = owner[self.store.member_of.cpu()] if len(flat) else torch.zeros(0, dtype=torch.long)
+        parts: dict[str, Any] = {}
+        for k in range(-1, self.k):
+            idx = torch.nonzero(elem == k).flatten()
+            parts["server" if k < 0 else f"party_{k}"] = {"flat_index": idx, "flat": flat[idx].clone()}
+        return parts
+
+    def load_part(self, name: str, part: dict[str, Any]) -> None:
+        """Put a saved part (:meth:`model_parts`) back into the built method."""
+        with torch.no_grad():
+            idx = part["flat_index"].to(self.store.flat.device)
+            self.store.flat[idx] = part["flat"].to(self.store.flat.device, self.store.flat.dtype)
+
     def manifest_extras(self) -> dict[str, Any]:
         """What the method records in the manifest beyond its CSV columns, under its own name (e.g. SecureBoost's
         bytes by message kind and its Paillier operations); empty: nothing."""

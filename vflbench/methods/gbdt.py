@@ -6,7 +6,8 @@ A block missing for a sample is NaN in each of its columns, so XGBoost learns ea
 it (its sparsity-aware split finding), in training and at test time. Classes are weighted as the neural methods'
 sampler weighs them on the dataset (Credit: class-balanced), the first margin is the weighted prior (``base_score``),
 and with more than two classes XGBoost grows one tree per class a round (``multi:softprob``). Embedded categorical
-columns enter as their integer codes. One thread per run unless ``--threads`` says otherwise (the result does not
+columns (more levels than ``embed_above``) use XGBoost's categorical support (splits that partition the levels);
+one-hot columns are numeric 0/1 columns. One thread per run unless ``--threads`` says otherwise (the result does not
 depend on it).
 """
 
@@ -38,7 +39,7 @@ class GBDT(TreeMethod):
 
             raise VFLBenchError("--method gbdt needs XGBoost: pip install xgboost-cpu (or xgboost).") from None
         o = self.options
-        x = self.with_missing(blocks, observed)
+        x = self.categorical_codes(self.with_missing(blocks, observed))
         params = {
             "tree_method": "hist",
             "max_depth": int(o["max_depth"]),
@@ -55,7 +56,7 @@ class GBDT(TreeMethod):
             params.update(objective="binary:logistic", eval_metric="logloss", base_score=prior)
         else:
             params.update(objective="multi:softprob", num_class=self.c, eval_metric="mlogloss")
-        dtrain = xgb.DMatrix(x, label=y, weight=weights, missing=np.nan)
+        dtrain = self.matrix(xgb, x, label=y, weight=weights)
         rounds = int(o["trees"])
         losses: list[float] = []
 
@@ -76,9 +77,41 @@ class GBDT(TreeMethod):
         import xgboost as xgb
 
         obs = batch.obs.cpu().numpy().astype(bool)
-        x = self.with_missing(self.party_columns(batch.blocks), obs)
-        p = self.booster.predict(xgb.DMatrix(x, missing=np.nan))
+        x = self.categorical_codes(self.with_missing(self.party_columns(batch.blocks), obs))
+        p = self.booster.predict(self.matrix(xgb, x))
         return np.stack([1 - p, p], 1) if self.c == 2 else p
+
+    def embedded_columns(self) -> list[int]:
+        """The joined table's columns that hold an embedded categorical's codes (vflbench.data.datasets.encoding)."""
+        offsets = np.cumsum([0, *self.ctx.widths])
+        return sorted(int(offsets[k] + pos) for k, cols in enumerate(self.ctx.embedded or []) for pos, _, _ in cols)
+
+    def categorical_codes(self, x: np.ndarray) -> np.ndarray:
+        """Code 0 (a missing cell) of an embedded column as NaN; its other codes are XGBoost's categories."""
+        for j in self.embedded_columns():
+            col = x[:, j]
+            col[col == 0] = np.nan
+        return x
+
+    def matrix(self, xgb, x: np.ndarray, **kw):
+        """XGBoost's DMatrix, with its categorical support for the embedded columns (partition splits over levels)."""
+        cats = set(self.embedded_columns())
+        if not cats:
+            return xgb.DMatrix(x, missing=np.nan, **kw)
+        types = ["c" if j in cats else "q" for j in range(x.shape[1])]
+        return xgb.DMatrix(x, missing=np.nan, feature_types=types, enable_categorical=True, **kw)
+
+    def model_parts(self):
+        """The central reference has no parties: the whole booster (XGBoost's JSON) is the server's."""
+        return {"server": {"xgboost_json": bytes(self.booster.save_raw("json")), "nodes": self.nodes}}
+
+    def load_part(self, name, part):
+        import xgboost as xgb
+
+        if name == "server":
+            self.booster = xgb.Booster()
+            self.booster.load_model(bytearray(part["xgboost_json"]))
+            self.nodes = int(part["nodes"])
 
     def extras(self):
         return {"trees_grown": int(self.booster.num_boosted_rounds())} if hasattr(self, "booster") else {}

@@ -26,6 +26,13 @@ class Local(Method):
         self.ext, self.ext_ids = self.extractors("ext", parties, groups=parties)  # one optimiser per party
         self.head, self.head_ids = self.heads("head", self.k, self.ctx.model.cut, groups=parties)
 
+    def party_members(self):
+        """A party holds its extractor and its head (it predicts alone; Ensemble's parties send their logits)."""
+        out = super().party_members()
+        for k, m in enumerate(self.head_ids):
+            out[k].append(int(m))
+        return out
+
     def logits(self, blocks, obs) -> torch.Tensor:
         return self.head(self.ext(blocks, need=obs.T))  # [K, B, C]
 

@@ -120,6 +120,54 @@ class SecureBoost(TreeMethod):
         self._stop_parties()
         return self.model.objective.probabilities(margin)
 
+    def model_parts(self):
+        """The label party's trees (structure, owners and record ids, leaf values, the first margin) and each
+        party's binning and lookup table (its thresholds: nobody else's)."""
+        m = self.model
+        parts = {
+            "server": {
+                "trees": [t.__dict__ for t in m.trees],
+                "owner": self.label.owner,
+                "base": m.base,
+                "classes": self.c,
+                "params": m.params.__dict__,
+                "held": self.label.held,
+                "offsets": self.label.offsets,
+            }
+        }
+        for p in self.parties:
+            parts[f"party_{p.k}"] = {"cuts": p.cuts.__dict__, "table": p.table, "max_bin": p.max_bin}
+        return parts
+
+    def load_part(self, name, part):
+        from ..trees.binning import Cuts
+        from ..trees.booster import Model, Objective, Tree
+
+        if name == "server":
+            params = BoostParams(**part["params"])
+            trees = []
+            for d in part["trees"]:
+                t = Tree()
+                t.__dict__.update(d)
+                trees.append(t)
+            self.model = Model(Objective(int(part["classes"])), np.asarray(part["base"]), trees, params)
+            self.nodes = sum(t.n_nodes for t in trees)
+            if not hasattr(self, "parties"):
+                self.parties = [None] * self.k
+            self.link = LocalLink(self.parties, self._book)
+            self.label = LabelParty(self.link, part["held"], part["offsets"], Protocol(params))
+            self.label.owner = [list(map(tuple, o)) for o in part["owner"]]
+            self.transport = None
+            return
+        k = int(name.split("_")[1])
+        party = FeatureParty(k, np.zeros((0, 1)), np.zeros(0, dtype=np.int64))
+        party.cuts, party.table, party.max_bin = Cuts(**part["cuts"]), list(part["table"]), int(part["max_bin"])
+        if not hasattr(self, "parties"):
+            self.parties = [None] * self.k
+        self.parties[k] = party
+        if getattr(self, "link", None) is not None:
+            self.link.parties = self.parties
+
     def extras(self):
         if getattr(self, "label", None) is None or getattr(self, "model", None) is None:
             return {}
@@ -176,12 +224,12 @@ def paillier_estimate(link, label: LabelParty, n: int, w_max: float, params: Boo
     held = label.held.sum(0)
     trees = len(label.owner)
     down = int(held.sum()) * trees  # one ciphertext per held row per tree
-    # per built node and party: d_k x B sums, packed `capacity` a ciphertext; the plaintext run's histogram bytes say
-    # how many nodes were built (each sum there is 3 x 8 bytes per output)
+    # per built node and party its non-empty bins' sums, packed `capacity` a ciphertext (an upper bound: Paillier
+    # packs every bin); the plaintext run's histogram bytes say how many were sent
     up = 0
     if traffic:
         for nbytes in traffic.by_kind.get("hist_up", []):
-            sums = nbytes / 24.0  # G, H, N: three int64 a sum (one output)
+            sums = nbytes / 20.0  # a sent bin: its position (int32), G and H (int64; one output)
             up += math.ceil(sums / capacity)
     return {
         "key_bits": 2048,

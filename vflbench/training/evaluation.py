@@ -48,9 +48,14 @@ def score(
     tta: torch.Generator | None = None,
     phase: str = "eval",
     keep: np.ndarray | None = None,
+    into: dict | None = None,
+    setting: str | None = None,
 ) -> dict[str, Any]:
-    """Predict over a split and apply the metric rules (``keep``: the samples that are scored)."""
+    """Predict over a split and apply the metric rules (``keep``: the samples that are scored; ``into``: where the
+    per-sample predictions of ``setting`` are kept)."""
     preds, valid, scores, counted = predict(method, data, obs, batch_size, tta, phase)
+    if into is not None:
+        into[setting] = (preds, valid, scores, counted)
     if keep is not None:
         preds, valid, counted, y = preds[:, keep], valid[:, keep], counted[keep], y[keep]
         scores = None if scores is None else scores[:, keep]
@@ -76,7 +81,9 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = 
             tta = torch.Generator(device=inputs.device)
             tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
         obs = torch.as_tensor(m.observed, device=inputs.device)
-        met = score(method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta)
+        met = score(
+            method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta, into=inputs.predictions, setting=s
+        )
         default = run.method_options.get("eval")
         for variant in (v for v in method.eval_variants if v != default):  # e.g. PBM-VFL with exact sums
             method.use_variant(variant)

@@ -35,6 +35,8 @@ class RunInputs:
     y_val: np.ndarray | None = None
     val_masks: dict[str, Masks] = field(default_factory=dict)
     device_reason: str = ""  # why the run computes where it does (vflbench.runs.devices)
+    # set to a dict to keep each test setting's per-sample predictions (preds, valid, scores, counted): --save-model
+    predictions: dict | None = None
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:

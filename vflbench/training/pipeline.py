@@ -405,6 +405,8 @@ def _execute(
         wire is not None and wire.rank != SERVER
     ):  # a party's process: the server records the run (a party's manifest would be read by nobody)
         return [], {}
+    for cb in callbacks:
+        cb.on_finished(run, inputs, method)
     return record(run, inputs, method, hist, evals, callbacks)
 
 

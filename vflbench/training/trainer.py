@@ -160,6 +160,9 @@ class Callback:
     def after_step(self, loop: Loop, batch: Batch, loss: float) -> None: ...
     def on_epoch_end(self, loop: Loop) -> None: ...
     def on_stage_end(self, loop: Loop) -> None: ...
+    def on_finished(self, run, inputs, method: Method) -> None:
+        """After the run is evaluated, before it is recorded (e.g. saving the trained model: --save-model)."""
+
     def extras(self) -> dict[str, Any]:
         """Per-run scalars this callback adds to the CSV rows (e.g. epochs to a target)."""
         return {}

@@ -124,9 +124,15 @@ class FeatureParty:
     def on_build(self, nodes: np.ndarray) -> bytes:
         t0 = time.perf_counter()
         nodes = [int(v) for v in nodes]
-        if self.cts is None:
+        if self.cts is None:  # the non-empty bins' sums (their positions, then g and h: the label party needs no count)
             G, H, N = bin_sums(self.codes, self.g, self.h, nodes, self.node_of, self.max_bin + 1, self.g.shape[1])
-            out = encode("hist", G=G, H=H, N=N)
+            at = np.flatnonzero(N.reshape(-1) > 0)
+            out = encode(
+                "hist",
+                at=at.astype(np.int32),
+                G=G.reshape(-1, G.shape[-1])[at],
+                H=H.reshape(-1, H.shape[-1])[at],
+            )
         else:
             out = encode("hist", cts=self.he.to_bytes(self._encrypted_sums(nodes)))
         self.seconds["histograms"] += time.perf_counter() - t0
@@ -359,13 +365,22 @@ class LabelParty:
         for k in range(self.k):
             _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
             if self.he is None:
-                parts.append((f["G"], f["H"], f["N"]))
+                parts.append(self._scattered(f, len(nodes), self.widths[k]))
             else:
                 parts.append(self._decrypted(f["cts"], len(nodes), self.widths[k]))
         G = np.concatenate([p[0] for p in parts], axis=1)
         H = np.concatenate([p[1] for p in parts], axis=1)
-        N = np.concatenate([p[2] for p in parts], axis=1)
-        return G, H, N
+        return G, H, None
+
+    def _scattered(self, f: dict, m: int, d: int):
+        """A party's sent non-empty bins back in place: G, H [m, d, B, outputs] (zeros elsewhere)."""
+        outputs = f["G"].shape[-1]
+        size = m * d * self.proto.params.max_bin
+        G = np.zeros((size, outputs), dtype=np.int64)
+        H = np.zeros((size, outputs), dtype=np.int64)
+        G[f["at"]], H[f["at"]] = f["G"], f["H"]
+        shape = (m, d, self.proto.params.max_bin, outputs)
+        return G.reshape(shape), H.reshape(shape)
 
     def _decrypted(self, cts: np.ndarray, m: int, d: int):
         b = self.proto.params.max_bin
@@ -374,11 +389,10 @@ class LabelParty:
         sums = unpack_compressed(plain, n_sums, self.capacity, self.packing.bits)
         G = np.zeros(n_sums, dtype=np.int64)
         H = np.zeros(n_sums, dtype=np.int64)
-        N = np.zeros(n_sums, dtype=np.int64)
         for i, s in enumerate(sums):
             if s:
-                G[i], H[i], N[i] = self.packing.unpack(s)
-        return G.reshape(m, d, b, 1), H.reshape(m, d, b, 1), N.reshape(m, d, b)
+                G[i], H[i], _ = self.packing.unpack(s)
+        return G.reshape(m, d, b, 1), H.reshape(m, d, b, 1)
 
     def _route(self, node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
         k = int(self.party_of[s.feature])

@@ -1,0 +1,172 @@
+"""Serving a trained federation (issue "serving"): the saved model and predictions; a served prediction equals the
+offline one bit for bit when no deadline binds, and equals the offline prediction with a block missing when that
+party is past the deadline; concurrent requests are batched; bad requests get a 4xx; a killed party process is a
+missing block and rejoins."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from vflbench.cli import app
+
+from .conftest import needs_mirror
+
+runner = CliRunner()
+TESTS = "none,mcar:0,0,0,1"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    out = tmp_path_factory.mktemp("saved")
+    r = runner.invoke(app, ["run", "--dataset", "credit", "--method", "laser", "--parties", "4", "--epochs", "1",
+                            "--train-missing", "mcar:0.5", "--seed", "0", "--test-missing", TESTS, "--save-model",
+                            "--quiet", "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (run_dir,) = list(out.iterdir())
+    return run_dir
+
+
+def _saved_predictions(run_dir, setting):
+    p = pd.read_csv(run_dir / "predictions.csv")
+    return p[p["test_missing"] == setting].set_index("row")
+
+
+@needs_mirror
+def test_the_run_folder_holds_each_partys_part_the_servers_and_the_predictions(saved):
+    index = json.loads((saved / "model" / "model.json").read_text())
+    assert set(index["parts"]) == {"server", "party_0", "party_1", "party_2", "party_3"}
+    import torch
+
+    parts = {n: torch.load(saved / "model" / f"{n}.pt", weights_only=False) for n in index["parts"]}
+    idx = torch.cat([p["flat_index"] for p in parts.values()])
+    assert len(idx) == len(torch.unique(idx))  # each value held by exactly one of them
+    p = pd.read_csv(saved / "predictions.csv")
+    assert list(p.columns) == ["row", "test_missing", "predicted", "score", "predictors"]
+    assert len(p) == 2 * 6000 and set(p["test_missing"]) == {"none", "mcar:0,0,0,1"}
+    # LASER-VFL answers with its valid heads: all four with every block, three when party 3's is missing
+    assert set(p[p["test_missing"] == "none"]["predictors"]) == {4}
+    assert set(p[p["test_missing"] == "mcar:0,0,0,1"]["predictors"]) == {3}
+
+
+def _client(run_dir, deadline_ms, delays):
+    from fastapi.testclient import TestClient
+
+    from vflbench.serving.app import Server, make_app
+    from vflbench.serving.federation import InProcessParties, Link, Served, parse_delays
+
+    served = Served(run_dir)
+    parties = InProcessParties(served, parse_delays(delays, served.k), Link())
+    return TestClient(make_app(Server(served, parties, deadline_ms))), parties
+
+
+@needs_mirror
+def test_served_predictions_equal_the_offline_ones_and_a_late_party_is_a_missing_block(saved):
+    client, _ = _client(saved, 600_000, [])
+    with client:
+        r = client.post("/predict", json={"split": "test"})
+        assert r.status_code == 200
+        got = pd.DataFrame(r.json()["predictions"]).set_index("row")
+        off = _saved_predictions(saved, "none")
+        assert (got["predicted"] == off["predicted"]).all() and (got["score"] == off["score"]).all()  # bit for bit
+        assert got["parties"].iloc[0] == [0, 1, 2, 3]
+    client, _ = _client(saved, 50, ["party3=400"])
+    with client:
+        t0 = time.perf_counter()
+        r = client.post("/predict", json={"rows": list(range(0, 6000, 7))})
+        assert r.status_code == 200 and 0.05 <= time.perf_counter() - t0 < 0.4  # it waited the deadline, not party 3
+        got = pd.DataFrame(r.json()["predictions"]).set_index("row")
+        off = _saved_predictions(saved, "mcar:0,0,0,1").loc[got.index]
+        assert (got["predicted"] == off["predicted"]).all() and (got["score"] == off["score"]).all()
+        assert got["parties"].iloc[0] == [0, 1, 2]
+
+
+@needs_mirror
+def test_bad_requests_get_a_4xx_with_the_reason_and_the_server_stays_up(saved):
+    client, _ = _client(saved, 1000, [])
+    with client:
+        for body, status, words in [
+            ({"rows": [1, 6000]}, 400, "not a test row"),
+            ({"rows": []}, 400, "non-empty list"),
+            ({"rows": ["a"]}, 400, "integers"),
+            ({"split": "train"}, 400, '"split" takes "test"'),
+            ({"ids": ["x"]}, 400, "no IDs"),
+            ({"rows": [1], "split": "test"}, 400, "exactly one"),
+            ({"row": [1]}, 400, "unknown field"),
+            ([1, 2], 400, "JSON object"),
+        ]:
+            r = client.post("/predict", json=body)
+            assert r.status_code == status and words in r.json()["detail"], (body, r.text)
+        r = client.post("/predict", content=b"not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not JSON" in r.json()["detail"]
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.post("/predict", json={"rows": [0]}).status_code == 200
+
+
+@needs_mirror
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(saved):
+    from vflbench.serving.app import Server
+    from vflbench.serving.federation import InProcessParties, Link, Served, parse_delays
+
+    served = Served(saved)
+    server = Server(served, InProcessParties(served, parse_delays("20", served.k), Link()), 1000, batch_window_ms=20)
+    off = _saved_predictions(saved, "none")
+
+    async def go():
+        await server.start()
+        rows = [np.arange(i * 50, i * 50 + 50) for i in range(12)]
+        outs = await asyncio.gather(*(server.submit(r, r.tolist(), "row") for r in rows))
+        await server.stop()
+        return rows, outs
+
+    rows, outs = asyncio.run(go())
+    assert max(o["batched_with"] for o in outs) > 1 and server.batches < 12
+    for r, o in zip(rows, outs, strict=True):
+        got = pd.DataFrame(o["predictions"])
+        assert got["row"].tolist() == r.tolist()
+        assert (got["predicted"].to_numpy() == off.loc[r, "predicted"].to_numpy()).all()
+
+
+@needs_mirror
+@pytest.mark.integration
+def test_party_processes_load_their_own_part_a_killed_one_is_a_missing_block_and_rejoins(saved):
+    from vflbench.serving.app import Server
+    from vflbench.serving.federation import Link, ProcessParties, Served, parse_delays
+
+    served = Served(saved, parts=["server"])
+    parties = ProcessParties(saved, 4, parse_delays([], 4), Link())
+    parties.start()
+    parties.wait_ready()
+    server = Server(served, parties, 3000)
+    rows = np.arange(0, 6000, 11)
+
+    async def ask():
+        return await server.submit(rows, rows.tolist(), "row")
+
+    async def go():
+        await server.start()
+        first = await ask()
+        parties.restart = False
+        parties.kill(2)
+        lost = await ask()
+        parties.restart = True
+        parties.supervise()  # restarted: it loads its part again
+        await asyncio.get_running_loop().run_in_executor(None, parties.wait_ready)
+        back = await ask()
+        await server.stop()
+        return first, lost, back
+
+    first, lost, back = asyncio.run(go())
+    off = _saved_predictions(saved, "none").loc[rows]
+    f = pd.DataFrame(first["predictions"])
+    assert (f["predicted"].to_numpy() == off["predicted"].to_numpy()).all()
+    assert (f["score"].to_numpy() == off["score"].to_numpy()).all()  # across processes, bit for bit
+    assert lost["predictions"][0]["parties"] == [0, 1, 3]
+    assert back["predictions"][0]["parties"] == [0, 1, 2, 3]
+    assert (pd.DataFrame(back["predictions"])["predicted"].to_numpy() == off["predicted"].to_numpy()).all()
