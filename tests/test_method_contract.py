@@ -26,7 +26,7 @@ from vflbench.nn.models import ModelSpec
 from vflbench.privacy.channel import Channel
 from vflbench.runs.config import RunConfig, config_from_manifest, resolve
 from vflbench.training.metrics import F1_RULES, compute_metrics
-from vflbench.training.trainer import BlockData, StageHP, TrainPolicy, TrainSet, fit, predict
+from vflbench.training.trainer import BlockData, StageHP, TrainPolicy, TrainSet, fit, fit_at_once, predict
 
 from .helpers import batch
 
@@ -69,8 +69,24 @@ def cls_of(case: str) -> type[Method]:
 
 
 def make(name: str, k: int = 3, c: int = 3, image: bool = False, seed: int = 0, options=None) -> Method:
-    """Build a method (or a variant, ``name[...]``, of :data:`CASES`) on tiny synthetic shapes."""
+    """Build a method (or a variant, ``name[...]``, of :data:`CASES`) on tiny synthetic shapes. A method that trains on
+    the whole set at once (trees) is also fitted, on a few rounds of tabular data, so that it can predict."""
+    m = _build(name, k, c, image, seed, options)
+    if m.trains_whole and not image:
+        fit_whole(m, k, c, seed)
+    return m
+
+
+def fit_whole(m: Method, k: int, c: int, seed: int = 0, n: int = 96):
+    x = blocks(k, n, False, seed=7)
+    y = (x[:, :, 0].sum(0) > 0).long() if c == 2 else (x[:, :, 0].sum(0) * 2).long().clamp(0, c - 1)
+    return fit_at_once(m, TrainSet(BlockData.stacked(x), y, mixed_obs(k, n, seed=8)), balanced=False)
+
+
+def _build(name, k, c, image, seed, options) -> Method:
     base, opts = CASES.get(name, (name, {}))
+    if METHODS.get(base).trains_whole:
+        opts = {"trees": 3, "max_depth": 3, **opts}
     model = ModelSpec("cnn-small", 8) if image else ModelSpec("mlp", 6, (8,))
     ctx = MethodContext(
         k=k,
@@ -137,6 +153,8 @@ def test_declares_what_the_runner_reads(name):
 @pytest.mark.parametrize("name", ALL)
 def test_builds_and_predicts_in_shape(name, k, kind):
     image = kind == "image"
+    if image and cls_of(name).trains_whole:
+        pytest.skip("gradient-boosted trees read tabular blocks (an image run is refused before training)")
     m = make(name, k=k, image=image)
     n = 12
     obs = mixed_obs(k, n)
@@ -153,6 +171,22 @@ def test_builds_and_predicts_in_shape(name, k, kind):
 
 @pytest.mark.parametrize("name", ALL)
 def test_loss_is_finite_and_gradients_reach_only_active_members(name):
+    if cls_of(name).trains_whole:  # no minibatch loss: its rounds' losses are finite, and a party never observed is
+        m = _build(name, 3, 3, False, 0, None)  # never split on
+        n = 96
+        x = blocks(3, n, False, seed=7)
+        obs = mixed_obs(3, n, seed=8)
+        obs[:, 2] = False
+        hist = fit_at_once(m, TrainSet(BlockData.stacked(x), (x[:, :, 0].sum(0) > 0).long(), obs), balanced=False)
+        assert hist.loss and all(math.isfinite(v) for v in hist.loss)
+        with torch.no_grad():
+            a = m.predict(batch(x[:, :24], obs[:24]))
+            x2 = x[:, :24].clone()
+            x2[2] = torch.randn_like(x2[2])  # party 2's columns changed: no tree reads them
+            b = m.predict(batch(x2, torch.ones(24, 3, dtype=torch.bool)))
+            c = m.predict(batch(x[:, :24], torch.ones(24, 3, dtype=torch.bool)))
+        assert a.preds.shape == (1, 24) and torch.equal(b.preds, c.preds)
+        return
     n = 16
     y = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(2))
     never_2 = mixed_obs(3, n, seed=1)
@@ -190,8 +224,9 @@ def test_all_missing_samples_are_handled(name):
     obs = torch.zeros(n, 3, dtype=torch.bool)
     b = batch(blocks(3, n, False), obs, torch.zeros(n, dtype=torch.long))
     m.store.begin()
-    loss, active = m.loss(b, m.stages[0])
-    assert loss is None or not bool(active.any()) or torch.isfinite(loss)
+    if not m.trains_whole:
+        loss, active = m.loss(b, m.stages[0])
+        assert loss is None or not bool(active.any()) or torch.isfinite(loss)
     with torch.no_grad():
         p = m.predict(batch(blocks(3, n, False), obs))
     assert not bool(p.counted.any())
@@ -235,6 +270,11 @@ def test_binary_scores_follow_the_metric_rules(name):
 
 def _train(name: str, seed: int, epochs: int = 2):
     k, n = 3, 96
+    if cls_of(name).trains_whole:
+        m = _build(name, k, 3, False, seed, None)
+        hist = fit_whole(m, k, 3, seed)
+        x = blocks(k, n, False, seed=7)
+        return m, hist, predict(m, BlockData.stacked(x), mixed_obs(k, n, seed=8), 64)
     m = make(name, k=k, seed=seed)
     x = blocks(k, n, False, seed=7)
     y = (x[:, :, 0].sum(0) > 0).long()
@@ -253,6 +293,8 @@ def test_same_seed_gives_identical_numbers(name):  # one epoch: every stage step
     assert torch.equal(a.store.flat, b.store.flat)
     for x, y in zip(pa, pb, strict=True):
         assert x is None and y is None or np.array_equal(x, y)
+    if cls_of(name).trains_whole:  # deterministic given the data: a seed moves only the split, masks and draws
+        return
     c, _, _ = _train(name, 1, epochs=1)
     assert not torch.equal(a.store.flat, c.store.flat)
 
@@ -337,6 +379,8 @@ class _Zero(Channel):
 
 @pytest.mark.parametrize("name", ALL)
 def test_party_to_server_hook_sees_every_representation_that_crosses(name):
+    if cls_of(name).trains_whole:
+        pytest.skip("trees send no representation: SecureBoost's messages are counted by its own protocol")
     k, n = 3, 24
     obs = torch.ones(n, k, dtype=torch.bool)  # complete samples: no random guessing anywhere
     x1, x2 = blocks(k, n, False, seed=1), blocks(k, n, False, seed=2)
@@ -367,7 +411,7 @@ def test_training_traffic_is_counted_per_party(name):
     m, hist, _ = _train(name, 0, epochs=1)
     s = m.channel.summary()
     assert len(s["bytes_train_up_per_party"]) == 3
-    if cls_of(name).local_only:
+    if cls_of(name).local_only or cls_of(name).runtime_refusal and cls_of(name).trains_whole:  # (gbdt: no parties)
         assert s["bytes_train_up"] == 0
     ex = m.channel.extras()
     assert ex["comm_bytes_up"] == s["bytes_train_up"] and ex["comm_bytes_down"] == s["bytes_train_down"]

@@ -200,7 +200,8 @@ def test_gbdt_and_secureboost_train_under_missing_blocks_and_refuse_what_trees_l
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
     assert not (tmp_path / "never").exists()
     paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1"]
-    r = runner.invoke(app, ["run", "--dataset", "isolet", "--method", "secureboost", *paillier, "--out", str(tmp_path)])
+    three = ["--dataset", "synthetic", "--data-opt", "n_classes=3"]
+    r = runner.invoke(app, ["run", *three, "--method", "secureboost", *paillier, "--out", str(tmp_path / "never")])
     assert r.exit_code == 2 and "two classes" in r.output
 
 

@@ -297,9 +297,8 @@ class InProcessParties:
             for k, d in enumerate(self.delays)
         ]
         answered = np.array([t <= deadline_ms for t in times])
-        wait = min(deadline_ms, max([t for t in times if math.isfinite(t)], default=0.0))
-        if not answered.all():
-            wait = deadline_ms
+        alive = [t for t in times if math.isfinite(t)]  # a dead party is known at once (its connection is refused)
+        wait = deadline_ms if any(t > deadline_ms for t in alive) else max(alive, default=0.0)
         await asyncio.sleep(wait / 1e3)
         return answered, None
 

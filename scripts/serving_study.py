@@ -1,0 +1,191 @@
+"""What a latency deadline costs each method (issue "serving"): results/serving/.
+
+For each dataset and method, one model is trained under MCAR 0.5 with ``--save-model`` (seed 0, the method's default
+preset), then served in one process (``vflbench.serving``: the same batching, deadline gather and prediction as
+``vflbench serve``, without HTTP) under two delay scenarios:
+
+* ``straggler``: the last party answers after lognormal(median 100 ms, sigma 0.5), the others after
+  lognormal(median 5 ms, sigma 0.3);
+* ``jitter``: every party answers after lognormal(median 30 ms, sigma 0.8).
+
+At each deadline (5, 20, 50, 100, 200, 1000 ms) the same 100 requests of 64 test rows each (drawn once from seed 0)
+are sent one after the other; F1 and accuracy are scored over their 6,400 answers, latency is each request's time
+in the server (``latency_ms``, as the endpoint reports it), and ``answered`` the mean share of parties in time. A last
+row per method, ``lost``, serves with the last party dead (a 1,000 ms deadline). Writes serving.csv, and
+serving.png/.pdf (F1 and p99 latency against the deadline).
+
+    python scripts/serving_study.py --out results/serving            # every dataset and method
+    python scripts/serving_study.py --datasets credit --methods laser --requests 20 --out /tmp/s
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINES = (5, 20, 50, 100, 200, 1000)
+METHODS = ("laser", "svfl", "plug", "ensemble", "secureboost")
+PARTIES = {"credit": 4, "phishing": 5}
+
+
+def scenarios(k: int) -> dict[str, list[str]]:
+    return {
+        "straggler": ["lognormal:median=5,sigma=0.3", f"party{k - 1}=lognormal:median=100,sigma=0.5"],
+        "jitter": ["lognormal:median=30,sigma=0.8"],
+    }
+
+
+def train(dataset: str, method: str, out: Path) -> Path:
+    folder = out / "models" / f"{dataset}_{method}"
+    done = list(folder.glob("*/model/model.json"))
+    if done:
+        return done[0].parent.parent
+    cmd = [sys.executable, "-m", "vflbench", "run", "--dataset", dataset, "--method", method, "--parties",
+           str(PARTIES[dataset]), "--train-missing", "mcar:0.5", "--test-missing", "none,mcar:0.5", "--seed", "0",
+           "--save-model", "--quiet", "--out", str(folder)]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    return next(folder.glob("*/model/model.json")).parent.parent
+
+
+def f1_acc(pred: np.ndarray, y: np.ndarray, positive: int) -> tuple[float, float]:
+    from sklearn.metrics import f1_score
+
+    ok = pred >= 0
+    return (
+        100 * float(f1_score(y[ok], pred[ok], pos_label=positive, zero_division=0)),
+        100 * float((pred[ok] == y[ok]).mean()),
+    )
+
+
+async def measure(served, delays, deadline: float, requests: list[np.ndarray], lost: int | None = None):
+    from vflbench.serving.app import Server
+    from vflbench.serving.federation import InProcessParties, Link
+
+    parties = InProcessParties(served, delays, Link(), seed=0)
+    if lost is not None:
+        parties.down.add(lost)
+    server = Server(served, parties, deadline, batch_window_ms=0.0)
+    await server.start()
+    await server.submit(requests[0], requests[0].tolist(), "row")  # a warm-up request, not measured
+    parties.rng = np.random.default_rng(0)  # the same delay draws for every method
+    preds, lat, answered = [], [], []
+    for rows in requests:
+        out = await server.submit(rows, rows.tolist(), "row")
+        preds.append([p["predicted"] for p in out["predictions"]])
+        lat.append(out["latency_ms"])
+        answered.append(len(out["predictions"][0]["parties"]) / served.k)
+    await server.stop()
+    return np.concatenate(preds), np.asarray(lat), float(np.mean(answered))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "serving")
+    ap.add_argument("--datasets", default="credit,phishing")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--requests", type=int, default=100)
+    ap.add_argument("--rows", type=int, default=64)
+    a = ap.parse_args()
+    import pandas as pd
+
+    from vflbench.serving.federation import Served, parse_delays
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows_out = []
+    for ds in a.datasets.split(","):
+        for method in a.methods.split(","):
+            run_dir = train(ds, method, a.out)
+            served = Served(run_dir)
+            y = served.inputs.y_test
+            rng = np.random.default_rng(0)
+            requests = [rng.choice(served.n_test, a.rows, replace=False) for _ in range(a.requests)]
+            truth = np.concatenate([y[r] for r in requests])
+            positive = served.positive if served.positive is not None else 1
+            for name, spec in scenarios(served.k).items():
+                delays = parse_delays(spec, served.k)
+                for deadline in DEADLINES:
+                    t0 = time.perf_counter()
+                    pred, lat, share = asyncio.run(measure(served, delays, deadline, requests))
+                    f1, acc = f1_acc(pred, truth, positive)
+                    rows_out.append(
+                        {
+                            "dataset": ds,
+                            "method": method,
+                            "scenario": name,
+                            "deadline_ms": deadline,
+                            "f1": f1,
+                            "accuracy": acc,
+                            "p50_ms": float(np.percentile(lat, 50)),
+                            "p99_ms": float(np.percentile(lat, 99)),
+                            "answered": share,
+                            "requests": len(requests),
+                            "rows": len(pred),
+                            "seconds": time.perf_counter() - t0,
+                        }  # fmt: skip
+                    )
+                    print(json.dumps(rows_out[-1]), flush=True)
+            pred, lat, share = asyncio.run(
+                measure(served, parse_delays([], served.k), 1000, requests, lost=served.k - 1)
+            )
+            f1, acc = f1_acc(pred, truth, positive)
+            rows_out.append(
+                {
+                    "dataset": ds,
+                    "method": method,
+                    "scenario": "lost",
+                    "deadline_ms": 1000,
+                    "f1": f1,
+                    "accuracy": acc,
+                    "p50_ms": float(np.percentile(lat, 50)),
+                    "p99_ms": float(np.percentile(lat, 99)),
+                    "answered": share,
+                    "requests": len(requests),
+                    "rows": len(pred),
+                    "seconds": 0.0,
+                }  # fmt: skip
+            )
+            print(json.dumps(rows_out[-1]), flush=True)
+            pd.DataFrame(rows_out).to_csv(a.out / "serving.csv", index=False)
+    df = pd.DataFrame(rows_out)
+    df.to_csv(a.out / "serving.csv", index=False)
+    plot(df, a.out / "serving")
+    return 0
+
+
+def plot(df, stem: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vflbench.methods.base import display_name
+
+    datasets = list(dict.fromkeys(df["dataset"]))
+    scen = ["straggler", "jitter"]
+    fig, axes = plt.subplots(2 * len(datasets), 2, figsize=(10, 4.2 * len(datasets)), squeeze=False)
+    for i, ds in enumerate(datasets):
+        for j, sc in enumerate(scen):
+            g = df[(df["dataset"] == ds) & (df["scenario"] == sc)]
+            for m, h in g.groupby("method", sort=False):
+                axes[2 * i, j].plot(h["deadline_ms"], h["f1"], marker="o", label=display_name(m))
+                axes[2 * i + 1, j].plot(h["deadline_ms"], h["p99_ms"], marker="o", label=display_name(m))
+            axes[2 * i, j].set(xscale="log", title=f"{ds}, {sc}: F1", xlabel="deadline (ms)", ylabel="F1 x 100")
+            axes[2 * i + 1, j].set(
+                xscale="log", yscale="log", title=f"{ds}, {sc}: p99 latency", xlabel="deadline (ms)", ylabel="ms"
+            )
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(f"{stem}.{ext}", dpi=120)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
