@@ -1,0 +1,89 @@
+"""results/trees/summary.md: the tree methods beside the neural methods of the same grids (issue "trees").
+
+For each grid, the mean over seeds of every method (the trees' folder and the neural folder it sits beside: the same
+split, partition, masks and seeds), per training x test missingness, and per condition the best tree against the best
+neural method (points; positive: a tree is ahead).
+
+    python scripts/trees_report.py            # writes results/trees/summary.md
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+TREES = {"gbdt", "secureboost"}
+# (title, trees folder, neural folder or None, metric, filter on the neural rows)
+GRIDS = [
+    ("Credit, Table 1 grid, clean protocol, 4 parties, 5 seeds", "results/trees/credit", "results/laser_table1/clean", "f1", None),
+    ("Phishing, 5 parties, 3 seeds", "results/trees/phishing", None, "f1", None),
+    ("Isolet, K = 4, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", "results/scalability/isolet", "accuracy", 4),
+    ("Isolet, K = 16, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", "results/scalability/isolet", "accuracy", 16),
+    ("click-through table (synthetic), 3 parties, 3 seeds", "results/trees/ctr", "results/big_tables/embed", "accuracy", None),
+]  # fmt: skip
+
+
+def load(folder: str) -> pd.DataFrame:
+    from vflbench.results.report import load_results
+
+    return load_results(ROOT / folder)
+
+
+def label(v) -> str:
+    return f"{float(v):.1f}"
+
+
+def grid_table(title: str, trees: str, neural: str | None, metric: str, parties) -> list[str]:
+    if not (ROOT / trees).exists():
+        return [f"## {title}", "", f"(`{trees}` not run yet)", ""]
+    df = load(trees)
+    if neural and (ROOT / neural).exists():
+        df = pd.concat([df, load(neural)], ignore_index=True)
+    df = df[(df["metric"] == metric) & df["value"].notna()]
+    if parties is not None:
+        df = df[df["parties"] == parties]
+    if "epoch" in df.columns:  # the last evaluation of each run
+        df = df[df["epoch"].isna() | (df["epoch"] == df.groupby("run_id")["epoch"].transform("max"))]
+    from vflbench.methods.base import display_name, method_order
+
+    g = df.groupby(["p_miss_train", "p_miss_test", "method"])["value"].agg(["mean", "std", "count"]).reset_index()
+    methods = method_order(g["method"].unique())
+    lines = [
+        f"## {title}",
+        "",
+        f"{metric}, mean over seeds (± population std); best tree minus best neural method:",
+        "",
+    ]
+    head = ["p_miss train", "p_miss test", *[display_name(m) for m in methods], "best tree - best neural"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (tr, te), h in g.groupby(["p_miss_train", "p_miss_test"], sort=True):
+        cell = {r["method"]: r for _, r in h.iterrows()}
+        vals = [
+            f"{cell[m]['mean']:.1f} ± {cell[m]['std'] * ((cell[m]['count'] - 1) / max(cell[m]['count'], 1)) ** 0.5:.1f}"
+            if m in cell
+            else "–"
+            for m in methods
+        ]
+        tree = max((cell[m]["mean"] for m in cell if m in TREES), default=float("nan"))
+        nn = max((cell[m]["mean"] for m in cell if m not in TREES), default=float("nan"))
+        lines.append("| " + " | ".join([label(tr), label(te), *vals, f"{tree - nn:+.1f}"]) + " |")
+    return [*lines, ""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "trees" / "summary.md")
+    a = ap.parse_args()
+    lines = ["# Trees beside the neural methods", "", "Written by `python scripts/trees_report.py`.", ""]
+    for title, trees, neural, metric, parties in GRIDS:
+        lines += grid_table(title, trees, neural, metric, parties)
+    a.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
