@@ -35,5 +35,7 @@ def answers(
     for p in range(preds.shape[0]):
         np.add.at(votes, (np.clip(preds[p], 0, n_classes - 1), np.arange(valid.shape[1])), valid[p].astype(np.int64))
     pred = votes.argmax(0)
-    score = np.full(valid.shape[1], np.nan) if scores is None else np.where(valid, scores, 0.0).sum(0) / np.maximum(n, 1)
+    score = (
+        np.full(valid.shape[1], np.nan) if scores is None else np.where(valid, scores, 0.0).sum(0) / np.maximum(n, 1)
+    )
     return np.where(n > 0, pred, -1), np.where(n > 0, score, np.nan), n

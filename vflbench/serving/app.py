@@ -109,10 +109,10 @@ class Server:
 
 def make_app(server: Server):
     """The FastAPI application of ``server`` (its handlers' annotations resolve here, where FastAPI is imported)."""
+    import contextlib
+
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import JSONResponse
-
-    import contextlib
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -122,7 +122,9 @@ def make_app(server: Server):
         finally:
             await server.stop()
 
-    app = FastAPI(title="vflbench serve", description="A trained VFL federation under party deadlines.", lifespan=lifespan)
+    app = FastAPI(
+        title="vflbench serve", description="A trained VFL federation under party deadlines.", lifespan=lifespan
+    )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -82,7 +82,15 @@ def evaluate(run: ResolvedRun, inputs: RunInputs, method: Method, timed: bool = 
             tta.manual_seed(inputs.prep.streams.seed_for(f"tta/{s}"))
         obs = torch.as_tensor(m.observed, device=inputs.device)
         met = score(
-            method, inputs, inputs.test, obs, inputs.y_test, run.eval_batch_size, tta, into=inputs.predictions, setting=s
+            method,
+            inputs,
+            inputs.test,
+            obs,
+            inputs.y_test,
+            run.eval_batch_size,
+            tta,
+            into=inputs.predictions,
+            setting=s,
         )
         default = run.method_options.get("eval")
         for variant in (v for v in method.eval_variants if v != default):  # e.g. PBM-VFL with exact sums

@@ -321,9 +321,9 @@ def bin_sums(
         for o in range(outputs):
             for src, dst in ((g_int, G), (h_int, H)):
                 w = np.repeat(src[rows, o].astype(np.float64), d)
-                dst[..., o] = np.rint(np.bincount(key, weights=w, minlength=size)).astype(np.int64).reshape(shape)[
-                    ..., :-1
-                ]
+                dst[..., o] = (
+                    np.rint(np.bincount(key, weights=w, minlength=size)).astype(np.int64).reshape(shape)[..., :-1]
+                )
         return G, H, count
     from scipy.sparse import csr_matrix
 
