@@ -17,13 +17,20 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 TREES = {"gbdt", "secureboost"}
 # (title, trees folder, neural folder or None, metric, filter on the neural rows)
+CREDIT, ISOLET = "results/laser_table1/clean", "results/scalability/isolet"
 GRIDS = [
-    ("Credit, Table 1 grid, clean protocol, 4 parties, 5 seeds", "results/trees/credit", "results/laser_table1/clean", "f1", None),
+    ("Credit, Table 1 grid, clean protocol, 4 parties, 5 seeds", "results/trees/credit", CREDIT, "f1", None),
     ("Phishing, 5 parties, 3 seeds", "results/trees/phishing", None, "f1", None),
-    ("Isolet, K = 4, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", "results/scalability/isolet", "accuracy", 4),
-    ("Isolet, K = 16, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", "results/scalability/isolet", "accuracy", 16),
-    ("click-through table (synthetic), 3 parties, 3 seeds", "results/trees/ctr", "results/big_tables/embed", "accuracy", None),
-]  # fmt: skip
+    ("Isolet, K = 4, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", ISOLET, "accuracy", 4),
+    ("Isolet, K = 16, MCAR 0.3 in training, 3 seeds", "results/trees/isolet", ISOLET, "accuracy", 16),
+    (
+        "click-through table (synthetic), 3 parties, 3 seeds",
+        "results/trees/ctr",
+        "results/big_tables/embed",
+        "accuracy",
+        None,
+    ),
+]
 
 
 def load(folder: str) -> pd.DataFrame:
