@@ -170,3 +170,63 @@ def test_party_processes_load_their_own_part_a_killed_one_is_a_missing_block_and
     assert lost["predictions"][0]["parties"] == [0, 1, 3]
     assert back["predictions"][0]["parties"] == [0, 1, 2, 3]
     assert (pd.DataFrame(back["predictions"])["predicted"].to_numpy() == off["predicted"].to_numpy()).all()
+
+
+def test_a_run_on_party_files_is_asked_by_sample_id(tmp_path):
+    """{"ids": [...]} names test samples of a run trained on party files (--party-data): the same answers as their
+    rows."""
+    from fastapi.testclient import TestClient
+
+    from vflbench.serving.app import Server, make_app
+    from vflbench.serving.federation import InProcessParties, Link, Served, parse_delays
+
+    rng = np.random.default_rng(0)
+    n = 300
+    ids = np.array([f"u{i:04d}" for i in range(n)])
+    x = rng.normal(size=(n, 4))
+    y = np.where(x[:, 0] + x[:, 2] > 0, "yes", "no")
+    files = {
+        "a": pd.DataFrame({"ID": ids, "a1": x[:, 0], "label": y}),
+        "b": pd.DataFrame({"ID": ids, "b1": x[:, 1]}),
+        "c": pd.DataFrame({"ID": ids, "c1": x[:, 2], "c2": x[:, 3]})[rng.random(n) < 0.8],
+    }
+    for name, df in files.items():
+        df.to_csv(tmp_path / f"{name}.csv", index=False)
+    spec = ",".join(f"party{k}={tmp_path / f'{name}.csv'}" for k, name in enumerate(files))
+    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--data-opt", "target=label",
+                            "--parties", "3", "--method", "svfl", "--epochs", "2", "--test-missing", "none",
+                            "--save-model", "--quiet", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (run_dir,) = list((tmp_path / "o").iterdir())
+    served = Served(run_dir)
+    test_ids = list(served.ids)
+    with TestClient(make_app(Server(served, InProcessParties(served, parse_delays([], 3), Link()), 1000))) as client:
+        by_id = client.post("/predict", json={"ids": test_ids[:5]}).json()["predictions"]
+        by_row = client.post("/predict", json={"rows": [served.ids[i] for i in test_ids[:5]]}).json()["predictions"]
+        assert [p["id"] for p in by_id] == test_ids[:5]
+        assert [p["predicted"] for p in by_id] == [p["predicted"] for p in by_row]
+        bad = client.post("/predict", json={"ids": ["nobody"]})
+        assert bad.status_code == 400 and "not a test sample" in bad.json()["detail"]
+
+
+@needs_mirror
+@pytest.mark.parametrize("method", ["svfl", "ensemble", "gbdt", "secureboost"])
+def test_every_kind_of_method_is_saved_and_served_as_it_predicted_offline(method, tmp_path):
+    opts = ["--method-opt", "trees=5"] if method in ("gbdt", "secureboost") else ["--epochs", "1"]
+    r = runner.invoke(app, ["run", "--dataset", "credit", "--method", method, "--parties", "4", "--train-missing",
+                            "mcar:0.5", "--test-missing", TESTS, "--seed", "0", *opts, "--save-model", "--quiet",
+                            "--out", str(tmp_path)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (run_dir,) = list(tmp_path.iterdir())
+    from vflbench.serving.federation import Served
+
+    served = Served(run_dir)
+    rows = np.arange(0, 6000, 13)
+    for setting, answered in (("none", [True] * 4), ("mcar:0,0,0,1", [True, True, True, False])):
+        pred, score, _ = served.predict(rows, np.array(answered))
+        off = _saved_predictions(run_dir, setting).loc[rows]
+        # Ensemble breaks tied votes, and Standard VFL answers an incomplete sample, with a random class (the method's
+        # generator): a fresh draw each time
+        if method != "ensemble" and not (method == "svfl" and setting != "none"):
+            assert (pred == off["predicted"].to_numpy()).all(), setting
+            assert np.array_equal(score, off["score"].to_numpy(), equal_nan=True), setting
