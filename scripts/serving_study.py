@@ -65,6 +65,24 @@ def f1_acc(pred: np.ndarray, y: np.ndarray, positive: int) -> tuple[float, float
     )
 
 
+def row(ds, method, scenario, deadline, pred, truth, positive, lat, share, t0) -> dict:
+    f1, acc = f1_acc(pred, truth, positive)
+    return {
+        "dataset": ds,
+        "method": method,
+        "scenario": scenario,
+        "deadline_ms": deadline,
+        "f1": f1,
+        "accuracy": acc,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "answered": share,
+        "requests": len(lat),
+        "rows": len(pred),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
 async def measure(served, delays, deadline: float, requests: list[np.ndarray], lost: int | None = None):
     from vflbench.serving.app import Server
     from vflbench.serving.federation import InProcessParties, Link
@@ -114,44 +132,12 @@ def main() -> int:
                 for deadline in DEADLINES:
                     t0 = time.perf_counter()
                     pred, lat, share = asyncio.run(measure(served, delays, deadline, requests))
-                    f1, acc = f1_acc(pred, truth, positive)
-                    rows_out.append(
-                        {
-                            "dataset": ds,
-                            "method": method,
-                            "scenario": name,
-                            "deadline_ms": deadline,
-                            "f1": f1,
-                            "accuracy": acc,
-                            "p50_ms": float(np.percentile(lat, 50)),
-                            "p99_ms": float(np.percentile(lat, 99)),
-                            "answered": share,
-                            "requests": len(requests),
-                            "rows": len(pred),
-                            "seconds": time.perf_counter() - t0,
-                        }  # fmt: skip
-                    )
+                    rows_out.append(row(ds, method, name, deadline, pred, truth, positive, lat, share, t0))
                     print(json.dumps(rows_out[-1]), flush=True)
-            pred, lat, share = asyncio.run(
-                measure(served, parse_delays([], served.k), 1000, requests, lost=served.k - 1)
-            )
-            f1, acc = f1_acc(pred, truth, positive)
-            rows_out.append(
-                {
-                    "dataset": ds,
-                    "method": method,
-                    "scenario": "lost",
-                    "deadline_ms": 1000,
-                    "f1": f1,
-                    "accuracy": acc,
-                    "p50_ms": float(np.percentile(lat, 50)),
-                    "p99_ms": float(np.percentile(lat, 99)),
-                    "answered": share,
-                    "requests": len(requests),
-                    "rows": len(pred),
-                    "seconds": 0.0,
-                }  # fmt: skip
-            )
+            t0 = time.perf_counter()
+            lost = served.k - 1
+            pred, lat, share = asyncio.run(measure(served, parse_delays([], served.k), 1000, requests, lost=lost))
+            rows_out.append(row(ds, method, "lost", 1000, pred, truth, positive, lat, share, t0))
             print(json.dumps(rows_out[-1]), flush=True)
             pd.DataFrame(rows_out).to_csv(a.out / "serving.csv", index=False)
     df = pd.DataFrame(rows_out)

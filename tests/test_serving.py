@@ -230,3 +230,36 @@ def test_every_kind_of_method_is_saved_and_served_as_it_predicted_offline(method
         if method != "ensemble" and not (method == "svfl" and setting != "none"):
             assert (pred == off["predicted"].to_numpy()).all(), setting
             assert np.array_equal(score, off["score"].to_numpy(), equal_nan=True), setting
+
+
+def test_serve_refuses_bad_input_in_one_line(tmp_path):
+    for args, words in [
+        ([str(tmp_path)], "not a finished run folder"),
+        ([str(tmp_path), "--deadline-ms", "0"], "--deadline-ms must be in"),
+        ([str(tmp_path), "--runtime", "threads"], "--runtime takes inprocess or processes"),
+        ([str(tmp_path), "--port", "0"], "--port must be in"),
+    ]:
+        r = runner.invoke(app, ["serve", *args])
+        assert r.exit_code == 2 and words in r.output, (args, r.output)
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.serving.federation import parse_delays
+
+    for bad, words in [
+        ("party9=5", "not a party"),
+        ("lognormal:mean=3", "lognormal:median=MS"),
+        ("soon", "milliseconds"),
+    ]:
+        with pytest.raises(VFLBenchError, match=words):
+            parse_delays([bad], 4)
+    d = parse_delays(["lognormal:median=30,sigma=0.8", "party3=2000"], 4)
+    assert str(d[3]) == "2000" and str(d[0]) == "lognormal:median=30,sigma=0.8"
+
+
+@needs_mirror
+def test_a_saved_run_without_a_model_is_refused_with_the_fix(tmp_path):
+    r = runner.invoke(app, ["run", "--dataset", "credit", "--method", "svfl", "--epochs", "1", "--quiet", "--out",
+                            str(tmp_path)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (run_dir,) = list(tmp_path.iterdir())
+    r = runner.invoke(app, ["serve", str(run_dir)])
+    assert r.exit_code == 2 and "--save-model" in r.output
