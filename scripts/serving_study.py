@@ -9,9 +9,10 @@ preset), then served in one process (``vflbench.serving``: the same batching, de
 * ``jitter``: every party answers after lognormal(median 30 ms, sigma 0.8).
 
 At each deadline (5, 20, 50, 100, 200, 1000 ms) the same 100 requests of 64 test rows each (drawn once from seed 0)
-are sent one after the other; F1 and accuracy are scored over their 6,400 answers, latency is each request's time
-in the server (``latency_ms``, as the endpoint reports it), and ``answered`` the mean share of parties in time. A last
-row per method, ``lost``, serves with the last party dead (a 1,000 ms deadline). Writes serving.csv, and
+are sent one after the other; F1 and accuracy are scored over their 6,400 rows (a row that no party answered in time
+for, predicted -1, counts as wrong), latency is each request's time in the server (``latency_ms``, as the endpoint
+reports it), ``answered`` the mean share of parties in time and ``answered_rows`` the share of rows with an answer.
+A last row per method, ``lost``, serves with the last party dead (a 1,000 ms deadline). Writes serving.csv, and
 serving.png/.pdf (F1 and p99 latency against the deadline).
 
     python scripts/serving_study.py --out results/serving            # every dataset and method
@@ -55,18 +56,21 @@ def train(dataset: str, method: str, out: Path) -> Path:
     return next(folder.glob("*/model/model.json")).parent.parent
 
 
-def f1_acc(pred: np.ndarray, y: np.ndarray, positive: int) -> tuple[float, float]:
+def f1_acc(pred: np.ndarray, y: np.ndarray, positive: int) -> tuple[float, float, float]:
+    """F1 and accuracy over every requested row (a row no party answered in time, predicted -1, is a wrong answer and
+    not a positive one), and the share of rows that got an answer."""
     from sklearn.metrics import f1_score
 
-    ok = pred >= 0
+    hit = pred == y
     return (
-        100 * float(f1_score(y[ok], pred[ok], pos_label=positive, zero_division=0)),
-        100 * float((pred[ok] == y[ok]).mean()),
+        100 * float(f1_score(y == positive, pred == positive, zero_division=0)),
+        100 * float(hit.mean()),
+        float((pred >= 0).mean()),
     )
 
 
 def row(ds, method, scenario, deadline, pred, truth, positive, lat, share, t0) -> dict:
-    f1, acc = f1_acc(pred, truth, positive)
+    f1, acc, answered_rows = f1_acc(pred, truth, positive)
     return {
         "dataset": ds,
         "method": method,
@@ -77,6 +81,7 @@ def row(ds, method, scenario, deadline, pred, truth, positive, lat, share, t0) -
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
         "answered": share,
+        "answered_rows": answered_rows,
         "requests": len(lat),
         "rows": len(pred),
         "seconds": time.perf_counter() - t0,
