@@ -199,7 +199,8 @@ def test_a_run_on_party_files_is_asked_by_sample_id(tmp_path):
     for name, df in files.items():
         df.to_csv(tmp_path / f"{name}.csv", index=False)
     spec = ",".join(f"party{k}={tmp_path / f'{name}.csv'}" for k, name in enumerate(files))
-    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--align", "plain", "--data-opt", "target=label",
+    r = runner.invoke(app, ["run", "--party-data", spec, "--id-column", "ID", "--align", "plain", "--data-opt",
+                            "target=label",
                             "--parties", "3", "--method", "svfl", "--epochs", "2", "--test-missing", "none",
                             "--save-model", "--quiet", "--out", str(tmp_path / "o")])  # fmt: skip
     assert r.exit_code == 0, r.output
