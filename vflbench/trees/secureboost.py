@@ -208,59 +208,58 @@ class Traffic:
         self.by_kind.setdefault(f"{kind}_{direction}", [0] * self.k)[party] += int(nbytes)
 
 
-class LocalLink:
-    """Every party in this process: a message is serialised, handed to the party, and its reply serialised back;
-    ``book(party, up, down)`` counts the bytes (the run's channel)."""
-
-    def __init__(self, parties: list[FeatureParty], book: Callable[[int, int, int], None]):
-        self.parties, self.book = parties, book
-        self.traffic: dict[str, Traffic] = {}
-        self.phase = "train"
-
-    def _t(self) -> Traffic:
-        return self.traffic.setdefault(self.phase, Traffic(len(self.parties)))
-
-    def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
-        data = encode(kind, **fields)
-        self._t().add(kind, "down", k, len(data))
-        reply = self.parties[k].handle(data)
-        up = 0 if reply is None else len(reply)
-        if reply is not None:
-            self._t().add(decode(reply)[0], "up", k, up)
-        self.book(k, up, len(data))
-        return None if reply is None else decode(reply)
-
-    tell = ask
-
-
 REPLIES = {"setup", "build", "split", "predict"}  # the requests a party answers; the others it only takes in
 
 
-class RemoteLink(LocalLink):
-    """The parties in their own processes: the same messages through a transport of bytes (``to_party(k, data)``,
-    ``from_party(k)``: vflbench.federation.wire.WireMessages), counted as :class:`LocalLink` counts them."""
+class Link:
+    """The label party's side of the messages: each is serialised, counted (by party, direction and kind, and through
+    ``book(party, up, down)`` in the run's channel) and exchanged (:meth:`exchange`: in this process, or across)."""
 
-    def __init__(self, transport, k: int, book: Callable[[int, int, int], None]):
-        self.transport, self.k, self.book = transport, k, book
-        self.traffic = {}
+    def __init__(self, k: int, book: Callable[[int, int, int], None]):
+        self.k, self.book = k, book
+        self.traffic: dict[str, Traffic] = {}
         self.phase = "train"
 
-    def _t(self) -> Traffic:
-        return self.traffic.setdefault(self.phase, Traffic(self.k))
+    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
+        raise NotImplementedError
 
     def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
         data = encode(kind, **fields)
-        self._t().add(kind, "down", k, len(data))
-        self.transport.to_party(k, data)
-        if kind not in REPLIES:
-            self.book(k, 0, len(data))
+        t = self.traffic.setdefault(self.phase, Traffic(self.k))
+        t.add(kind, "down", k, len(data))
+        back = self.exchange(k, data, kind in REPLIES)
+        self.book(k, 0 if back is None else len(back), len(data))
+        if back is None:
             return None
-        reply = self.transport.from_party(k)
-        self._t().add(decode(reply)[0], "up", k, len(reply))
-        self.book(k, len(reply), len(data))
-        return decode(reply)
+        got = decode(back)
+        t.add(got[0], "up", k, len(back))
+        return got
 
     tell = ask
+
+
+class LocalLink(Link):
+    """Every party in this process: a message is handed to the party, and its reply comes back."""
+
+    def __init__(self, parties: list[FeatureParty], book: Callable[[int, int, int], None]):
+        super().__init__(len(parties), book)
+        self.parties = parties
+
+    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
+        return self.parties[k].handle(data)
+
+
+class RemoteLink(Link):
+    """The parties in their own processes: the same messages through a transport of bytes (``to_party(k, data)``,
+    ``from_party(k)``: vflbench.federation.wire.WireMessages)."""
+
+    def __init__(self, transport, k: int, book: Callable[[int, int, int], None]):
+        super().__init__(k, book)
+        self.transport = transport
+
+    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
+        self.transport.to_party(k, data)
+        return self.transport.from_party(k) if reply else None
 
 
 def serve(party: FeatureParty, transport, until: str = "stop") -> None:
