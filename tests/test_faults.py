@@ -161,7 +161,19 @@ def test_what_cannot_go_on_is_refused_in_one_line_before_any_work(tmp_path, args
 
 def test_vflbench_methods_says_which_methods_survive_a_lost_party():
     said = {r["name"]: r["party_loss"] for r in method_rows()}
-    for m in ("laser", "plug", "ensemble", "local", "combinatorial", "false1", "false2", "fedhssl", "sum", "pbm"):
+    for m in (
+        "laser",
+        "plug",
+        "ensemble",
+        "local",
+        "combinatorial",
+        "false1",
+        "false2",
+        "fedhssl",
+        "sum",
+        "pbm",
+        "secureboost",
+    ):
         assert said[m] == "survives", (m, said[m])
     assert said["svfl"] == "survives with incomplete=zero"
     r = runner.invoke(app, ["methods", "--format", "json"])

@@ -398,6 +398,14 @@ class WireMessages:
         n = int(self.wire.recv((1,), torch.int64, k + 1, None))
         return bytes(self.wire.recv((n,), torch.uint8, k + 1, (f"{self.wire.phase}_up", k)).numpy().tobytes())
 
+    def lost(self, k: int) -> str | None:
+        """Server: why party ``k`` was found lost in this exchange (its process stopped), else None. The wire then
+        skips its link until the run's party losses say so too (:class:`~vflbench.runs.faults.PartyFaults`)."""
+        if k not in self.wire.found:
+            return None
+        self.wire.lost.add(k)
+        return self.wire.found.pop(k)
+
     def from_server(self) -> bytes:
         n = int(self.wire.recv((1,), torch.int64, SERVER, None))
         return bytes(self.wire.recv((n,), torch.uint8, SERVER, None).numpy().tobytes())

@@ -238,6 +238,11 @@ class Method:
     trains_whole: ClassVar[bool] = False
 
     @classmethod
+    def rounds(cls, options: dict[str, Any], epochs: int) -> tuple[int, str]:
+        """How many epochs ``--fail-party`` may name (given the run's ``epochs`` over all stages), and what they are."""
+        return epochs, "epochs (over all its stages)"
+
+    @classmethod
     def loss_refusal(cls, options: dict[str, Any]) -> str | None:
         """Why a run of this method cannot go on when a party is lost, i.e. when its block is missing for
         every sample from then on (None: it can; vflbench.runs.faults). The default: it cannot."""

@@ -72,7 +72,16 @@ class TreeMethod(Method):
             return "--eval-epochs evaluates after epochs; a tree model has rounds: give --method-opt trees=N instead"
         if settings.get("target"):
             return "--target records the epoch a training metric is reached; trees have no epochs"
+        if settings.get("restart_lost"):
+            return (
+                "--restart-lost rejoins a restarted party from its checkpoint, and a tree party checkpoints nothing "
+                "(its lookup table lives in its process); drop --restart-lost: the run goes on without a lost party"
+            )
         return None
+
+    @classmethod
+    def rounds(cls, options, epochs):
+        return int(options["trees"]), "trees (each tree is an epoch to --fail-party)"
 
     def build(self) -> None:
         self.model = None

@@ -8,7 +8,8 @@ sampler weighs them on the dataset (Credit: class-balanced), the first margin is
 and with more than two classes XGBoost grows one tree per class a round (``multi:softprob``). Embedded categorical
 columns (more levels than ``embed_above``) use XGBoost's categorical support (splits that partition the levels);
 one-hot columns are numeric 0/1 columns. One thread per run unless ``--threads`` says otherwise (the result does not
-depend on it).
+depend on it). ``binning=quantile|sketch`` gives XGBoost the bin codes of secureboost's binning instead of its own
+cuts (vflbench.trees.binning), so that the two differ by their algorithms only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import METHODS, Batch
+from ..trees.binning import Cuts, fit_cuts
+from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
 
@@ -25,11 +27,26 @@ class GBDT(TreeMethod):
     name, display = "gbdt", "GBDT (central)"
     paper = "XGBoost (Chen & Guestrin, KDD 2016): the central reference, not VFL"
     runtime_refusal = "gbdt is the central reference: every block in one place, no parties"
-    option_specs = TREE_OPTIONS
+    option_specs = (
+        *TREE_OPTIONS,
+        Option(
+            "binning",
+            str,
+            "library",
+            "library: XGBoost's own cuts (its quantile sketch, weighted by the sample weights) | quantile or sketch: "
+            "XGBoost trains on the bin codes of secureboost's binning of that name (the same cut sets: a "
+            "controlled comparison of the two algorithms)",
+            choices=("library", "quantile", "sketch"),
+        ),
+    )
     assumptions = (
         "XGBoost tree_method=hist, missing blocks as NaN (learned default directions), base_score = the weighted "
         "training prior (binary), one thread; multi-class: one tree per class a round",
     )
+
+    @classmethod
+    def loss_refusal(cls, options):
+        return "it is the central reference, every block in one place: it has no party to lose"
 
     def fit_whole(self, blocks, y, observed, weights, progress):
         try:
@@ -39,7 +56,7 @@ class GBDT(TreeMethod):
 
             raise VFLBenchError("--method gbdt needs XGBoost: pip install xgboost-cpu (or xgboost).") from None
         o = self.options
-        x = self.categorical_codes(self.with_missing(blocks, observed))
+        x = self.binned(self.categorical_codes(self.with_missing(blocks, observed)), fit=True)
         params = {
             "tree_method": "hist",
             "max_depth": int(o["max_depth"]),
@@ -77,7 +94,7 @@ class GBDT(TreeMethod):
         import xgboost as xgb
 
         obs = batch.obs.cpu().numpy().astype(bool)
-        x = self.categorical_codes(self.with_missing(self.party_columns(batch.blocks), obs))
+        x = self.binned(self.categorical_codes(self.with_missing(self.party_columns(batch.blocks), obs)))
         p = self.booster.predict(self.matrix(xgb, x))
         return np.stack([1 - p, p], 1) if self.c == 2 else p
 
@@ -93,6 +110,21 @@ class GBDT(TreeMethod):
             col[col == 0] = np.nan
         return x
 
+    def binned(self, x: np.ndarray, fit: bool = False) -> np.ndarray:
+        """With ``binning`` other than ``library``, the numeric columns as their bin codes (NaN stays missing) under
+        the cuts fitted on the training table: XGBoost then splits between the same values as secureboost."""
+        binning = self.options["binning"]
+        if binning == "library":
+            return x
+        numeric = [j for j in range(x.shape[1]) if j not in set(self.embedded_columns())]
+        if fit:
+            self.cuts = fit_cuts(x[:, numeric], self.max_bin, binning)
+        codes = self.cuts.codes(x[:, numeric]).astype(np.float64)
+        codes[np.isnan(x[:, numeric])] = np.nan
+        x = x.copy()
+        x[:, numeric] = codes
+        return x
+
     def matrix(self, xgb, x: np.ndarray, **kw):
         """XGBoost's DMatrix, with its categorical support for the embedded columns (partition splits over levels)."""
         cats = set(self.embedded_columns())
@@ -103,7 +135,10 @@ class GBDT(TreeMethod):
 
     def model_parts(self):
         """The central reference has no parties: the whole booster (XGBoost's JSON) is the server's."""
-        return {"server": {"xgboost_json": bytes(self.booster.save_raw("json")), "nodes": self.nodes}}
+        server = {"xgboost_json": bytes(self.booster.save_raw("json")), "nodes": self.nodes}
+        if getattr(self, "cuts", None) is not None:  # binning=quantile|sketch: the cuts that code its inputs
+            server["cuts"] = self.cuts.__dict__
+        return {"server": server}
 
     def load_part(self, name, part):
         import xgboost as xgb
@@ -112,6 +147,8 @@ class GBDT(TreeMethod):
             self.booster = xgb.Booster()
             self.booster.load_model(bytearray(part["xgboost_json"]))
             self.nodes = int(part["nodes"])
+            if "cuts" in part:
+                self.cuts = Cuts(**part["cuts"])
 
     def extras(self):
         return {"trees_grown": int(self.booster.num_boosted_rounds())} if hasattr(self, "booster") else {}

@@ -41,15 +41,31 @@ class SecureBoost(TreeMethod):
             "paillier: encrypted, packed, summed homomorphically (two classes)",
             choices=("none", "paillier"),
         ),
+        Option(
+            "binning",
+            str,
+            "quantile",
+            "how each party bins its own columns: quantile (exact quantiles of its present values) | sketch "
+            "(XGBoost's quantile sketch of them, unweighted: gbdt's cuts up to its class-weighted sketch)",
+            choices=("quantile", "sketch"),
+        ),
         Option("key_bits", int, 2048, "the Paillier modulus' bits", check=lambda v: None if v >= 512 else ">= 512"),
     )
     assumptions = (
         "the label party (server) holds no block; it sees each built node's per-bin sums and the winning feature "
         "and bin (no shuffling), never a threshold",
-        "binning: unweighted quantiles per feature on the party's own rows (midpoints up to max_bin values)",
+        "binning: unweighted quantiles per feature on the party's own rows (midpoints up to max_bin values); "
+        "binning=sketch: XGBoost's sketch of them, unweighted (a party holds no labels to weigh them by)",
         "a node with no missing mass in training sends missing rows to the child with the larger hessian",
         "more than two classes: one multi-output tree a round (SecureBoost+'s SBT-MO)",
     )
+
+    @classmethod
+    def loss_refusal(cls, options):
+        """SecureBoost goes on without a lost party: from the tree it is lost at, its block is missing for every
+        sample (its features split no node, its rows take the defaults); a party lost while a tree grows has that
+        tree grown again without it."""
+        return None
 
     def default_bin(self) -> int:
         return PAILLIER_BINS if self.options["encryption"] == "paillier" else 256
@@ -64,6 +80,7 @@ class SecureBoost(TreeMethod):
             reg_lambda=float(o["reg_lambda"]),
             gamma=float(o["gamma"]),
             min_child_weight=float(o["min_child_weight"]),
+            binning=str(o["binning"]),
         )
 
     def _book(self, k: int, up: int, down: int) -> None:
@@ -81,7 +98,7 @@ class SecureBoost(TreeMethod):
             me = transport.rank - 1
             self.me = me
             self.party = FeatureParty(me, blocks[me][observed[:, me]], np.flatnonzero(observed[:, me]))
-            serve(self.party, transport)
+            serve(self.party, transport, hooks=self._party_hooks())
             return []
         if transport is None:
             self.parties = [
@@ -94,11 +111,31 @@ class SecureBoost(TreeMethod):
         offsets = np.cumsum([0, *self.ctx.widths])[:-1].tolist()
         proto = Protocol(params, self.options["encryption"], int(self.options["key_bits"]))
         self.label = LabelParty(self.link, observed, offsets, proto)
+        self.label.faults = self.faults
+        if self.faults is not None:
+            self.faults.unit = "tree"
         self.model = self.label.fit(y, weights, self.c, progress=lambda t, loss: progress(t, params.trees, loss))
         self._stop_parties()
         self.nodes = sum(t.n_nodes for t in self.model.trees)
         self._estimate = paillier_estimate(self.link, self.label, len(y), float(np.max(weights)), params)
         return list(self.model.history)
+
+    def _party_hooks(self) -> dict:
+        """A party process's side of the run: its tree count (the fault-injection hook's epoch: a process told to
+        die at tree E stops as tree E's g/h arrive), and the run's party losses followed up to the tree a ``leave``
+        or ``back`` names (a scheduled loss with no rejoin ends this process, as a failed one; with a rejoin it
+        stays silent until told ``back``)."""
+        trees = [0]
+
+        def gh(**_):
+            trees[0] += 1
+            self.channel.epoch = trees[0]
+
+        def follow(tree: int) -> None:
+            while self.faults is not None and self.faults.epoch < int(tree):
+                self.faults.begin_epoch()
+
+        return {"gh": gh, "leave": follow, "back": follow}
 
     def _stop_parties(self) -> None:
         """The end of a phase (training, a batch's prediction): party processes stop answering; in one process a

@@ -377,7 +377,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_model_memory(model, info, int(settings["parties"]), hp.batch_size)
     from .faults import check_run
 
-    check_run(mcls, options, settings, int(settings["parties"]), sum(h.epochs for h in stage_hp.values()))
+    check_run(
+        mcls,
+        options,
+        settings,
+        int(settings["parties"]),
+        *mcls.rounds(options, sum(h.epochs for h in stage_hp.values())),
+    )
     if why := mcls.settings_refusal(settings):
         raise VFLBenchError(f"{mcls.display}: {why}.")
     runtime = str(settings.get("runtime", "inprocess"))

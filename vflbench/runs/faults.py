@@ -102,15 +102,16 @@ def parse_failures(value) -> FailureSchedule:
     return FailureSchedule(out)
 
 
-def check_schedule(schedule: FailureSchedule, parties: int, total_epochs: int) -> None:
-    """Against the run: a party that exists, an epoch the run reaches."""
+def check_schedule(
+    schedule: FailureSchedule, parties: int, total_epochs: int, unit: str = "epochs (over all its stages)"
+) -> None:
+    """Against the run: a party that exists, an epoch the run reaches (``unit``: what the method's epochs are)."""
     for f in schedule:
         if f.party >= parties:
             raise VFLBenchError(f"--fail-party {f.text()}: the run has parties 0 .. {parties - 1}; name one of them.")
         if f.epoch > total_epochs or (f.rejoin is not None and f.rejoin > total_epochs):
             raise VFLBenchError(
-                f"--fail-party {f.text()}: the run trains {total_epochs} epochs (over all its stages); fail and "
-                "rejoin within them."
+                f"--fail-party {f.text()}: the run trains {total_epochs} {unit}; fail and rejoin within them."
             )
     for e in sorted({f.epoch for f in schedule}):
         if all(schedule.lost_at(e, parties)):
@@ -188,13 +189,15 @@ def loss_refusal(mcls, options: dict | None, settings: dict) -> str | None:
     return mcls.loss_refusal(options or {})
 
 
-def check_run(mcls, options: dict, settings: dict, parties: int, total_epochs: int) -> None:
+def check_run(
+    mcls, options: dict, settings: dict, parties: int, total_epochs: int, unit: str = "epochs (over all its stages)"
+) -> None:
     """A run's failure settings against its method, options, party count and epochs (before any work)."""
     schedule = parse_failures(settings.get("fail_party"))
     action = settings.get("on_party_loss")
     why = loss_refusal(mcls, options, settings)
     if schedule:
-        check_schedule(schedule, parties, total_epochs)
+        check_schedule(schedule, parties, total_epochs, unit)
         if action == "stop":
             raise VFLBenchError(
                 f"--fail-party {schedule} schedules a loss the run would stop at (--on-party-loss stop); drop one."
@@ -225,6 +228,7 @@ class PartyFaults:
         self.lost = [False] * k
         self.records: list[LossRecord] = []
         self.epoch = 0  # epochs begun, across stages (1-based once the first began)
+        self.unit = "epoch"  # what an epoch is to the run's method, in what it says ("tree": boosting rounds)
         self.step = 0  # the batch of the current epoch
         self._available: dict[str, torch.Tensor] = {}  # per device, rebuilt when the lost parties change
         self.listeners: list[Callable[[list[bool]], None]] = []
@@ -257,12 +261,12 @@ class PartyFaults:
         self.records.append(LossRecord(party, max(self.epoch, 1), step, cause))
         if all(self.lost):
             raise EveryPartyLost(
-                f"Every party is lost (the last, party {party}, in epoch {max(self.epoch, 1)}: {cause}); nothing is "
-                "left to train, and nothing was written as a finished result."
+                f"Every party is lost (the last, party {party}, in {self.unit} {max(self.epoch, 1)}: {cause}); nothing "
+                "is left to train, and nothing was written as a finished result."
             )
         self._changed()
         if self.announce:
-            where = f"epoch {max(self.epoch, 1)}" + (f", step {step}" if step else "")
+            where = f"{self.unit} {max(self.epoch, 1)}" + (f", step {step}" if step else "")
             self.announce(
                 f"party {party} lost in {where} ({cause}): its block is missing from here on; the run goes on with "
                 f"{self.k - sum(self.lost)} of {self.k} parties."
@@ -281,7 +285,7 @@ class PartyFaults:
         self._changed()
         if self.announce:
             how = "" if restored is None else f" (a restarted process, from its checkpoint after epoch {restored})"
-            self.announce(f"party {party} rejoined at epoch {self.epoch}{how}: its block is observed again.")
+            self.announce(f"party {party} rejoined at {self.unit} {self.epoch}{how}: its block is observed again.")
 
     def awaiting(self) -> list[int]:
         """The parties lost by no schedule (a process that died) and not back: a restarted one may rejoin."""

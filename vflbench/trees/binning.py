@@ -1,11 +1,17 @@
 """Histogram binning of a party's own columns, on its own rows, before the first tree (XGBoost's ``hist``, FATE's and
 SecretFlow's SecureBoost): no message is needed, and the cuts equal those of a central binning of the joined table
-on the values that are present.
+on the values that are present. Two binnings (:data:`BINNINGS`), both without sample weights (a feature party holds
+no labels, so it cannot weight its values by class):
 
-For feature j with at most ``max_bin`` distinct present values the cuts are the midpoints between consecutive
-values; otherwise the unweighted quantiles at 1/B .. (B-1)/B of the present values, duplicates dropped. A value's bin
-is the number of cuts at or below it: ``bin(x) = #{t : c_t <= x}``, so candidate split t sends ``x < c_t`` left
-(XGBoost's "value < split"). A missing cell (NaN, or a block the party does not hold) has the code ``max_bin``.
+- ``quantile``: for feature j with at most ``max_bin`` distinct present values the cuts are the midpoints between
+  consecutive values; otherwise the exact quantiles at 1/B .. (B-1)/B of the present values, duplicates dropped.
+- ``sketch``: XGBoost's own quantile sketch of the present values (``QuantileDMatrix``'s cuts, without its bounds
+  below the minimum and above the maximum): the cut sets of the ``gbdt`` reference, up to the class weights with
+  which XGBoost weighs its sketch there.
+
+A value's bin is the number of cuts at or below it: ``bin(x) = #{t : c_t <= x}``, so candidate split t sends
+``x < c_t`` left (XGBoost's "value < split"). A missing cell (NaN, or a block the party does not hold) has the code
+``max_bin``.
 """
 
 from __future__ import annotations
@@ -45,11 +51,17 @@ class Cuts:
         return float(self.values[j, t - 1])
 
 
-def fit_cuts(x: np.ndarray, max_bin: int) -> Cuts:
-    """The cuts of every column of ``x`` [n, d] from its present (non-NaN) values."""
+def fit_cuts(x: np.ndarray, max_bin: int, binning: str = "quantile") -> Cuts:
+    """The cuts of every column of ``x`` [n, d] from its present (non-NaN) values, by the named binning."""
     if not 2 <= max_bin <= 65_535:
         raise ValueError(f"max_bin must be in [2, 65535], got {max_bin}")
-    x = np.asarray(x, dtype=np.float64)
+    if binning not in BINNINGS:
+        raise ValueError(f"unknown binning {binning!r}; known: {', '.join(BINNINGS)}")
+    return BINNINGS[binning](np.asarray(x, dtype=np.float64), int(max_bin))
+
+
+def quantile_cuts(x: np.ndarray, max_bin: int) -> Cuts:
+    """Midpoints between the present values up to ``max_bin`` of them, else their exact quantiles."""
     d = x.shape[1]
     values = np.full((d, max_bin - 1), np.inf)
     n_cuts = np.zeros(d, dtype=np.int64)
@@ -68,3 +80,28 @@ def fit_cuts(x: np.ndarray, max_bin: int) -> Cuts:
         values[j, : c.size] = c
         n_cuts[j] = c.size
     return Cuts(values, n_cuts, int(max_bin))
+
+
+def sketch_cuts(x: np.ndarray, max_bin: int) -> Cuts:
+    """XGBoost's quantile sketch of the present values (unweighted; the same cuts for any thread count)."""
+    import xgboost as xgb  # the trees extra's library; imported here so that `quantile` runs without it
+
+    d = x.shape[1]
+    values = np.full((d, max_bin - 1), np.inf)
+    n_cuts = np.zeros(d, dtype=np.int64)
+    if x.shape[0] == 0:
+        return Cuts(values, n_cuts, int(max_bin))
+    ptr, cut_values = xgb.QuantileDMatrix(x, missing=np.nan, max_bin=max_bin, nthread=1).get_quantile_cut()
+    present = ~np.isnan(x)
+    for j in range(d):
+        if not present[:, j].any():
+            continue
+        col = x[present[:, j], j]
+        c = cut_values[ptr[j] : ptr[j + 1]].astype(np.float64)
+        c = c[(c > col.min()) & (c <= col.max())]  # XGBoost's bounds below the minimum and above the maximum
+        values[j, : c.size] = c
+        n_cuts[j] = c.size
+    return Cuts(values, n_cuts, int(max_bin))
+
+
+BINNINGS = {"quantile": quantile_cuts, "sketch": sketch_cuts}

@@ -40,6 +40,7 @@ class BoostParams:
     reg_lambda: float = 1.0
     gamma: float = 0.0
     min_child_weight: float = 1.0
+    binning: str = "quantile"  # vflbench.trees.binning.BINNINGS
 
 
 class Objective:
@@ -418,7 +419,7 @@ def fit_central(
     tree for tree. Returns the model and its cuts (to bin test rows)."""
     from .binning import fit_cuts
 
-    cuts = fit_cuts(x, params.max_bin)
+    cuts = fit_cuts(x, params.max_bin, params.binning)
     codes = cuts.codes(x)
 
     def grow_tree(g_int, h_int, fp):

@@ -103,9 +103,11 @@ class FeatureParty:
         kind, f = decode(data)
         return getattr(self, f"on_{kind}")(**f)
 
-    def on_setup(self, max_bin: int, encryption: str, public_n: np.ndarray | None = None) -> bytes:
+    def on_setup(
+        self, max_bin: int, encryption: str, public_n: np.ndarray | None = None, binning: str = "quantile"
+    ) -> bytes:
         self.max_bin = int(max_bin)
-        self.cuts = fit_cuts(self.x, self.max_bin)  # its own columns, on its own rows: nothing crosses
+        self.cuts = fit_cuts(self.x, self.max_bin, binning)  # its own columns, on its own rows: nothing crosses
         self.codes = self.cuts.codes(self.x)
         self.encryption = encryption
         if encryption == "paillier":
@@ -173,6 +175,15 @@ class FeatureParty:
     def on_stop(self) -> None:
         return None
 
+    def on_leave(self, tree: int) -> None:
+        """The label party goes on without this party from ``tree`` (a scheduled loss): it is asked nothing until it
+        is told ``back``. Its process learns it here (:func:`serve`'s hooks); the party's state stays as it is."""
+        return None
+
+    def on_back(self, tree: int) -> None:
+        """This party takes part again from ``tree``, with the lookup table it kept."""
+        return None
+
     def on_route(self, node: int, left: int, right: int, bits: np.ndarray) -> None:
         mine = np.flatnonzero(self.node_of == node)
         go_left = unpack_bits(bits, len(mine))
@@ -211,23 +222,42 @@ class Traffic:
 REPLIES = {"setup", "build", "split", "predict"}  # the requests a party answers; the others it only takes in
 
 
+class PartyGone(Exception):
+    """A party process stopped while the label party exchanged with it (found by the transport). ``sent``: whether
+    the request had left (it is counted then, as it crossed)."""
+
+    def __init__(self, party: int, cause: str, sent: bool):
+        super().__init__(f"party {party} lost ({cause})")
+        self.party, self.cause, self.sent = party, cause, sent
+
+
 class Link:
     """The label party's side of the messages: each is serialised, counted (by party, direction and kind, and through
-    ``book(party, up, down)`` in the run's channel) and exchanged (:meth:`exchange`: in this process, or across)."""
+    ``book(party, up, down)`` in the run's channel) and exchanged (:meth:`exchange`: in this process, or across).
+    A party in ``lost`` is sent nothing and counted nothing."""
 
     def __init__(self, k: int, book: Callable[[int, int, int], None]):
         self.k, self.book = k, book
         self.traffic: dict[str, Traffic] = {}
         self.phase = "train"
+        self.lost: set[int] = set()
 
     def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
         raise NotImplementedError
 
     def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
+        if k in self.lost:
+            return None
         data = encode(kind, **fields)
         t = self.traffic.setdefault(self.phase, Traffic(self.k))
+        try:
+            back = self.exchange(k, data, kind in REPLIES)
+        except PartyGone as e:
+            if e.sent:
+                t.add(kind, "down", k, len(data))
+                self.book(k, 0, len(data))
+            raise
         t.add(kind, "down", k, len(data))
-        back = self.exchange(k, data, kind in REPLIES)
         self.book(k, 0 if back is None else len(back), len(data))
         if back is None:
             return None
@@ -259,15 +289,27 @@ class RemoteLink(Link):
 
     def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
         self.transport.to_party(k, data)
-        return self.transport.from_party(k) if reply else None
+        if cause := self.transport.lost(k):  # it stopped before the request left
+            raise PartyGone(k, cause, sent=False)
+        if not reply:
+            return None
+        back = self.transport.from_party(k)
+        if cause := self.transport.lost(k):  # it stopped before it answered
+            raise PartyGone(k, cause, sent=True)
+        return back
 
 
-def serve(party: FeatureParty, transport, until: str = "stop") -> None:
-    """A party process: answer the label party's requests until it says ``until``."""
+def serve(party: FeatureParty, transport, until: str = "stop", hooks: dict[str, Callable] | None = None) -> None:
+    """A party process: answer the label party's requests until it says ``until``. ``hooks``: per message kind, a
+    call with the message's fields before the party handles it (the run's side of a message: a tree begins, the
+    party leaves or comes back)."""
     while True:
         data = transport.from_server()
-        if decode(data)[0] == until:
+        kind, fields = decode(data)
+        if kind == until:
             return
+        if hooks and kind in hooks:
+            hooks[kind](**fields)
         reply = party.handle(data)
         if reply is not None:
             transport.to_server(reply)
@@ -292,10 +334,15 @@ class LabelParty:
     def __init__(self, link, held: np.ndarray, offsets: list[int], proto: Protocol):
         self.link, self.held, self.proto = link, np.asarray(held, dtype=bool), proto
         self.k = self.held.shape[1]
+        self.now_held = self.held  # less the lost parties' blocks
         self.offsets = list(offsets)  # each party's first global feature
         self.he: Paillier | None = None
         self.owner: list[list[tuple[int, int]]] = []  # per tree, per node: (party, record id) of a split, else (-1, -1)
         self.seconds: dict[str, float] = {}
+        # the run's party losses (vflbench.runs.faults.PartyFaults; None: no party can be lost): one tree is one epoch
+        # of its schedule; a lost party is asked nothing, its features split no node and its rows take the defaults
+        self.faults = None
+        self.redone = 0  # trees begun again without a party found lost while they grew
 
     def setup(self) -> None:
         p = self.proto
@@ -304,8 +351,11 @@ class LabelParty:
             self.he = Paillier.generate(p.key_bits)
             pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
         n_cuts = []
+        named = (
+            {} if p.params.binning == "quantile" else {"binning": p.params.binning}
+        )  # said only when not the default
         for k in range(self.k):
-            _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub)
+            _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub, **named)
             n_cuts.append(np.asarray(f["n_cuts"], dtype=np.int64))
         self.widths = [len(c) for c in n_cuts]
         self.n_cuts = np.concatenate(n_cuts) if n_cuts else np.zeros(0, dtype=np.int64)
@@ -324,18 +374,53 @@ class LabelParty:
 
     # -- one tree
     def _grow_tree(self, g_int: np.ndarray, h_int: np.ndarray, fp: FixedPoint) -> tuple[Tree, np.ndarray]:
-        self.fp = fp
-        self._send_gh(g_int, h_int)
-        self.owner.append([])
-        tree, leaf = grow(g_int, h_int, self.n_cuts, self.proto.params, fp, self._histograms, self._route)
-        owners = self.owner[-1]
-        owners += [(-1, -1)] * (tree.n_nodes - len(owners))
-        return tree, leaf
+        self.fp, self.outputs = fp, g_int.shape[1]
+        self._begin_tree(len(self.owner) + 1)
+        while True:
+            self.owner.append([])
+            usable = ~np.isin(self.party_of, sorted(self.link.lost))  # a lost party's features split nothing
+            try:
+                self._send_gh(g_int, h_int)
+                tree, leaf = grow(
+                    g_int, h_int, self.n_cuts * usable, self.proto.params, fp, self._histograms, self._route
+                )
+            except PartyGone as e:  # its process stopped: the tree is grown again without it (as a step is redone)
+                if self.faults is None:
+                    raise
+                self.owner.pop()
+                self.faults.lose(e.party, 0, e.cause)
+                self._follow_faults()
+                self.redone += 1
+                continue
+            owners = self.owner[-1]
+            owners += [(-1, -1)] * (tree.n_nodes - len(owners))
+            return tree, leaf
+
+    def _begin_tree(self, tree: int) -> None:
+        """Tree ``tree`` (1-based) begins: the schedule's losses and rejoins at it take effect. A party the schedule
+        loses is told first (``leave``: its process then does what a scheduled loss does), one that comes back after
+        (``back``); both messages are counted, in one process as across."""
+        f = self.faults
+        if f is None:
+            return
+        fail, back = f.schedule.at(f.epoch + 1)
+        for k in fail:
+            if not f.lost[k]:
+                self.link.tell(k, "leave", tree=tree)
+        f.begin_epoch()
+        self._follow_faults()
+        for k in back:
+            if not f.lost[k]:
+                self.link.tell(k, "back", tree=tree)
+
+    def _follow_faults(self) -> None:
+        self.link.lost = {k for k, gone in enumerate(self.faults.lost) if gone}
+        self.now_held = self.held & ~np.asarray(self.faults.lost, dtype=bool)[None, :]
 
     def _send_gh(self, g_int: np.ndarray, h_int: np.ndarray) -> None:
         if self.he is None:
             for k in range(self.k):
-                rows = np.flatnonzero(self.held[:, k])
+                rows = np.flatnonzero(self.now_held[:, k])
                 self.link.tell(k, "gh", g=g_int[rows], h=h_int[rows])
             return
         n = len(g_int)
@@ -347,7 +432,7 @@ class LabelParty:
         cts = self.he.encrypt(self.packing.pack(g_int[:, 0], h_int[:, 0]))  # each row once, whoever holds it
         pk = self.packing
         for k in range(self.k):
-            rows = np.flatnonzero(self.held[:, k])
+            rows = np.flatnonzero(self.now_held[:, k])
             self.link.tell(
                 k,
                 "gh",
@@ -362,6 +447,10 @@ class LabelParty:
     def _histograms(self, nodes: list[int], node_of: np.ndarray):
         parts = []
         for k in range(self.k):
+            if k in self.link.lost:  # asked nothing: its features have no candidates in this tree
+                shape = (len(nodes), self.widths[k], self.proto.params.max_bin, self.outputs)
+                parts.append((np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)))
+                continue
             _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
             if self.he is None:
                 parts.append(self._scattered(f, len(nodes), self.widths[k]))
@@ -402,12 +491,12 @@ class LabelParty:
         owners = self.owner[-1]
         owners += [(-1, -1)] * (node + 1 - len(owners))
         owners[node] = (k, int(f["record"]))
-        held = self.held[rows, k]
+        held = self.now_held[rows, k]
         go_left = np.full(len(rows), s.default_left)  # rows the owner does not hold: the default direction
         go_left[held] = unpack_bits(f["bits"], int(held.sum()))
         for other in range(self.k):  # every other party learns where its own rows of the node went
-            if other != k and self.held[rows, other].any():
-                mine = self.held[rows, other]
+            if other != k and self.now_held[rows, other].any():
+                mine = self.now_held[rows, other]
                 self.link.tell(other, "route", node=node, left=lc, right=rc, bits=pack_bits(go_left[mine]))
         return go_left
 
