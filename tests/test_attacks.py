@@ -221,6 +221,11 @@ def test_the_cli_run_records_attack_rows_table_and_plot(tmp_path):
         (["--method", "combinatorial", "--attack", "completion:known=0.1"], "no bottom model per party"),
         (["--method", "svfl", "--label-defense", "rr:epsilon=-1"], "positive number"),
         (["--method", "local", "--label-defense", "max_norm"], "use rr:epsilon=E"),
+        (["--method", "svfl", "--attack", "leaves"], "it observes SecureBoost's messages"),
+        (["--method", "secureboost", "--attack", "norm"], "at the neural boundary"),
+        (["--method", "gbdt", "--attack", "gradients"], "has no parties"),
+        (["--method", "secureboost", "--runtime", "processes", "--attack", "leaves"], "runs in one process"),
+        (["--method", "secureboost", "--method-opt", "encryption=paillier", "--attack", "gradients"], "ciphertexts"),
     ],
 )
 def test_bad_attacks_are_refused_in_one_line_before_training(args, needle, tmp_path):
@@ -236,7 +241,9 @@ def test_vflbench_attacks_lists_the_four_and_the_defenses():
     import json
 
     rows = json.loads(r.output)
-    assert [x["name"] for x in rows if x["kind"] == "attack"] == ["norm", "direction", "completion", "inversion"]
+    assert [x["name"] for x in rows if x["kind"] == "attack"] == [
+        "norm", "direction", "completion", "inversion", "leaves", "gradients",
+    ]  # fmt: skip
     assert {x["name"] for x in rows if x["kind"] == "defense"} == {"gaussian", "max_norm", "rr"}
     assert all(x["paper"] and x["observes"] for x in rows)
 
@@ -304,3 +311,73 @@ def test_two_variants_are_named_apart_in_an_80_column_console_and_in_the_default
     assert t.exit_code == 0, t.output
     assert "attack:inversion[decoder=linear]:r2" in t.stdout and "attack:inversion[decoder=mlp]:r2" in t.stdout
     assert "| 0.0 | server (party 3) |" in t.stdout
+
+
+# ----------------------------------------------------------------------------- SecureBoost's messages
+
+
+def feed_trees(attack, leaves: list[np.ndarray], gs: list[np.ndarray | None], k: int = 2) -> None:
+    """Trees as SecureBoost's parties hold them: every party holds every row; per tree its rows' leaves and g."""
+    n = len(leaves[0])
+    rows = np.arange(n)
+    for t, (leaf, g) in enumerate(zip(leaves, gs, strict=True)):
+        for j in range(k):
+            attack.on_tree(j, rows, leaf, g)
+        attack.end_epoch(t + 1, True)
+
+
+def test_leaves_read_labels_off_pure_leaves_and_nothing_off_random_ones():
+    y = (torch.rand(6000, generator=torch.Generator().manual_seed(3)) < 0.22).long()
+    rng = np.random.default_rng(0)
+    pure = [np.where(y.numpy() == 1, rng.integers(0, 4, len(y)), 4 + rng.integers(0, 4, len(y))) for _ in range(3)]
+    random = [rng.integers(0, 8, len(y)) for _ in range(3)]
+    for leaves, low, high in ((pure, 0.999, 1.0), (random, 0.45, 0.55)):
+        attack = ATTACKS.get("leaves")(parse_attack("leaves:known=0.02")[1], context(y))
+        feed_trees(attack, leaves, [None] * 3)
+        values = [v for who, m, v in attack.results(3) if m == "auc"]
+        assert len(values) == 2 and all(low <= v <= high for v in values), values
+
+
+def test_clear_gradients_are_the_labels_and_randomized_response_leaves_exactly_its_bound():
+    """g = w (p - y): AUC 1. Under randomized response the trees fit the noisy labels: the first tree's g (one first
+    margin p0 for every row, class weights of the noisy labels) is a binary score of them, whose AUC is
+    (TPR + TNR) / 2, computed exactly from the flips here, and e^eps / (1 + e^eps) in expectation."""
+    n, eps = 20000, 1.0
+    y = (torch.rand(n, generator=torch.Generator().manual_seed(4)) < 0.22).long()
+    p = np.random.default_rng(1).uniform(0.05, 0.95, n)
+    w = np.where(y.numpy() == 1, 2.3, 0.64)  # class weights
+    p0 = 0.5
+    attack = ATTACKS.get("gradients")(parse_attack("gradients:known=0.01")[1], context(y))
+    feed_trees(attack, [np.zeros(n, dtype=int)], [(w * (p - y.numpy()))[:, None]])
+    assert all(v == 1.0 for who, m, v in attack.results(1) if m == "auc")
+    rr = make_defense(parse_defense(f"rr:epsilon={eps}"), torch.Generator().manual_seed(5))
+    noisy = rr.randomize(y, 2, torch.Generator().manual_seed(6)).numpy()
+    attack = ATTACKS.get("gradients")(parse_attack("gradients:known=0.01")[1], context(y))
+    w = np.where(noisy == 1, 2.3, 0.64)
+    feed_trees(attack, [np.zeros(n, dtype=int)], [(w * (p0 - noisy))[:, None]])
+    unknown = ~attack.known_np
+    t, nz = y.numpy()[unknown] == 1, noisy[unknown] == 1
+    exact = (nz[t].mean() + (~nz[~t]).mean()) / 2
+    values = [v for who, m, v in attack.results(1) if m == "auc"]
+    assert all(abs(v - exact) < 1e-12 for v in values)
+    assert abs(exact - math.exp(eps) / (1 + math.exp(eps))) < 0.01
+
+
+@pytest.mark.slow
+def test_no_secureboost_attack_beats_the_randomized_response_bound(tmp_path):
+    """As for the neural methods: with features that say nothing of the label only the randomized labels reach the
+    trees; at label epsilon 1 neither attack exceeds e/(1+e) (tolerance 0.03), and the g reach it."""
+    bound = math.exp(1) / (1 + math.exp(1))
+    r, out = run_cli(
+        tmp_path,
+        *("--dataset", "synthetic", "--data-opt", "informative=0", "--data-opt", "n=4000", "--method", "secureboost"),
+        *("--method-opt", "trees=20", "--train-missing", "none", "--test-missing", "none"),
+        *("--label-defense", "rr:epsilon=1", "--attack", "leaves:known=0.05", "--attack", "gradients:known=0.05"),
+    )
+    assert r.exit_code == 0, r.output
+    df = rows_of(out)
+    assert (df["epsilon_label"] == 1.0).all()
+    leaves = df[df["metric"] == "attack:leaves:auc_max"]["value"]
+    grads = df[df["metric"] == "attack:gradients:auc_max"]["value"]
+    assert len(leaves) == len(grads) == 4
+    assert leaves.max() <= bound + 0.03 and grads.max() <= bound + 0.03 and grads.min() > bound - 0.05

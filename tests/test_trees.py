@@ -190,7 +190,7 @@ def test_gbdt_and_secureboost_train_under_missing_blocks_and_refuse_what_trees_l
         sum(v) for k, v in man["secureboost"]["bytes_by_kind"]["train"].items() if k.endswith("_up")
     )
     for extra, message in [
-        (["--method", "gbdt", "--attack", "norm"], "--attack observes representations"),
+        (["--method", "gbdt", "--attack", "norm"], "has no parties: nothing crosses"),
         (["--method", "secureboost", "--label-defense", "gaussian"], "use rr:epsilon=E"),
         (["--method", "gbdt", "--runtime", "processes"], "gbdt is the central reference"),
         (["--method", "secureboost", "--compress", "quant:bits=4"], "send no representations"),

@@ -236,6 +236,9 @@ class Method:
     # minibatch steps of a loss; the trainer hands it the set, its masks and the class weights the neural methods'
     # sampler would use
     trains_whole: ClassVar[bool] = False
+    # what an attack (``--attack``) can observe of this method: "boundary" (representations up, gradients down: the
+    # neural methods), "secureboost" (SecureBoost's messages: instance spaces, g/h), "none" (nothing crosses)
+    attack_surface: ClassVar[str] = "boundary"
 
     @classmethod
     def rounds(cls, options: dict[str, Any], epochs: int) -> tuple[int, str]:

@@ -50,21 +50,20 @@ class TreeMethod(Method):
     test time alike. Subclasses implement :meth:`fit_whole` and :meth:`probabilities`."""
 
     trains_whole = True
+    attack_surface = "none"
     f1_rule = "single"
     hp_key = "all"
     boundary_refusal = (
         "gradient-boosted trees send no representations to the server (gbdt: nothing crosses; secureboost: g/h, "
-        "histograms and split routes, counted by its own protocol)"
+        "histograms and split routes, counted by its own protocol); a certified label epsilon for secureboost: "
+        "--label-defense rr:epsilon=E (docs/TREES.md)"
     )
     search_space: ClassVar[dict[str, tuple]] = dict(TREE_SEARCH_SPACE)
 
     @classmethod
     def settings_refusal(cls, settings: dict[str, Any]) -> str | None:
-        if settings.get("attack", "none") != "none":
-            return (
-                "--attack observes representations and gradients at the neural boundary, which trees do not have; "
-                "what SecureBoost still leaks is in docs/ATTACKS.md ('Gradient-boosted trees')"
-            )
+        if settings.get("attack", "none") != "none" and settings.get("runtime") == "processes":
+            return "--attack on a tree method runs in one process (drop --runtime processes)"
         defense = settings.get("label_defense")
         if defense is not None and defense.name in ("gaussian", "max_norm"):
             return f"--label-defense {defense} changes gradients that go down to the parties; use rr:epsilon=E"

@@ -31,6 +31,7 @@ class SecureBoost(TreeMethod):
     name, display = "secureboost", "SecureBoost"
     paper = "SecureBoost (Cheng et al., IEEE Intelligent Systems 2021)"
     runtime_refusal = None
+    attack_surface = "secureboost"
     option_specs = (
         *TREE_OPTIONS,
         Option(
@@ -114,7 +115,23 @@ class SecureBoost(TreeMethod):
         self.label.faults = self.faults
         if self.faults is not None:
             self.faults.unit = "tree"
-        self.model = self.label.fit(y, weights, self.c, progress=lambda t, loss: progress(t, params.trees, loss))
+        watchers = [t for t in self.channel.taps if getattr(t, "surface", None) == "secureboost"]
+        if self.options["encryption"] == "paillier" and any(getattr(w, "needs_clear_gh", False) for w in watchers):
+            from ..core.errors import VFLBenchError
+
+            raise VFLBenchError(
+                "--attack gradients reads the g a party is sent in clear; under encryption=paillier a party sees "
+                "ciphertexts only (attack the instance spaces with leaves)"
+            )
+
+        def tree_done(t: int, loss: float) -> None:
+            for p in self.parties:  # what each party holds of the tree (in this process: the attacks' view)
+                for w in watchers:
+                    if p.k not in self.link.lost:
+                        w.on_tree(p.k, p.rows, p.node_of.copy(), None if p.g is None else p.g.copy())
+            progress(t, params.trees, loss)
+
+        self.model = self.label.fit(y, weights, self.c, progress=tree_done)
         self._stop_parties()
         self.nodes = sum(t.n_nodes for t in self.model.trees)
         self._estimate = paillier_estimate(self.link, self.label, len(y), float(np.max(weights)), params)

@@ -803,6 +803,7 @@ def method_traits(mcls, values: dict[str, Any], n_classes: int = 0) -> dict[str,
         "representations_cross": not alone,
         "n_classes": n_classes,
         "parties": int(values["parties"]),
+        "surface": getattr(mcls, "attack_surface", "boundary"),
     }
 
 

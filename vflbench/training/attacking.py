@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..core.errors import VFLBenchError
-from ..methods import Method
+from ..methods import METHODS, Method
 from ..privacy.attacks import ATTACKS, AttackContext, parse_attack
 from ..privacy.defenses import make_defense
 from ..runs.config import ResolvedRun
@@ -72,7 +72,9 @@ class AttackHarness(Callback):
         # plays itself in the label attacks, the server runs the inversions
         self.rank = None if wire is None else int(wire.rank)
         here = None if self.rank in (None, 0) else (self.rank - 1,)
-        self.total = sum(h.epochs for h in run.stage_hp.values()) or int(run.hp.epochs)
+        mcls = METHODS.get(run.method)
+        epochs = sum(h.epochs for h in run.stage_hp.values()) or int(run.hp.epochs)
+        self.total = mcls.rounds({**{o.name: o.default for o in mcls.option_specs}, **run.method_options}, epochs)[0]
         self.evaluated = set(run.eval_epochs or ()) | {self.total}
         self.seen = 0
         self.method: Method | None = None

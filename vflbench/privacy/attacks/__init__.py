@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.errors import VFLBenchError, did_you_mean
-from . import completion, direction, inversion, norm  # noqa: F401  (registration)
+from . import completion, direction, inversion, norm, trees  # noqa: F401  (registration)
 from .base import ATTACKS, Attack, AttackContext, AttackOption, party_rows
 
 __all__ = [
@@ -59,7 +59,8 @@ def canonical(name: str, opts: dict[str, Any]) -> str:
     return f"{name}:{','.join(parts)}" if parts else name
 
 
-ORDER = ("norm", "direction", "completion", "inversion")  # the listing's order: label attacks, then the server's
+# the listing's order: the boundary's label attacks, the server's, then those on SecureBoost's messages
+ORDER = ("norm", "direction", "completion", "inversion", "leaves", "gradients")
 
 
 def listing_order(name: str) -> tuple[int, str]:
@@ -81,6 +82,7 @@ def describe() -> list[dict[str, Any]]:
             "metrics": list(c.metrics),
             "options": {o.name: {"default": o.default, "help": o.help} for o in c.options},
             "tasks": "binary" if c.binary_only else "any",
+            "methods": "SecureBoost" if c.surface == "secureboost" else "the neural methods",
         }
         for n, c in ((n, ATTACKS.get(n)) for n in sorted(ATTACKS.names(), key=listing_order))
     ]
@@ -95,6 +97,7 @@ def describe() -> list[dict[str, Any]]:
             "metrics": ["epsilon_label"] if d.certifies else [],
             "options": {o: {"default": v, "help": h} for o, (v, h) in d.params.items()},
             "tasks": "any",
+            "methods": "any",
         }
         for n, d in ((n, DEFENSES.get(n)) for n in DEFENSES.names())
         if n != "none"

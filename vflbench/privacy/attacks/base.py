@@ -103,6 +103,9 @@ class Attack:
     labels: ClassVar[bool] = True  # a label attack (scored against the labels)
     binary_only: ClassVar[bool] = False
     min_known: ClassVar[int] = 1  # the fewest known samples it can work with (per class for label attacks)
+    # what it observes: "boundary" (the neural methods' channel: on_up / on_down) or "secureboost" (SecureBoost's
+    # messages to a party, tree by tree: :meth:`on_tree`); a method offers one surface (Method.attack_surface)
+    surface: ClassVar[str] = "boundary"
 
     def __init__(self, opts: dict[str, Any], ctx: AttackContext):
         self.opts, self.ctx = opts, ctx
@@ -115,6 +118,16 @@ class Attack:
         """Why this attack cannot run on this run (``traits``: gradients_cross, representations_cross,
         n_classes, parties); None: it can. A method without one bottom model per party is refused
         by the harness, which asks the built method (``Method.party_representations``)."""
+        surface = traits.get("surface", "boundary")
+        if surface != cls.surface:
+            if surface == "none":
+                return f"{traits['display']} has no parties: nothing crosses to attack"
+            if cls.surface == "boundary":
+                return (
+                    f"it observes representations and gradients at the neural boundary, which {traits['display']} "
+                    "does not have; its messages are attacked by leaves and gradients (docs/ATTACKS.md)"
+                )
+            return f"it observes SecureBoost's messages; {traits['display']} has none (it is not SecureBoost)"
         if cls.labels and not traits["gradients_cross"]:
             return f"{traits['display']} returns no gradient to the parties (they train alone): nothing to attack"
         if not cls.labels and not traits["representations_cross"]:
@@ -161,6 +174,12 @@ class Attack:
     # -- the boundary, in training steps
     def on_up(self, values: torch.Tensor, sent, party_of, idx, summed: bool) -> None: ...
     def on_down(self, grads: torch.Tensor, sent, party_of, idx, summed: bool) -> None: ...
+
+    # -- SecureBoost's messages, tree by tree (surface "secureboost")
+    def on_tree(self, k: int, rows: np.ndarray, leaf: np.ndarray, g: np.ndarray | None) -> None:
+        """After a tree: what party ``k`` holds of it. ``rows`` its training samples, ``leaf`` the leaf each of them
+        reached (from the route messages and its own splits), ``g`` the g it was sent for them in clear ([n_k,
+        outputs], fixed point; None under Paillier)."""
 
     # -- epochs
     def end_epoch(self, epoch: int, evaluated: bool) -> None:
