@@ -363,3 +363,99 @@ def test_secureboost_loses_a_party_across_processes_as_in_one_process_and_a_kill
     assert loss["party"] == 2 and loss["epoch"] == 5 and loss["cause"] != "scheduled"
     scheduled, _ = one("in2@5-again", "--fail-party", "2@5")
     assert c["value"].tolist() == scheduled["value"].tolist() and mc["runtime"]["measured_equals_accounted"]
+
+
+# ----------------------------------------------------------------------------- categorical columns
+
+
+def _categorical_table(n=3000, seed=0, p_missing=0.2):
+    """Three parties of two columns: party 0 holds a numeric column and a 60-level code column (0: a missing cell)
+    that carries the signal, party 1 two numeric columns, party 2 a numeric and a 300-level noise code column."""
+    rng = np.random.default_rng(seed)
+    lv = rng.integers(1, 61, n).astype(float)
+    noise = rng.integers(1, 301, n).astype(float)
+    effect = rng.standard_normal(61)
+    x = np.c_[rng.standard_normal(n), lv, rng.standard_normal((n, 2)), rng.standard_normal(n), noise]
+    y = (effect[lv.astype(int)] + 0.5 * x[:, 2] + 0.3 * rng.standard_normal(n) > 0).astype(int)
+    x[rng.random(n) < 0.03, 1] = 0  # missing cells of a code column
+    held = rng.random((n, 3)) >= p_missing
+    joined = x.copy()
+    for j in range(3):
+        joined[~held[:, j], 2 * j : 2 * j + 2] = np.nan
+    return x, y, held, joined
+
+
+def test_a_partition_split_orders_levels_by_their_gradient_and_keeps_its_smaller_side_within_the_threshold():
+    fp = FixedPoint(0)
+    G = np.array([[[[10], [-10], [10], [-10], [0]]]])  # one node, one feature, 5 bins (the last empty)
+    H = np.array([[[[10], [10], [10], [10], [0]]]])
+    tot_g, tot_h = np.array([[0]]), np.array([[40]])
+    cat = np.array([True])
+    (s,) = best_splits(G, H, tot_g, tot_h, np.array([4]), BoostParams(max_cat_threshold=2), fp, cat)
+    assert s.left_bins == (1, 3) and s.bin == 2  # the two negative-gradient levels together, whatever their codes
+    (s,) = best_splits(G, H, tot_g, tot_h, np.array([4]), BoostParams(max_cat_threshold=1), fp, cat)
+    assert min(len(s.left_bins), 4 - len(s.left_bins)) == 1  # one level against the rest
+    (s,) = best_splits(G, H, tot_g, tot_h, np.array([4]), BoostParams(), fp)  # as a number: bins 0 | 1 2 3
+    assert s.left_bins is None and s.gain < 20
+
+
+def test_levels_keep_their_bins_the_rare_ones_share_one_and_an_unseen_level_is_missing():
+    x = np.array([[3.0], [3.0], [3.0], [7.0], [7.0], [9.0], [11.0], [0.0], [np.nan]])
+    cuts = fit_cuts(x, 16, categorical=[0], cat_bins=3)  # the two most frequent levels keep a bin
+    assert cuts.levels[0].tolist() == [3.0, 7.0] and cuts.other[0] and cuts.n_cuts[0] == 2 and cuts.max_bin == 16
+    assert cuts.codes(np.array([[3.0], [7.0], [9.0], [0.0], [np.nan], [42.0]]))[:, 0].tolist() == [0, 1, 2, 16, 16, 2]
+    few = fit_cuts(x, 16, categorical=[0])
+    assert few.levels[0].tolist() == [3.0, 7.0, 9.0, 11.0] and not few.other[0]
+    assert few.codes(np.array([[42.0]]))[0, 0] == 16  # a level never seen in training: missing (the default)
+
+
+@pytest.mark.parametrize("p_missing", [0.0, 0.2])
+def test_partition_splits_secureboost_equals_the_central_algorithm_and_its_predictions(p_missing):
+    x, y, held, joined = _categorical_table(p_missing=p_missing)
+    params = BoostParams(trees=6, max_depth=4, max_bin=16, max_cat_bin=64, max_cat_threshold=8)
+    central, cuts = fit_central(joined, y, np.ones(len(y)), 2, params, categorical=[1, 5])
+    parties = [
+        FeatureParty(j, x[held[:, j], 2 * j : 2 * j + 2], np.flatnonzero(held[:, j]), [1] if j != 1 else [])
+        for j in range(3)
+    ]
+    link = LocalLink(parties, lambda *a: None)
+    label = LabelParty(link, held, [0, 2, 4], Protocol(params))
+    model = label.fit(y, np.ones(len(y)), 2)
+    assert label.categorical.tolist() == [False, True, False, False, False, True]
+    cats = 0
+    for a, b in zip(central.trees, model.trees, strict=True):
+        assert a.structure() == b.structure()
+        cats += len(b.cats)
+    assert cats > 0  # the signal is in the levels
+    # the owner keeps the levels that go left, not the label party
+    (tree, owners), v = next(((t, o), v) for t, o in zip(model.trees, label.owner, strict=True) for v in t.cats)
+    k, rec = owners[v]
+    levels, _ = parties[k].table[rec][2]
+    assert set(levels) <= set(cuts.levels[tree.feature[v]].tolist())
+    rng = np.random.default_rng(9)
+    xt, _, _, _ = _categorical_table(n=400, seed=3)
+    xt[:5, 1] = 999.0  # unseen levels
+    obs = rng.random((400, 3)) < 0.7
+    xt_joined = xt.copy()
+    for j in range(3):
+        xt_joined[~obs[:, j], 2 * j : 2 * j + 2] = np.nan
+    link.phase = "eval"
+    for j, p in enumerate(parties):
+        p.set_batch(xt[:, 2 * j : 2 * j + 2])
+    np.testing.assert_array_equal(
+        label.predict(model, obs), predict_codes(central, cuts.codes(xt_joined), cuts.missing)
+    )
+
+
+def test_paillier_grows_the_partition_splits_of_the_clear_protocol():
+    x, y, held, joined = _categorical_table(n=300, p_missing=0.0)
+    x, held = x[:, :4], held[:, :2]
+    params = BoostParams(trees=2, max_depth=3, max_bin=8, max_cat_bin=16, max_cat_threshold=4)
+    models = []
+    for enc in ("none", "paillier"):
+        parties = [FeatureParty(j, x[:, 2 * j : 2 * j + 2], np.arange(300), [1] if j == 0 else []) for j in range(2)]
+        label = LabelParty(LocalLink(parties, lambda *a: None), held, [0, 2], Protocol(params, enc, 1024))
+        models.append(label.fit(y, np.ones(len(y)), 2))
+    assert any(t.cats for t in models[0].trees)
+    for a, b in zip(*(m.trees for m in models), strict=True):
+        assert a.structure() == b.structure()

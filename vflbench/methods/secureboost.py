@@ -50,6 +50,29 @@ class SecureBoost(TreeMethod):
             "(XGBoost's quantile sketch of them, unweighted: gbdt's cuts up to its class-weighted sketch)",
             choices=("quantile", "sketch"),
         ),
+        Option(
+            "categorical",
+            str,
+            "partition",
+            "embedded categorical columns: partition (split by sets of levels, ordered by g/h per node, as LightGBM "
+            "and XGBoost do) | codes (binned as numbers)",
+            choices=("partition", "codes"),
+        ),
+        Option(
+            "max_cat_bin",
+            int,
+            0,
+            "bins of an embedded categorical column under categorical=partition: its most frequent levels less one "
+            "keep a bin each, the rest share one (0: 4,096 in clear, max_bin under Paillier)",
+            check=lambda v: None if v == 0 or 2 <= v <= 65_535 else "0, or 2 .. 65535",
+        ),
+        Option(
+            "max_cat_threshold",
+            int,
+            64,
+            "the most levels on the smaller side of a partition split (XGBoost's max_cat_threshold)",
+            check=lambda v: None if v >= 1 else "must be >= 1",
+        ),
         Option("key_bits", int, 2048, "the Paillier modulus' bits", check=lambda v: None if v >= 512 else ">= 512"),
     )
     assumptions = (
@@ -58,6 +81,8 @@ class SecureBoost(TreeMethod):
         "binning: unweighted quantiles per feature on the party's own rows (midpoints up to max_bin values); "
         "binning=sketch: XGBoost's sketch of them, unweighted (a party holds no labels to weigh them by)",
         "a node with no missing mass in training sends missing rows to the child with the larger hessian",
+        "embedded categorical columns split by sets of levels (bins ordered by G / (H + lambda) per node; the "
+        "B - 1 most frequent levels keep a bin, the rest share one)",
         "more than two classes: one multi-output tree a round (SecureBoost+'s SBT-MO)",
     )
 
@@ -82,6 +107,8 @@ class SecureBoost(TreeMethod):
             gamma=float(o["gamma"]),
             min_child_weight=float(o["min_child_weight"]),
             binning=str(o["binning"]),
+            max_cat_bin=self.cat_bins(),
+            max_cat_threshold=int(o["max_cat_threshold"]),
         )
 
     def _book(self, k: int, up: int, down: int) -> None:
@@ -98,12 +125,15 @@ class SecureBoost(TreeMethod):
         if transport is not None and transport.rank != 0:  # a party process: it answers the label party
             me = transport.rank - 1
             self.me = me
-            self.party = FeatureParty(me, blocks[me][observed[:, me]], np.flatnonzero(observed[:, me]))
+            self.party = FeatureParty(
+                me, blocks[me][observed[:, me]], np.flatnonzero(observed[:, me]), self.categorical_columns(me)
+            )
             serve(self.party, transport, hooks=self._party_hooks())
             return []
         if transport is None:
             self.parties = [
-                FeatureParty(k, blocks[k][observed[:, k]], np.flatnonzero(observed[:, k])) for k in range(self.k)
+                FeatureParty(k, blocks[k][observed[:, k]], np.flatnonzero(observed[:, k]), self.categorical_columns(k))
+                for k in range(self.k)
             ]
             self.link = LocalLink(self.parties, self._book)
         else:
@@ -136,6 +166,18 @@ class SecureBoost(TreeMethod):
         self.nodes = sum(t.n_nodes for t in self.model.trees)
         self._estimate = paillier_estimate(self.link, self.label, len(y), float(np.max(weights)), params)
         return list(self.model.history)
+
+    def cat_bins(self) -> int:
+        """The bins of a categorical column (0: the run splits none by level)."""
+        if not any(self.categorical_columns(k) for k in range(self.k)):
+            return 0
+        return int(self.options["max_cat_bin"]) or (self.max_bin if self.options["encryption"] == "paillier" else 4096)
+
+    def categorical_columns(self, k: int) -> list[int]:
+        """Party k's embedded categorical columns (their codes), split by level sets (``categorical=partition``)."""
+        if self.options["categorical"] != "partition" or not self.ctx.embedded:
+            return []
+        return sorted(int(pos) for pos, _, _ in self.ctx.embedded[k])
 
     def _party_hooks(self) -> dict:
         """A party process's side of the run: its tree count (the fault-injection hook's epoch: a process told to
@@ -190,7 +232,12 @@ class SecureBoost(TreeMethod):
             }
         }
         for p in self.parties:
-            parts[f"party_{p.k}"] = {"cuts": p.cuts.__dict__, "table": p.table, "max_bin": p.max_bin}
+            parts[f"party_{p.k}"] = {
+                "cuts": p.cuts.__dict__,
+                "table": p.table,
+                "max_bin": p.max_bin,
+                "categorical": p.categorical,
+            }
         return parts
 
     def load_part(self, name, part):
@@ -214,7 +261,7 @@ class SecureBoost(TreeMethod):
             self.transport = None
             return
         k = int(name.split("_")[1])
-        party = FeatureParty(k, np.zeros((0, 1)), np.zeros(0, dtype=np.int64))
+        party = FeatureParty(k, np.zeros((0, 1)), np.zeros(0, dtype=np.int64), part.get("categorical", ()))
         party.cuts, party.table, party.max_bin = Cuts(**part["cuts"]), list(part["table"]), int(part["max_bin"])
         if not hasattr(self, "parties"):
             self.parties = [None] * self.k

@@ -56,6 +56,14 @@ COMPONENTS: dict[str, Component] = {
         ),
         "a run with --compress ...,down=1 and a --label-defense",
     ),
+    "method.secureboost.embedded": Component(
+        2,
+        (
+            "2 (2026-11-27): SecureBoost splits an embedded categorical column by sets of levels "
+            "(categorical=partition); it binned the codes as numbers",
+        ),
+        "a secureboost run whose encoded table holds an embedded categorical column",
+    ),
     "partitioner.importance": Component(
         2,
         ("2 (2026-11-27, for the change of 2026-11-27): one feature for each party first, then the Dirichlet shares",),
@@ -86,7 +94,7 @@ def used(
     if large_files:
         names.append("data.reading.large")
     if embeds:
-        names.append("data.encoding.embedding")
+        names += ["data.encoding.embedding", f"method.{method}.embedded"]
     return {n: version(n) for n in sorted(names)}
 
 

@@ -41,6 +41,13 @@ class BoostParams:
     gamma: float = 0.0
     min_child_weight: float = 1.0
     binning: str = "quantile"  # vflbench.trees.binning.BINNINGS
+    max_cat_bin: int = 0  # levels with a bin of their own in a categorical column (0: no categorical column)
+    max_cat_threshold: int = 64  # a partition split's smaller side holds at most this many levels (XGBoost's default)
+
+    @property
+    def width(self) -> int:
+        """The bins of the widest feature: the histograms' last axis, and the code of a missing cell."""
+        return max(self.max_bin, self.max_cat_bin)
 
 
 class Objective:
@@ -121,6 +128,7 @@ class Tree:
     value: list[np.ndarray] = field(default_factory=list)
     gain: list[float] = field(default_factory=list)
     depth: list[int] = field(default_factory=list)
+    cats: dict[int, list[int]] = field(default_factory=dict)  # a node split on a categorical feature -> left bins
 
     def add(self, depth: int, outputs: int) -> int:
         self.feature.append(-1)
@@ -148,21 +156,33 @@ class Tree:
         }
 
     def structure(self) -> list[tuple]:
-        """Node by node (feature, bin, default_left, left, right, leaf value bytes): what "tree for tree" compares."""
+        """Node by node (feature, bin, default_left, left, right, leaf value bytes, left bins of a categorical
+        split): what "tree for tree" compares."""
         return [
-            (f, b, dl, lc, rc, v.tobytes())
-            for f, b, dl, lc, rc, v in zip(
-                self.feature, self.bin, self.default_left, self.left, self.right, self.value, strict=True
+            (f, b, dl, lc, rc, v.tobytes(), tuple(self.cats.get(i, ())))
+            for i, (f, b, dl, lc, rc, v) in enumerate(
+                zip(self.feature, self.bin, self.default_left, self.left, self.right, self.value, strict=True)
             )
         ]
+
+    def goes_left(self, missing: int) -> np.ndarray:
+        """[nodes, missing + 1] bool: per node and code whether a row goes left (the missing code: the default)."""
+        codes = np.arange(missing + 1)
+        out = codes[None, :] < np.asarray(self.bin, dtype=np.int64)[:, None]
+        for v, bins in self.cats.items():
+            out[v] = False
+            out[v, bins] = True
+        out[:, missing] = np.asarray(self.default_left, dtype=bool)
+        return out
 
 
 @dataclass
 class Split:
     feature: int  # global
-    bin: int
+    bin: int  # a numeric feature: rows whose code is below it go left; a categorical one: how many bins go left
     default_left: bool
     gain: float
+    left_bins: tuple[int, ...] | None = None  # a categorical feature: the bins that go left
 
 
 # histograms(nodes, node_of) -> (G, H, N): int64 [len(nodes), d, B, outputs] x 2 and [len(nodes), d, B], bins 0..B-1
@@ -179,26 +199,46 @@ def best_splits(
     n_cuts: np.ndarray,
     params: BoostParams,
     fp: FixedPoint,
+    categorical: np.ndarray | None = None,
 ) -> list[Split | None]:
     """The best split of each node from its histograms ``G, H`` [nodes, d, B, outputs] (integers) and totals
     ``tot_g, tot_h`` [nodes, outputs]; None where no candidate passes (its gain <= gamma, or a side's hessian below
-    min_child_weight). Vectorised over features, cuts and the two missing directions; node by node."""
+    min_child_weight). Vectorised over features, cuts and the two missing directions; node by node.
+
+    A ``categorical`` feature's bins are first ordered by their summed ``G / (H + lambda)`` (empty bins last), and its
+    candidates are the prefixes of that order: a partition split whose left side is a set of levels (LightGBM's and
+    XGBoost's categorical splits; for one output the best partition by the gain, Fisher 1958), whose smaller side
+    holds at most ``max_cat_threshold`` of the node's levels (XGBoost's guard against over-fitting)."""
     lam, mc = params.reg_lambda, params.min_child_weight
     nodes, d, b, _ = G.shape
     valid_cut = np.arange(1, b)[None, :] <= n_cuts[:, None]  # [d, B-1]
+    cat = np.zeros(d, dtype=bool) if categorical is None else np.asarray(categorical, dtype=bool)
     out: list[Split | None] = []
     for v in range(nodes):
+        Gv, Hv = G[v], H[v]
+        order, valid = None, valid_cut
+        if cat.any():  # per categorical feature its bins by G / (H + lambda), empty ones last
+            filled = Hv[cat].sum(-1) > 0  # [d_cat, B]
+            score = np.where(filled, (fp.decode(Gv[cat]) / (fp.decode(Hv[cat]) + lam)).sum(-1), np.inf)
+            order = np.tile(np.arange(b), (d, 1))
+            order[cat] = np.argsort(score, axis=1, kind="stable")
+            Gv = np.take_along_axis(Gv, order[..., None], axis=1)
+            Hv = np.take_along_axis(Hv, order[..., None], axis=1)
+            t = np.arange(1, b)[None, :]
+            levels = filled.sum(1)[:, None]  # the node's levels with rows
+            valid = valid_cut.copy()
+            valid[cat] &= np.minimum(t, levels - t) <= params.max_cat_threshold
         g_all, h_all = fp.decode(tot_g[v]), fp.decode(tot_h[v])  # [outputs]
-        gl = fp.decode(np.cumsum(G[v], axis=1)[:, :-1])  # [d, B-1, outputs]: bins < t
-        hl = fp.decode(np.cumsum(H[v], axis=1)[:, :-1])
-        g_miss = g_all - fp.decode(G[v].sum(1))  # [d, outputs]
-        h_miss = h_all - fp.decode(H[v].sum(1))
+        gl = fp.decode(np.cumsum(Gv, axis=1)[:, :-1])  # [d, B-1, outputs]: bins < t (in the feature's order)
+        hl = fp.decode(np.cumsum(Hv, axis=1)[:, :-1])
+        g_miss = g_all - fp.decode(Gv.sum(1))  # [d, outputs]
+        h_miss = h_all - fp.decode(Hv.sum(1))
         parent = (g_all**2 / (h_all + lam)).sum()
         gains = np.empty((d, b - 1, 2))
         for direction, (gx, hx) in enumerate(((gl, hl), (gl + g_miss[:, None], hl + h_miss[:, None]))):
             gr, hr = g_all - gx, h_all - hx  # direction 0: missing right; 1: missing left
             gain = (gx**2 / (hx + lam) + gr**2 / (hr + lam)).sum(-1) - parent
-            ok = valid_cut & (hx >= mc).all(-1) & (hr >= mc).all(-1)
+            ok = valid & (hx >= mc).all(-1) & (hr >= mc).all(-1)
             gains[:, :, direction] = np.where(ok, gain, -np.inf)
         flat = gains.reshape(-1)
         i = int(np.argmax(flat))  # the first maximum: lowest feature, then cut, then missing-right
@@ -212,7 +252,8 @@ def best_splits(
             default_left = hl_t >= float(h_all.sum()) - hl_t
         else:
             default_left = bool(direction == 1)
-        out.append(Split(int(j), int(t) + 1, bool(default_left), best))
+        left_bins = tuple(sorted(int(c) for c in order[j, : t + 1])) if cat[j] else None
+        out.append(Split(int(j), int(t) + 1, bool(default_left), best, left_bins))
     return out
 
 
@@ -224,8 +265,10 @@ def grow(
     fp: FixedPoint,
     histograms: HistogramFn,
     route: RouteFn,
+    categorical: np.ndarray | None = None,
 ) -> tuple[Tree, np.ndarray]:
-    """One tree over the rows of ``g_int, h_int`` [n, outputs]; returns it and each row's leaf."""
+    """One tree over the rows of ``g_int, h_int`` [n, outputs]; returns it and each row's leaf (``categorical``:
+    which features split by level sets)."""
     n, outputs = g_int.shape
     tree = Tree()
     tree.add(0, outputs)
@@ -252,6 +295,7 @@ def grow(
                 n_cuts,
                 params,
                 fp,
+                categorical,
             )
         next_frontier, build, derive = [], [], {}
         for v, s, tg, th in zip(frontier, splits, tot_g, tot_h, strict=True):
@@ -263,6 +307,8 @@ def grow(
             go_left = route(v, s, rows, lc, rc)
             tree.feature[v], tree.bin[v], tree.default_left[v], tree.gain[v] = s.feature, s.bin, s.default_left, s.gain
             tree.left[v], tree.right[v] = lc, rc
+            if s.left_bins is not None:
+                tree.cats[v] = list(s.left_bins)
             node_of[rows[go_left]] = lc
             node_of[rows[~go_left]] = rc
             n_left = int(go_left.sum())
@@ -336,10 +382,17 @@ def bin_sums(
     return sums[..., :outputs], sums[..., outputs:], count
 
 
+def split_left(c: np.ndarray, bin: int, default_left: bool, missing: int, left_bins=None) -> np.ndarray:
+    """Which rows of codes ``c`` go left at a split: the missing code the default way, else the code below ``bin``
+    (numeric) or among ``left_bins`` (categorical)."""
+    c = np.asarray(c, dtype=np.int64)
+    inside = np.isin(c, np.asarray(left_bins, dtype=np.int64)) if left_bins is not None else c < bin
+    return np.where(c == missing, bool(default_left), inside)
+
+
 def central_route(codes: np.ndarray, missing: int) -> RouteFn:
     def route(node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
-        c = codes[rows, s.feature].astype(np.int64)
-        return np.where(c == missing, s.default_left, c < s.bin)
+        return split_left(codes[rows, s.feature], s.bin, s.default_left, missing, s.left_bins)
 
     return route
 
@@ -399,27 +452,27 @@ def predict_codes(model: Model, codes: np.ndarray, missing: int) -> np.ndarray:
     rows = np.arange(n)
     for tree in model.trees:
         a = tree.arrays()
+        goes_left = tree.goes_left(missing)
         idx = np.zeros(n, dtype=np.int64)
         for _ in range(max(tree.depth) + 1):
             f = a["feature"][idx]
             internal = f >= 0
             if not internal.any():
                 break
-            c = codes[rows, np.maximum(f, 0)].astype(np.int64)
-            left = np.where(c == missing, a["default_left"][idx], c < a["bin"][idx])
+            left = goes_left[idx, codes[rows, np.maximum(f, 0)].astype(np.int64)]
             idx = np.where(internal, np.where(left, a["left"][idx], a["right"][idx]), idx)
         margin += a["value"][idx]
     return margin
 
 
 def fit_central(
-    x: np.ndarray, y: np.ndarray, w: np.ndarray, n_classes: int, params: BoostParams, progress=None
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, n_classes: int, params: BoostParams, progress=None, categorical=()
 ) -> tuple[Model, object]:
-    """The central algorithm on a table ``x`` [n, d] with NaN for missing cells: the oracle that SecureBoost equals
-    tree for tree. Returns the model and its cuts (to bin test rows)."""
+    """The central algorithm on a table ``x`` [n, d] with NaN for missing cells (and code 0 in a ``categorical``
+    column): the oracle that SecureBoost equals tree for tree. Returns the model and its cuts (to bin test rows)."""
     from .binning import fit_cuts
 
-    cuts = fit_cuts(x, params.max_bin, params.binning)
+    cuts = fit_cuts(x, params.max_bin, params.binning, categorical, params.max_cat_bin)
     codes = cuts.codes(x)
 
     def grow_tree(g_int, h_int, fp):
@@ -429,8 +482,9 @@ def fit_central(
             cuts.n_cuts,
             params,
             fp,
-            central_histograms(codes, g_int, h_int, params.max_bin),
+            central_histograms(codes, g_int, h_int, cuts.max_bin),
             central_route(codes, cuts.missing),
+            cuts.categorical,
         )
 
     return boost(y, w, n_classes, params, grow_tree, progress), cuts

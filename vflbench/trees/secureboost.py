@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .binning import Cuts, fit_cuts
-from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow
+from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow, split_left
 from .paillier import Packing, Paillier, unpack_compressed
 
 # ----------------------------------------------------------------------------- messages
@@ -81,10 +81,12 @@ class FeatureParty:
     are (``rows``); it bins them, keeps the g/h it is sent, sums histograms, applies the splits it wins (its lookup
     table) and answers prediction queries. Every request is a message (:meth:`handle`)."""
 
-    def __init__(self, k: int, x: np.ndarray, rows: np.ndarray):
+    def __init__(self, k: int, x: np.ndarray, rows: np.ndarray, categorical=()):
         self.k = k
         self.x = np.asarray(x, dtype=np.float64)
         self.rows = np.asarray(rows, dtype=np.int64)
+        self.categorical = sorted(int(j) for j in categorical)  # its columns of level codes (split by level sets)
+        self.left_of: np.ndarray | None = None  # [records, B + 1]: per record and code, left? (built for prediction)
         self.cuts: Cuts | None = None
         self.codes: np.ndarray | None = None
         self.node_of = np.zeros(len(self.rows), dtype=np.int64)
@@ -94,8 +96,8 @@ class FeatureParty:
         self.he: Paillier | None = None
         self.packing: Packing | None = None
         self.capacity = 1
-        # record id -> (feature, bin, threshold, default left): the party's alone
-        self.table: list[tuple[int, int, float, bool]] = []
+        # record id -> (feature, bin, rule: a threshold or (levels, others), default left, left bins): the party's alone
+        self.table: list[tuple] = []
         self.batch: np.ndarray | None = None  # codes of the batch being predicted
         self.seconds = {"histograms": 0.0, "predict": 0.0}
 
@@ -104,15 +106,22 @@ class FeatureParty:
         return getattr(self, f"on_{kind}")(**f)
 
     def on_setup(
-        self, max_bin: int, encryption: str, public_n: np.ndarray | None = None, binning: str = "quantile"
+        self,
+        max_bin: int,
+        encryption: str,
+        public_n: np.ndarray | None = None,
+        binning: str = "quantile",
+        cat_bins: int = 0,
     ) -> bytes:
-        self.max_bin = int(max_bin)
-        self.cuts = fit_cuts(self.x, self.max_bin, binning)  # its own columns, on its own rows: nothing crosses
+        # its own columns, on its own rows: nothing crosses
+        self.cuts = fit_cuts(self.x, int(max_bin), binning, self.categorical, int(cat_bins))
+        self.max_bin = max(int(max_bin), int(cat_bins))  # the code of a missing cell (every party's the same)
         self.codes = self.cuts.codes(self.x)
         self.encryption = encryption
         if encryption == "paillier":
             self.he = Paillier.public(int.from_bytes(np.asarray(public_n, np.uint8).tobytes(), "big"))
-        return encode("cuts", n_cuts=self.cuts.n_cuts.astype(np.int32))
+        kinds = {"categorical": self.cuts.categorical} if self.categorical else {}  # said only where there are some
+        return encode("cuts", n_cuts=self.cuts.n_cuts.astype(np.int32), **kinds)
 
     def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1) -> None:
         self.node_of[:] = 0
@@ -163,12 +172,23 @@ class FeatureParty:
             sums[k] = c
         return self.he.compress(sums, self.packing.bits, self.capacity)
 
-    def on_split(self, node: int, feature: int, bin: int, default_left: bool, left: int, right: int) -> bytes:
+    def on_split(
+        self, node: int, feature: int, bin: int, default_left: bool, left: int, right: int, bins=None
+    ) -> bytes:
+        """Apply a split of one of its features: keep its rule in the lookup table (a threshold, or the set of levels
+        that go left: its own values), and say which of its rows of the node go left."""
         record = len(self.table)
-        self.table.append((int(feature), int(bin), self.cuts.threshold(int(feature), int(bin)), bool(default_left)))
+        j = int(feature)
+        left_bins = None if bins is None else tuple(int(b) for b in bins)
+        if left_bins is None:
+            rule = self.cuts.threshold(j, int(bin))
+        else:  # the levels of those bins (and the other levels, where its last bin is theirs and goes left)
+            lv = self.cuts.levels[j]
+            rule = (tuple(lv[[b for b in left_bins if b < len(lv)]].tolist()), len(lv) in left_bins)
+        self.table.append((j, int(bin), rule, bool(default_left), left_bins))
+        self.left_of = None
         mine = np.flatnonzero(self.node_of == node)
-        c = self.codes[mine, int(feature)].astype(np.int64)
-        go_left = np.where(c == self.max_bin, bool(default_left), c < int(bin))
+        go_left = split_left(self.codes[mine, j], int(bin), bool(default_left), self.max_bin, left_bins)
         self.node_of[mine[go_left]], self.node_of[mine[~go_left]] = left, right
         return encode("left", record=record, bits=pack_bits(go_left))
 
@@ -194,13 +214,22 @@ class FeatureParty:
         """The columns of the rows about to be predicted (this party's, [B, d_k])."""
         self.batch = self.cuts.codes(x)
 
+    def _left_of(self) -> np.ndarray:
+        """[records, B + 1] bool: per record of its table and code, whether a row goes left (the last code: missing)."""
+        if self.left_of is None or len(self.left_of) != len(self.table):
+            out = np.zeros((len(self.table), self.max_bin + 1), dtype=bool)
+            codes = np.arange(self.max_bin + 1)
+            for r, entry in enumerate(self.table):
+                t, dl, left_bins = entry[1], entry[3], entry[4] if len(entry) > 4 else None
+                out[r] = split_left(codes, t, dl, self.max_bin, left_bins)
+            self.left_of = out
+        return self.left_of
+
     def on_predict(self, samples: np.ndarray, records: np.ndarray) -> bytes:
         """One bit per query: does the sample go left at that record's node (a missing cell: the node's default)."""
         t0 = time.perf_counter()
-        table = np.asarray([(j, t, dl) for j, t, _, dl in self.table], dtype=np.int64).reshape(-1, 3)
-        j, t, dl = table[records, 0], table[records, 1], table[records, 2].astype(bool)
-        c = self.batch[samples, j].astype(np.int64)
-        go_left = np.where(c == self.max_bin, dl, c < t)
+        feature = np.asarray([e[0] for e in self.table], dtype=np.int64)
+        go_left = self._left_of()[records, self.batch[samples, feature[records]].astype(np.int64)]
         self.seconds["predict"] += time.perf_counter() - t0
         return encode("bits", left=pack_bits(go_left))
 
@@ -350,13 +379,15 @@ class LabelParty:
         if p.encryption == "paillier":
             self.he = Paillier.generate(p.key_bits)
             pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
-        n_cuts = []
-        named = (
-            {} if p.params.binning == "quantile" else {"binning": p.params.binning}
-        )  # said only when not the default
+        n_cuts, kinds = [], []
+        named = {} if p.params.binning == "quantile" else {"binning": p.params.binning}  # said only when not default
+        if p.params.max_cat_bin:
+            named["cat_bins"] = p.params.max_cat_bin
         for k in range(self.k):
             _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub, **named)
             n_cuts.append(np.asarray(f["n_cuts"], dtype=np.int64))
+            kinds.append(np.asarray(f.get("categorical", np.zeros(len(f["n_cuts"]), dtype=bool)), dtype=bool))
+        self.categorical = np.concatenate(kinds) if kinds else np.zeros(0, dtype=bool)
         self.widths = [len(c) for c in n_cuts]
         self.n_cuts = np.concatenate(n_cuts) if n_cuts else np.zeros(0, dtype=np.int64)
         self.party_of = np.repeat(np.arange(self.k), self.widths)
@@ -382,7 +413,14 @@ class LabelParty:
             try:
                 self._send_gh(g_int, h_int)
                 tree, leaf = grow(
-                    g_int, h_int, self.n_cuts * usable, self.proto.params, fp, self._histograms, self._route
+                    g_int,
+                    h_int,
+                    self.n_cuts * usable,
+                    self.proto.params,
+                    fp,
+                    self._histograms,
+                    self._route,
+                    self.categorical,
                 )
             except PartyGone as e:  # its process stopped: the tree is grown again without it (as a step is redone)
                 if self.faults is None:
@@ -448,7 +486,7 @@ class LabelParty:
         parts = []
         for k in range(self.k):
             if k in self.link.lost:  # asked nothing: its features have no candidates in this tree
-                shape = (len(nodes), self.widths[k], self.proto.params.max_bin, self.outputs)
+                shape = (len(nodes), self.widths[k], self.proto.params.width, self.outputs)
                 parts.append((np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)))
                 continue
             _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
@@ -463,15 +501,15 @@ class LabelParty:
     def _scattered(self, f: dict, m: int, d: int):
         """A party's sent non-empty bins back in place: G, H [m, d, B, outputs] (zeros elsewhere)."""
         outputs = f["G"].shape[-1]
-        size = m * d * self.proto.params.max_bin
+        size = m * d * self.proto.params.width
         G = np.zeros((size, outputs), dtype=np.int64)
         H = np.zeros((size, outputs), dtype=np.int64)
         G[f["at"]], H[f["at"]] = f["G"], f["H"]
-        shape = (m, d, self.proto.params.max_bin, outputs)
+        shape = (m, d, self.proto.params.width, outputs)
         return G.reshape(shape), H.reshape(shape)
 
     def _decrypted(self, cts: np.ndarray, m: int, d: int):
-        b = self.proto.params.max_bin
+        b = self.proto.params.width
         n_sums = m * d * b
         plain = self.he.decrypt(self.he.from_bytes(cts))
         sums = unpack_compressed(plain, n_sums, self.capacity, self.packing.bits)
@@ -485,8 +523,9 @@ class LabelParty:
     def _route(self, node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
         k = int(self.party_of[s.feature])
         j = s.feature - self.offsets[k]
+        cat = {} if s.left_bins is None else {"bins": np.asarray(s.left_bins, dtype=np.int32)}
         _, f = self.link.ask(
-            k, "split", node=node, feature=j, bin=s.bin, default_left=s.default_left, left=lc, right=rc
+            k, "split", node=node, feature=j, bin=s.bin, default_left=s.default_left, left=lc, right=rc, **cat
         )
         owners = self.owner[-1]
         owners += [(-1, -1)] * (node + 1 - len(owners))
