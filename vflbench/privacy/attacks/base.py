@@ -189,6 +189,19 @@ class Attack:
         """(adversary, metric, value) at an evaluated epoch."""
         return []
 
+    def history_rows(self, epoch: int) -> list[tuple[str, str, float]]:
+        """A label attack scored every epoch (``history``): per party its AUC at ``epoch``, and the mean and the best
+        over the epochs up to it."""
+        out = []
+        for k, h in self.history.items():
+            upto = [v for e, v in h.items() if e <= epoch and not np.isnan(v)]
+            out += [
+                (self.adversary_of(k), "auc", h.get(epoch, float("nan"))),
+                (self.adversary_of(k), "auc_mean", float(np.mean(upto)) if upto else float("nan")),
+                (self.adversary_of(k), "auc_max", float(np.max(upto)) if upto else float("nan")),
+            ]
+        return out
+
 
 def party_rows(
     t: torch.Tensor, sent: torch.Tensor, party_of: torch.Tensor | None, k: int, summed: bool
@@ -208,6 +221,14 @@ def party_rows(
     rows = s.any(0)
     vec = (t[senders] * s[..., None].to(t.dtype)).permute(1, 0, 2).reshape(t.shape[1], -1)
     return rows, vec[rows]
+
+
+def oriented_auc(score: np.ndarray, known: np.ndarray, positive: np.ndarray) -> float:
+    """The AUC, on the samples whose label the adversary does not know, of a score it orients by the ones it does
+    (positives the high end); NaN when none is unknown."""
+    kp, kn = known & positive, known & ~positive
+    sign = -1 if kp.any() and kn.any() and score[kp].mean() < score[kn].mean() else 1
+    return auc(sign * score[~known], positive[~known]) if (~known).any() else float("nan")
 
 
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import Attack, auc, party_rows
+from .base import Attack, oriented_auc, party_rows
 
 
 class GradientScoring(Attack):
@@ -59,21 +59,8 @@ class GradientScoring(Attack):
         for k in self.parties():
             s = self.score[k].numpy()
             seen = ~np.isnan(s)
-            kp, kn = seen & known & self.pos, seen & known & ~self.pos
-            # the party orients its score by the labels it knows: positives are the high end
-            sign = -1 if kp.any() and kn.any() and s[kp].mean() < s[kn].mean() else 1
-            scored = seen & ~known
-            value = auc(sign * s[scored], self.pos[scored]) if scored.any() else float("nan")
-            self.history.setdefault(k, {})[epoch] = value
+            self.history.setdefault(k, {})[epoch] = oriented_auc(s[seen], known[seen], self.pos[seen])
         self.score.fill_(float("nan"))
 
     def results(self, epoch: int) -> list[tuple[str, str, float]]:
-        out = []
-        for k, h in self.history.items():
-            upto = [v for e, v in h.items() if e <= epoch and not np.isnan(v)]
-            out += [
-                (self.adversary_of(k), "auc", h.get(epoch, float("nan"))),
-                (self.adversary_of(k), "auc_mean", float(np.mean(upto)) if upto else float("nan")),
-                (self.adversary_of(k), "auc_max", float(np.max(upto)) if upto else float("nan")),
-            ]
-        return out
+        return self.history_rows(epoch)

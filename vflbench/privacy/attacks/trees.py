@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ATTACKS, Attack, auc
+from .base import ATTACKS, Attack, oriented_auc
 
 SMOOTHING = 1.0  # known rows' weight of the prior in a leaf's share (a leaf with no known row scores the prior)
 
@@ -41,24 +41,12 @@ class TreeScoring(Attack):
             self.now[k] = (rows, self.tree_scores(k, rows, leaf, g))
 
     def end_epoch(self, epoch: int, evaluated: bool) -> None:
-        for k, (rows, s) in self.now.items():
-            known, pos = self.known_np[rows], self.pos[rows]
-            kp, kn = known & pos, known & ~pos
-            sign = -1 if kp.any() and kn.any() and s[kp].mean() < s[kn].mean() else 1  # oriented by known labels
-            value = auc(sign * s[~known], pos[~known]) if (~known).any() else float("nan")
-            self.history.setdefault(k, {})[epoch] = value
+        for k, (rows, score) in self.now.items():
+            self.history.setdefault(k, {})[epoch] = oriented_auc(score, self.known_np[rows], self.pos[rows])
         self.now = {}
 
     def results(self, epoch: int) -> list[tuple[str, str, float]]:
-        out = []
-        for k, h in self.history.items():
-            upto = [v for e, v in h.items() if e <= epoch and not np.isnan(v)]
-            out += [
-                (self.adversary_of(k), "auc", h.get(epoch, float("nan"))),
-                (self.adversary_of(k), "auc_mean", float(np.mean(upto)) if upto else float("nan")),
-                (self.adversary_of(k), "auc_max", float(np.max(upto)) if upto else float("nan")),
-            ]
-        return out
+        return self.history_rows(epoch)
 
 
 @ATTACKS.register("leaves")
