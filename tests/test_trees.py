@@ -144,6 +144,28 @@ def test_paillier_gives_the_trees_of_the_clear_protocol():
     assert all(p.he.ops["add"] > 0 and p.he.ops["rerandomise"] > 0 for p in parties)
 
 
+def test_encryption_in_worker_processes_is_exact_and_reuses_no_obfuscator():
+    """The label party's encryptions in two processes decrypt to their plaintexts, and no two ciphertexts share an
+    obfuscator r: with a shared r, c1 / c2 = 1 + n (m1 - m2) mod n^2, so c1 c2^-1 - 1 would be a multiple of n and
+    give away m1 - m2 without the key (the attack, shown to work on a reused r)."""
+    import gmpy2
+
+    he = Paillier.generate(1024)
+    he.workers = 2
+    ms = [7] * 300 + list(range(300))  # the same plaintext again and again, then distinct ones
+    cts = he.encrypt(ms)
+    assert he.decrypt(cts) == ms and he.ops["encrypt"] == 600
+    n, n2 = he.n, he.nsquare
+
+    def shared_r(a: int, b: int) -> bool:
+        return (a * int(gmpy2.invert(b, n2)) - 1) % n2 % n == 0
+
+    assert not any(shared_r(cts[i], cts[j]) for i in range(0, 600, 7) for j in range(i + 1, min(i + 40, 600)))
+    r = 123456789  # the attack on a reused obfuscator
+    c1, c2 = ((1 + n * m) * pow(r, n, n2) % n2 for m in (50, 8))
+    assert shared_r(c1, c2) and (c1 * int(gmpy2.invert(c2, n2)) - 1) % n2 // n == 42
+
+
 def test_packing_and_compression_round_trip_and_a_sum_is_the_sum_of_its_rows():
     he = Paillier.generate(1024)
     g = np.array([-5, 3, 7, -1])

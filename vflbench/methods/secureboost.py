@@ -140,7 +140,8 @@ class SecureBoost(TreeMethod):
             self.parties = []
             self.link = RemoteLink(transport, self.k, self._book)
         offsets = np.cumsum([0, *self.ctx.widths])[:-1].tolist()
-        proto = Protocol(params, self.options["encryption"], int(self.options["key_bits"]))
+        # the label party encrypts in --threads processes (one by default)
+        proto = Protocol(params, self.options["encryption"], int(self.options["key_bits"]), torch.get_num_threads())
         self.label = LabelParty(self.link, observed, offsets, proto)
         self.label.faults = self.faults
         if self.faults is not None:

@@ -8,7 +8,9 @@ A party sums the ciphertexts of a bin by multiplying them modulo N^2, packs up t
 ciphertext (``c <- c^(2^b) c_next``: SecureBoost+'s cipher compression) and re-randomises what it sends (a fresh
 ``r^N``: without it the label holder, who made every row's ciphertext, could tell which rows share a bin). A
 ciphertext is sent at a fixed width (N^2's bytes: 512 at 2,048 bits), so what is counted is what crosses.
-Every operation is counted and timed (:attr:`Paillier.ops`, :attr:`Paillier.seconds`).
+Every operation is counted and timed (:attr:`Paillier.ops`, :attr:`Paillier.seconds`). The label holder's
+encryptions run in ``workers`` processes (the run's ``--threads``): each draws its own obfuscators from the operating
+system's randomness (:mod:`secrets`), so no two ciphertexts share one.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Paillier:
     private: object | None = None  # phe.PaillierPrivateKey at the label holder
     ops: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    workers: int = 1  # processes that encrypt (a batch of at least POOL_MIN plaintexts)
 
     @classmethod
     def generate(cls, bits: int) -> Paillier:
@@ -103,11 +106,17 @@ class Paillier:
         return int(gmpy2.powmod(r, self.n, self.nsquare))
 
     def encrypt(self, plaintexts: list[int]) -> list[int]:
-        import gmpy2
-
         t0 = time.perf_counter()
-        n, n2 = gmpy2.mpz(self.n), gmpy2.mpz(self.nsquare)
-        out = [int(((n * m + 1) % n2) * self._noise() % n2) for m in plaintexts]
+        plaintexts = [int(m) for m in plaintexts]
+        if self.workers > 1 and len(plaintexts) >= POOL_MIN:
+            from concurrent.futures import ProcessPoolExecutor
+
+            step = -(-len(plaintexts) // self.workers)
+            chunks = [plaintexts[i : i + step] for i in range(0, len(plaintexts), step)]
+            with ProcessPoolExecutor(max_workers=len(chunks)) as pool:
+                out = [c for part in pool.map(_encrypt_chunk, [self.n] * len(chunks), chunks) for c in part]
+        else:
+            out = _encrypt_chunk(self.n, plaintexts)
         self._count("encrypt", len(out), t0)
         return out
 
@@ -163,6 +172,21 @@ class Paillier:
 
     def from_bytes(self, a: np.ndarray) -> list[int]:
         return [int.from_bytes(row.tobytes(), "big") for row in np.asarray(a, dtype=np.uint8)]
+
+
+POOL_MIN = 256  # fewer plaintexts are encrypted in this process (a pool's start-up costs more)
+
+
+def _encrypt_chunk(n: int, plaintexts: list[int]) -> list[int]:
+    """``Enc(m) = (1 + n m) r^n mod n^2`` for each m, with a fresh obfuscator r from :mod:`secrets` each."""
+    import gmpy2
+
+    mn, n2 = gmpy2.mpz(n), gmpy2.mpz(n) * gmpy2.mpz(n)
+    out = []
+    for m in plaintexts:
+        r = secrets.randbelow(n - 1) + 1
+        out.append(int((mn * m + 1) % n2 * gmpy2.powmod(r, mn, n2) % n2))
+    return out
 
 
 def unpack_compressed(plain: list[int], n_sums: int, capacity: int, bits: int) -> list[int]:

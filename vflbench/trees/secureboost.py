@@ -354,6 +354,7 @@ class Protocol:
     params: BoostParams
     encryption: str = "none"  # none | paillier
     key_bits: int = 2048
+    workers: int = 1  # processes for the label party's encryptions (the trees do not depend on it)
 
 
 class LabelParty:
@@ -378,6 +379,7 @@ class LabelParty:
         pub = None
         if p.encryption == "paillier":
             self.he = Paillier.generate(p.key_bits)
+            self.he.workers = max(1, int(p.workers))
             pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
         n_cuts, kinds = [], []
         named = {} if p.params.binning == "quantile" else {"binning": p.params.binning}  # said only when not default
