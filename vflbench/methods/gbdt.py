@@ -116,7 +116,8 @@ class GBDT(TreeMethod):
         binning = self.options["binning"]
         if binning == "library":
             return x
-        numeric = [j for j in range(x.shape[1]) if j not in set(self.embedded_columns())]
+        embedded = set(self.embedded_columns())
+        numeric = [j for j in range(x.shape[1]) if j not in embedded]
         if fit:
             self.cuts = fit_cuts(x[:, numeric], self.max_bin, binning)
         codes = self.cuts.codes(x[:, numeric]).astype(np.float64)

@@ -100,10 +100,7 @@ class Paillier:
         self.seconds[what] = self.seconds.get(what, 0.0) + time.perf_counter() - t0
 
     def _noise(self) -> int:
-        import gmpy2
-
-        r = secrets.randbelow(self.n - 1) + 1
-        return int(gmpy2.powmod(r, self.n, self.nsquare))
+        return int(_obfuscator(self.n, self.nsquare))
 
     def encrypt(self, plaintexts: list[int]) -> list[int]:
         t0 = time.perf_counter()
@@ -182,11 +179,14 @@ def _encrypt_chunk(n: int, plaintexts: list[int]) -> list[int]:
     import gmpy2
 
     mn, n2 = gmpy2.mpz(n), gmpy2.mpz(n) * gmpy2.mpz(n)
-    out = []
-    for m in plaintexts:
-        r = secrets.randbelow(n - 1) + 1
-        out.append(int((mn * m + 1) % n2 * gmpy2.powmod(r, mn, n2) % n2))
-    return out
+    return [int((mn * m + 1) % n2 * _obfuscator(mn, n2) % n2) for m in plaintexts]
+
+
+def _obfuscator(n, n2):
+    """A fresh ``r^n mod n^2``, r uniform in [1, n) from the operating system's randomness."""
+    import gmpy2
+
+    return gmpy2.powmod(secrets.randbelow(int(n) - 1) + 1, n, n2)
 
 
 def unpack_compressed(plain: list[int], n_sums: int, capacity: int, bits: int) -> list[int]:

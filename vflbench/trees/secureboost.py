@@ -87,6 +87,7 @@ class FeatureParty:
         self.rows = np.asarray(rows, dtype=np.int64)
         self.categorical = sorted(int(j) for j in categorical)  # its columns of level codes (split by level sets)
         self.left_of: np.ndarray | None = None  # [records, B + 1]: per record and code, left? (built for prediction)
+        self.rule_feature = np.zeros(0, dtype=np.int64)  # [records]: each record's feature (built with left_of)
         self.cuts: Cuts | None = None
         self.codes: np.ndarray | None = None
         self.node_of = np.zeros(len(self.rows), dtype=np.int64)
@@ -214,8 +215,9 @@ class FeatureParty:
         """The columns of the rows about to be predicted (this party's, [B, d_k])."""
         self.batch = self.cuts.codes(x)
 
-    def _left_of(self) -> np.ndarray:
-        """[records, B + 1] bool: per record of its table and code, whether a row goes left (the last code: missing)."""
+    def _rules(self) -> tuple[np.ndarray, np.ndarray]:
+        """Its table as arrays, built once per table: each record's feature [records], and per record and code whether
+        a row goes left [records, B + 1] (the last code: missing)."""
         if self.left_of is None or len(self.left_of) != len(self.table):
             out = np.zeros((len(self.table), self.max_bin + 1), dtype=bool)
             codes = np.arange(self.max_bin + 1)
@@ -223,13 +225,14 @@ class FeatureParty:
                 t, dl, left_bins = entry[1], entry[3], entry[4] if len(entry) > 4 else None
                 out[r] = split_left(codes, t, dl, self.max_bin, left_bins)
             self.left_of = out
-        return self.left_of
+            self.rule_feature = np.asarray([e[0] for e in self.table], dtype=np.int64)
+        return self.rule_feature, self.left_of
 
     def on_predict(self, samples: np.ndarray, records: np.ndarray) -> bytes:
         """One bit per query: does the sample go left at that record's node (a missing cell: the node's default)."""
         t0 = time.perf_counter()
-        feature = np.asarray([e[0] for e in self.table], dtype=np.int64)
-        go_left = self._left_of()[records, self.batch[samples, feature[records]].astype(np.int64)]
+        feature, left_of = self._rules()
+        go_left = left_of[records, self.batch[samples, feature[records]].astype(np.int64)]
         self.seconds["predict"] += time.perf_counter() - t0
         return encode("bits", left=pack_bits(go_left))
 
