@@ -82,11 +82,13 @@ def test_served_predictions_equal_the_offline_ones_and_a_late_party_is_a_missing
         off = _saved_predictions(saved, "none")
         assert (got["predicted"] == off["predicted"]).all() and _same_scores(got["score"], off["score"])  # bit for bit
         assert got["parties"].iloc[0] == [0, 1, 2, 3]
-    client, _ = _client(saved, 50, ["party3=400"])
+    # party 3 answers 20 s late; the server waits its 50 ms deadline (the bound leaves room for a loaded CI machine:
+    # 0.45 s was seen under load with a 0.4 s bound, so the late party is made far later instead of the bound tighter)
+    client, _ = _client(saved, 50, ["party3=20000"])
     with client:
         t0 = time.perf_counter()
         r = client.post("/predict", json={"rows": list(range(0, 6000, 7))})
-        assert r.status_code == 200 and 0.05 <= time.perf_counter() - t0 < 0.4  # it waited the deadline, not party 3
+        assert r.status_code == 200 and 0.05 <= time.perf_counter() - t0 < 5.0  # it waited the deadline, not party 3
         got = pd.DataFrame(r.json()["predictions"]).set_index("row")
         off = _saved_predictions(saved, "mcar:0,0,0,1").loc[got.index]
         assert (got["predicted"] == off["predicted"]).all() and _same_scores(got["score"], off["score"])
