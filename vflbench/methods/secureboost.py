@@ -17,6 +17,7 @@ import math
 import numpy as np
 import torch
 
+from ..trees.binning import DEFAULT_BINNING
 from ..trees.booster import BoostParams
 from ..trees.paillier import Packing
 from ..trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, RemoteLink, serve
@@ -45,9 +46,10 @@ class SecureBoost(TreeMethod):
         Option(
             "binning",
             str,
-            "quantile",
-            "how each party bins its own columns: quantile (exact quantiles of its present values) | sketch "
-            "(XGBoost's quantile sketch of them, unweighted: gbdt's cuts up to its class-weighted sketch)",
+            DEFAULT_BINNING,
+            "how each party bins its own columns: sketch (XGBoost's quantile sketch of its present values, "
+            "unweighted: gbdt's cuts up to the class weights a feature party does not hold) | quantile (their "
+            "exact quantiles; needs no XGBoost)",
             choices=("quantile", "sketch"),
         ),
         Option(
@@ -78,8 +80,9 @@ class SecureBoost(TreeMethod):
     assumptions = (
         "the label party (server) holds no block; it sees each built node's per-bin sums and the winning feature "
         "and bin (no shuffling), never a threshold",
-        "binning: unweighted quantiles per feature on the party's own rows (midpoints up to max_bin values); "
-        "binning=sketch: XGBoost's sketch of them, unweighted (a party holds no labels to weigh them by)",
+        "binning: XGBoost's quantile sketch per feature on the party's own rows, unweighted (a party holds no labels "
+        "to weigh them by), in the aligned row order; binning=quantile: their exact quantiles (midpoints up to "
+        "max_bin values)",
         "a node with no missing mass in training sends missing rows to the child with the larger hessian",
         "embedded categorical columns split by sets of levels (bins ordered by G / (H + lambda) per node; the "
         "B - 1 most frequent levels keep a bin, the rest share one)",

@@ -147,3 +147,6 @@ def sketch_cuts(x: np.ndarray, max_bin: int) -> Cuts:
 
 
 BINNINGS = {"quantile": quantile_cuts, "sketch": sketch_cuts}
+# the binning of `secureboost` and of the central algorithm unless one is named: the cut sets of the `gbdt` reference
+# as nearly as a feature party can propose them (docs/TREES.md, "Binning")
+DEFAULT_BINNING = "sketch"

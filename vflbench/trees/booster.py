@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .binning import DEFAULT_BINNING, fit_cuts
+
 SOFTMAX_HESSIAN_FACTOR = 2.0  # XGBoost's multi:softprob hessian max(2 p (1 - p), 1e-16) (its documented bound)
 MIN_HESSIAN = 1e-16
 
@@ -40,7 +42,7 @@ class BoostParams:
     reg_lambda: float = 1.0
     gamma: float = 0.0
     min_child_weight: float = 1.0
-    binning: str = "quantile"  # vflbench.trees.binning.BINNINGS
+    binning: str = DEFAULT_BINNING  # vflbench.trees.binning.BINNINGS
     max_cat_bin: int = 0  # levels with a bin of their own in a categorical column (0: no categorical column)
     max_cat_threshold: int = 64  # a partition split's smaller side holds at most this many levels (XGBoost's default)
 
@@ -470,8 +472,6 @@ def fit_central(
 ) -> tuple[Model, object]:
     """The central algorithm on a table ``x`` [n, d] with NaN for missing cells (and code 0 in a ``categorical``
     column): the oracle that SecureBoost equals tree for tree. Returns the model and its cuts (to bin test rows)."""
-    from .binning import fit_cuts
-
     cuts = fit_cuts(x, params.max_bin, params.binning, categorical, params.max_cat_bin)
     codes = cuts.codes(x)
 

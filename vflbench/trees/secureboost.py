@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .binning import Cuts, fit_cuts
+from .binning import DEFAULT_BINNING, Cuts, fit_cuts
 from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow, split_left
 from .paillier import Packing, Paillier, unpack_compressed
 
@@ -111,7 +111,7 @@ class FeatureParty:
         max_bin: int,
         encryption: str,
         public_n: np.ndarray | None = None,
-        binning: str = "quantile",
+        binning: str = DEFAULT_BINNING,
         cat_bins: int = 0,
     ) -> bytes:
         # its own columns, on its own rows: nothing crosses
@@ -385,7 +385,8 @@ class LabelParty:
             self.he.workers = max(1, int(p.workers))
             pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
         n_cuts, kinds = [], []
-        named = {} if p.params.binning == "quantile" else {"binning": p.params.binning}  # said only when not default
+        # the binning is said only when it is not the default
+        named = {} if p.params.binning == DEFAULT_BINNING else {"binning": p.params.binning}
         if p.params.max_cat_bin:
             named["cat_bins"] = p.params.max_cat_bin
         for k in range(self.k):
