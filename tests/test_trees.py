@@ -89,7 +89,7 @@ def test_the_best_split_by_hand_and_the_default_direction_follows_the_missing_ma
 
 def test_cuts_are_midpoints_of_few_values_and_a_missing_cell_has_its_own_code():
     x = np.array([[1.0], [2.0], [2.0], [4.0], [np.nan]])
-    cuts = fit_cuts(x, 8)
+    cuts = fit_cuts(x, 8, "quantile")
     assert cuts.values[0, : cuts.n_cuts[0]].tolist() == [1.5, 3.0]
     assert cuts.codes(x)[:, 0].tolist() == [0, 1, 1, 2, 8]
     assert cuts.threshold(0, 2) == 3.0  # split 2 sends x < 3 left
@@ -248,9 +248,10 @@ def test_secureboost_across_processes_gives_the_numbers_of_one_process_and_the_b
 
 
 def test_sketch_binning_is_xgboosts_cut_sets_and_fed_those_codes_xgboost_grows_the_central_algorithms_trees():
-    """Spec 7.2 (d), parity with the library: ``binning=sketch`` takes XGBoost's own interior cuts of each column
-    (unweighted); XGBoost trained on vflbench's bin codes (gbdt's ``binning=quantile``) then splits between the same
-    values as the central algorithm: the first tree's root split is the same and the scores agree to 1e-3 AUC."""
+    """Spec 7.2 (d), parity with the library: ``binning=sketch`` (the default) takes XGBoost's own interior cuts of
+    each column (unweighted); XGBoost trained on vflbench's bin codes (gbdt's ``binning=sketch``) then splits between
+    the same values as the central algorithm: the first tree's root split is the same and the scores agree to 1e-3
+    AUC."""
     import xgboost as xgb
     from sklearn.metrics import roc_auc_score
 
@@ -264,7 +265,8 @@ def test_sketch_binning_is_xgboosts_cut_sets_and_fed_those_codes_xgboost_grows_t
             (vals[ptr[j] : ptr[j + 1]] > col.min()) & (vals[ptr[j] : ptr[j + 1]] <= col.max())
         ]
         np.testing.assert_array_equal(cuts.values[j, : cuts.n_cuts[j]], inner.astype(np.float64))
-    assert (cuts.values != fit_cuts(joined, 32).values).any()  # the two binnings differ
+    assert (cuts.values != fit_cuts(joined, 32, "quantile").values).any()  # the two binnings differ
+    assert fit_cuts(joined, 32).values.tobytes() == cuts.values.tobytes()  # the default binning is the sketch
 
     params = BoostParams(trees=20, max_depth=3, max_bin=32, learning_rate=0.3)
     model, qcuts = fit_central(joined, y, np.ones(len(y)), 2, params)

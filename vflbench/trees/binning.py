@@ -5,9 +5,10 @@ no labels, so it cannot weight its values by class):
 
 - ``quantile``: for feature j with at most ``max_bin`` distinct present values the cuts are the midpoints between
   consecutive values; otherwise the exact quantiles at 1/B .. (B-1)/B of the present values, duplicates dropped.
-- ``sketch``: XGBoost's own quantile sketch of the present values (``QuantileDMatrix``'s cuts, without its bounds
-  below the minimum and above the maximum): the cut sets of the ``gbdt`` reference, up to the class weights with
-  which XGBoost weighs its sketch there.
+- ``sketch`` (the default): XGBoost's own quantile sketch of the present values (``QuantileDMatrix``'s cuts,
+  without its bounds below the minimum and above the maximum): the cut sets of the ``gbdt`` reference, up to the class
+  weights with which XGBoost weighs its sketch there. As in XGBoost, the cuts depend on the order of the rows (a party
+  bins its rows in the aligned order) and are approximate beyond ``max_bin`` distinct values.
 
 A value's bin is the number of cuts at or below it: ``bin(x) = #{t : c_t <= x}``, so candidate split t sends
 ``x < c_t`` left (XGBoost's "value < split"). A missing cell (NaN, or a block the party does not hold) has the code
@@ -19,6 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+# the binning of `secureboost` and of the central algorithm unless one is named: the cut sets of the `gbdt` reference
+# as nearly as a feature party can propose them (docs/TREES.md, "Binning")
+DEFAULT_BINNING = "sketch"
 
 
 @dataclass
@@ -72,7 +77,7 @@ class Cuts:
         return float(self.values[j, t - 1])
 
 
-def fit_cuts(x: np.ndarray, max_bin: int, binning: str = "quantile", categorical=(), cat_bins: int = 0) -> Cuts:
+def fit_cuts(x: np.ndarray, max_bin: int, binning: str = DEFAULT_BINNING, categorical=(), cat_bins: int = 0) -> Cuts:
     """The cuts of every column of ``x`` [n, d] from its present (non-NaN) values, by the named binning, in at most
     ``max_bin`` bins; the ``categorical`` columns (codes, 0 a missing cell) by level, in at most ``cat_bins`` bins
     (0: ``max_bin``). The cuts' ``max_bin`` is the wider of ``max_bin`` and ``cat_bins``: the code of a missing cell."""
@@ -147,6 +152,3 @@ def sketch_cuts(x: np.ndarray, max_bin: int) -> Cuts:
 
 
 BINNINGS = {"quantile": quantile_cuts, "sketch": sketch_cuts}
-# the binning of `secureboost` and of the central algorithm unless one is named: the cut sets of the `gbdt` reference
-# as nearly as a feature party can propose them (docs/TREES.md, "Binning")
-DEFAULT_BINNING = "sketch"
