@@ -56,6 +56,14 @@ COMPONENTS: dict[str, Component] = {
         ),
         "a run with --compress ...,down=1 and a --label-defense",
     ),
+    "method.secureboost": Component(
+        2,
+        (
+            "2 (2026-11-27): each party bins its columns by XGBoost's quantile sketch (binning=sketch, now the "
+            "default; it binned by exact quantiles, still binning=quantile)",
+        ),
+        "every secureboost run",
+    ),
     "method.secureboost.embedded": Component(
         2,
         (
