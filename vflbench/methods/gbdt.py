@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..trees.binning import Cuts, fit_cuts
+from ..trees.binning import BINNINGS, Cuts, fit_cuts
 from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
@@ -36,7 +36,7 @@ class GBDT(TreeMethod):
             "library: XGBoost's own cuts (its quantile sketch, weighted by the sample weights) | quantile or sketch: "
             "XGBoost trains on the bin codes of secureboost's binning of that name (the same cut sets: a "
             "controlled comparison of the two algorithms)",
-            choices=("library", "quantile", "sketch"),
+            choices=("library", *BINNINGS),
         ),
     )
     assumptions = (

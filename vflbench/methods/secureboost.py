@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from ..trees.binning import DEFAULT_BINNING
+from ..trees.binning import BINNINGS, DEFAULT_BINNING
 from ..trees.booster import BoostParams
 from ..trees.paillier import Packing
 from ..trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, RemoteLink, serve
@@ -50,7 +50,7 @@ class SecureBoost(TreeMethod):
             "how each party bins its own columns: sketch (XGBoost's quantile sketch of its present values, "
             "unweighted: gbdt's cuts up to the class weights a feature party does not hold) | quantile (their "
             "exact quantiles; needs no XGBoost)",
-            choices=("quantile", "sketch"),
+            choices=tuple(BINNINGS),
         ),
         Option(
             "categorical",
