@@ -160,22 +160,31 @@ def rows_of(out) -> pd.DataFrame:
     return pd.read_csv(next(out.glob("*/results.csv")))
 
 
+def _uninformative_rr1_run(tmp_path, *args):
+    """A run on synthetic blocks with no informative feature (4,000 samples, nothing missing) under randomized
+    response at label epsilon 1: its CSV rows, every one recording that epsilon."""
+    r, out = run_cli(
+        tmp_path,
+        *("--dataset", "synthetic", "--data-opt", "informative=0", "--data-opt", "n=4000"),
+        *("--train-missing", "none", "--test-missing", "none", "--label-defense", "rr:epsilon=1", *args),
+    )
+    assert r.exit_code == 0, r.output
+    df = rows_of(out)
+    assert (df["epsilon_label"] == 1.0).all()
+    return df
+
+
 @pytest.mark.slow
 def test_no_label_attack_beats_the_randomized_response_bound(tmp_path):
     """Synthetic blocks with no informative feature: only the (randomized) labels reach the gradients. With label
     epsilon 1 no attack may exceed e/(1+e) = 0.731 (accuracy of a balanced binary guess, and the AUC of an oracle
     that knows the noisy labels); tolerance 0.03 for the finite sample (about 3,000 scored samples)."""
     bound = math.exp(1) / (1 + math.exp(1))
-    r, out = run_cli(
+    df = _uninformative_rr1_run(
         tmp_path,
-        *("--dataset", "synthetic", "--data-opt", "informative=0", "--data-opt", "n=4000", "--method", "svfl"),
-        *("--epochs", "3", "--lr", "0.01", "--train-missing", "none", "--test-missing", "none"),
-        *("--label-defense", "rr:epsilon=1", "--attack", "direction:known=0.05", "--attack", "norm:known=0.05"),
-        *("--attack", "completion:known=0.05"),
+        *("--method", "svfl", "--epochs", "3", "--lr", "0.01"),
+        *("--attack", "direction:known=0.05", "--attack", "norm:known=0.05", "--attack", "completion:known=0.05"),
     )
-    assert r.exit_code == 0, r.output
-    df = rows_of(out)
-    assert (df["epsilon_label"] == 1.0).all()
     auc = df[df["metric"].isin(["attack:direction:auc", "attack:norm:auc"])]["value"]
     acc = df[df["metric"] == "attack:completion:accuracy"]["value"] / 100
     assert len(auc) == 8 and len(acc) == 4
@@ -368,15 +377,11 @@ def test_no_secureboost_attack_beats_the_randomized_response_bound(tmp_path):
     """As for the neural methods: with features that say nothing of the label only the randomized labels reach the
     trees; at label epsilon 1 neither attack exceeds e/(1+e) (tolerance 0.03), and the g reach it."""
     bound = math.exp(1) / (1 + math.exp(1))
-    r, out = run_cli(
+    df = _uninformative_rr1_run(
         tmp_path,
-        *("--dataset", "synthetic", "--data-opt", "informative=0", "--data-opt", "n=4000", "--method", "secureboost"),
-        *("--method-opt", "trees=20", "--train-missing", "none", "--test-missing", "none"),
-        *("--label-defense", "rr:epsilon=1", "--attack", "leaves:known=0.05", "--attack", "gradients:known=0.05"),
+        *("--method", "secureboost", "--method-opt", "trees=20"),
+        *("--attack", "leaves:known=0.05", "--attack", "gradients:known=0.05"),
     )
-    assert r.exit_code == 0, r.output
-    df = rows_of(out)
-    assert (df["epsilon_label"] == 1.0).all()
     leaves = df[df["metric"] == "attack:leaves:auc_max"]["value"]
     grads = df[df["metric"] == "attack:gradients:auc_max"]["value"]
     assert len(leaves) == len(grads) == 4
