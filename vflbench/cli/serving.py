@@ -31,10 +31,13 @@ def serve(
     net_latency: float = typer.Option(0.0, help="emulated one-way latency between a party and the server, ms"),
     net_bandwidth: float = typer.Option(0.0, help="emulated bandwidth of each party's link, Mbit/s (0: unlimited)"),
     batch_window_ms: float = typer.Option(2.0, help="requests arriving within this of the first are one batch"),
+    max_request_bytes: int = typer.Option(8 << 20, help="the largest request body taken, bytes (larger: 413)"),
+    max_request_rows: int = typer.Option(65_536, help="the most rows one request may name (more: 413)"),
     seed: int = typer.Option(0, help="seed of the delay draws"),
 ):
     """Serve a trained run's predictions over HTTP (GET /health, POST /predict), a late or lost party being a missing
-    block under the method's own missing-block inference."""
+    block under the method's own missing-block inference. The deadline is per round of the prediction: one for the
+    neural methods, one per tree level for SecureBoost (docs/SERVING.md)."""
     from pathlib import Path
 
     if runtime not in ("inprocess", "processes"):
@@ -43,39 +46,73 @@ def serve(
         raise VFLBenchError(f"--deadline-ms must be in (0, 3600000], got {deadline_ms:g}.")
     if not 1 <= port <= 65535:
         raise VFLBenchError(f"--port must be in 1..65535, got {port}.")
+    for flag, value, top in (
+        ("--net-latency", net_latency, 3_600_000),
+        ("--net-bandwidth", net_bandwidth, 1e9),
+        ("--batch-window-ms", batch_window_ms, 60_000),
+    ):
+        if not 0 <= value <= top:  # (NaN fails too)
+            raise VFLBenchError(f"{flag} must be in [0, {top:g}], got {value:g}.")
+    if not 1_024 <= max_request_bytes <= 1 << 31:
+        raise VFLBenchError(f"--max-request-bytes must be in [1024, {1 << 31}], got {max_request_bytes}.")
+    if not 1 <= max_request_rows <= 10_000_000:
+        raise VFLBenchError(f"--max-request-rows must be in [1, 10000000], got {max_request_rows}.")
+    if not 0 <= seed < 2**63:
+        raise VFLBenchError(f"--seed must be a non-negative integer below 2^63, got {seed}.")
     from ..serving.app import Server, make_app
     from ..serving.federation import InProcessParties, Link, ProcessParties, Served, parse_delays
 
     run_path = Path(run_dir)
-    if runtime == "processes":
-        from ..serving.model_files import model_index
+    parties = None
+    try:
+        if runtime == "processes":
+            from ..serving.model_files import model_index
 
-        index = model_index(run_path)
-        served = Served(run_path, parts=["server"])
-        if not any(n.startswith("party_") for n in index["parts"]):
-            raise VFLBenchError(
-                f"{served.run.method} has no party parts (the central reference): serve it in one process."
-            )
-        if served.method.trains_whole:
-            raise VFLBenchError(
-                "gradient-boosted trees are served in one process for now (SecureBoost's prediction is rounds of "
-                "queries to the parties' lookup tables); drop --runtime processes."
-            )
-        delays = parse_delays(delay, served.k)
-        parties = ProcessParties(run_path, served.k, delays, Link(net_latency, net_bandwidth), seed)
-        parties.start()
-        parties.wait_ready()
-    else:
-        served = Served(run_path)
-        delays = parse_delays(delay, served.k)
-        parties = InProcessParties(served, delays, Link(net_latency, net_bandwidth), seed)
-    server = Server(served, parties, deadline_ms, batch_window_ms)
-    console.print(
-        f"serving {served.run.run_id} ({served.run.method}, {served.k} parties, {runtime}) on http://{host}:{port} "
-        f"with a {deadline_ms:g} ms deadline; delays: {', '.join(f'party{k}={d}' for k, d in enumerate(delays))}",
-        markup=False,
-        highlight=False,
-    )
-    import uvicorn
+            index = model_index(run_path)
+            served = Served(run_path, parts=["server"])
+            if not any(n.startswith("party_") for n in index["parts"]):
+                raise VFLBenchError(
+                    f"{served.run.method} has no party parts (the central reference): serve it in one process."
+                )
+            if served.method.trains_whole:
+                raise VFLBenchError(
+                    "gradient-boosted trees are served in one process for now (SecureBoost's prediction is rounds of "
+                    "queries to the parties' lookup tables); drop --runtime processes."
+                )
+            delays = parse_delays(delay, served.k)
+            parties = ProcessParties(run_path, served.k, delays, Link(net_latency, net_bandwidth), seed)
+            parties.start()
+            parties.wait_ready()
+        else:
+            served = Served(run_path)
+            delays = parse_delays(delay, served.k)
+            parties = InProcessParties(served, delays, Link(net_latency, net_bandwidth), seed)
+        server = Server(
+            served,
+            parties,
+            deadline_ms,
+            batch_window_ms,
+            max_request_bytes=max_request_bytes,
+            max_request_rows=max_request_rows,
+        )
+        console.print(
+            f"serving {served.run.run_id} ({served.run.method}, {served.k} parties, {runtime}) on "
+            f"http://{host}:{port} with a {deadline_ms:g} ms deadline per round ({served.rounds} a prediction); "
+            f"delays: {', '.join(f'party{k}={d}' for k, d in enumerate(delays))}",
+            markup=False,
+            highlight=False,
+        )
+        import uvicorn
 
-    uvicorn.run(make_app(server), host=host, port=port, log_level="warning")
+        http = uvicorn.Server(uvicorn.Config(make_app(server), host=host, port=port, log_level="warning"))
+        try:
+            http.run()
+        except SystemExit:  # uvicorn exits when it cannot bind
+            http.started = False
+        if not http.started:
+            raise VFLBenchError(
+                f"could not listen on {host}:{port} (in use, or not this machine's); give another --port."
+            )
+    finally:  # the party processes end with the server, whether it stops or fails to start
+        if isinstance(parties, ProcessParties):
+            parties.stop()

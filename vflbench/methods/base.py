@@ -374,6 +374,12 @@ class Method:
             parts["server" if k < 0 else f"party_{k}"] = {"flat_index": idx, "flat": flat[idx].clone()}
         return parts
 
+    def prediction_rounds(self) -> int:
+        """The rounds a prediction takes, each a question to every party and its answer, one after the other
+        (serving charges a party's delay once per round): one for a method whose parties send what they compute
+        and are done."""
+        return 1
+
     def load_part(self, name: str, part: dict[str, Any]) -> None:
         """Put a saved part (:meth:`model_parts`) back into the built method."""
         with torch.no_grad():

@@ -220,6 +220,12 @@ class SecureBoost(TreeMethod):
         self._stop_parties()
         return self.model.objective.probabilities(margin)
 
+    def prediction_rounds(self) -> int:
+        """One round per tree level: the label party asks each party about the samples at its nodes of that level
+        (every tree at once), and the next level needs the answers."""
+        trees = getattr(getattr(self, "model", None), "trees", None) or []
+        return max(1, max((max(t.depth) for t in trees if t.depth), default=1))
+
     def model_parts(self):
         """The label party's trees (structure, owners and record ids, leaf values, the first margin) and each
         party's binning and lookup table (its thresholds: nobody else's)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import math
 import os
 import subprocess
@@ -33,6 +34,8 @@ import numpy as np
 
 from ..core.errors import VFLBenchError
 from ..privacy.channel import Channel
+
+log = logging.getLogger("vflbench.serve")
 
 # ----------------------------------------------------------------------------- delays
 
@@ -154,7 +157,14 @@ class Served:
         self.method = build(run, self.inputs)
         names = list(index["parts"]) if parts is None else parts
         for name in names:
-            self.method.load_part(name, load_part(self.run_dir, name))
+            part = load_part(self.run_dir, name)
+            try:
+                self.method.load_part(name, part)
+            except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as e:
+                raise VFLBenchError(
+                    f"{self.run_dir / 'model' / name}.*: not a part of this run's model ({type(e).__name__}: "
+                    f"{str(e)[:120]}); save the model again."
+                ) from None
         self.party = party
         if party is not None:  # a party process keeps only its own columns
             x = self.inputs.test.x
@@ -166,40 +176,92 @@ class Served:
         self.n_classes, self.positive = info.n_classes, info.positive_class
         self.n_test = int(self.inputs.test.n)
         self.ids = self._test_ids()
+        self.lost = [int(k) for k in index.get("lost_parties", [])]
+        self.held = self._held()
+        self.rounds = int(self.method.prediction_rounds())
+        self.malformed: dict[int, int] = {}  # per party, the batches its answer was malformed in
+
+    def _held(self) -> np.ndarray:
+        """[n_test, K]: the blocks a served prediction can have, as offline evaluation has them: a party's block of
+        a sample it does not hold (party files) is missing, and so is every block of a party still lost when
+        training ended (``--fail-party``); the parties late for a request are taken out on top (:meth:`predict`)."""
+        held = np.ones((self.n_test, self.k), dtype=bool)
+        structural = getattr(self.inputs.prep.data, "structural", None)
+        if structural is not None:
+            held &= np.asarray(structural["test"], dtype=bool)
+        held[:, self.lost] = False
+        return held
 
     def _test_ids(self) -> dict[str, int] | None:
         ids = getattr(self.inputs.prep.data, "test_ids", None)
         return None if ids is None else {str(v): i for i, v in enumerate(ids)}
 
-    def rows_for(self, request: dict[str, Any]) -> tuple[np.ndarray, list[Any]]:
-        """The test rows a request names, and how to label them in the answer (its rows, or its IDs)."""
+    def rows_for(self, request: dict[str, Any], max_rows: int | None = None) -> tuple[np.ndarray, list[Any]]:
+        """The test rows a request names, and how to label them in the answer (its rows, or its IDs). Row numbers
+        are JSON integers (not booleans, not floats), IDs strings or integers; a request naming more than
+        ``max_rows`` rows raises :class:`TooManyRows`. Messages quote at most a few characters of the input."""
         given = [k for k in ("split", "rows", "ids") if request.get(k) is not None]
         if len(given) != 1:
             raise ValueError('give exactly one of {"split": "test"}, {"rows": [...]} or {"ids": [...]}')
-        if given[0] == "split":
+        what = given[0]
+        if what == "split":
             if request["split"] != "test":
-                raise ValueError(f'"split" takes "test" (the run\'s held-out samples), got {request["split"]!r}')
+                raise ValueError(f'"split" takes "test" (the run\'s held-out samples), got {_short(request["split"])}')
+            if max_rows is not None and self.n_test > max_rows:
+                raise TooManyRows(f'"split" names {self.n_test} rows; a request may name at most {max_rows}')
             rows = np.arange(self.n_test)
             return rows, rows.tolist()
-        if given[0] == "rows":
-            rows = np.asarray(request["rows"])
-            if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
-                raise ValueError('"rows" takes a non-empty list of test row numbers (integers)')
-            bad = rows[(rows < 0) | (rows >= self.n_test)]
-            if bad.size:
-                raise ValueError(f"row {int(bad[0])} is not a test row of this run (0 .. {self.n_test - 1})")
-            return rows.astype(np.int64), rows.tolist()
+        items = request[what]
+        if not isinstance(items, list) or not items:
+            raise ValueError(
+                f'"{what}" takes a non-empty list of '
+                + ("test row numbers (integers)" if what == "rows" else "sample IDs")
+            )
+        if max_rows is not None and len(items) > max_rows:
+            raise TooManyRows(f'"{what}" names {len(items)} rows; a request may name at most {max_rows}')
+        if what == "rows":
+            bad = next((v for v in items if type(v) is not int), None)  # bool is not a row number
+            if bad is not None:
+                raise ValueError(f'"rows" takes a non-empty list of test row numbers (integers), got {_short(bad)}')
+            out = [v for v in items if not 0 <= v < self.n_test]
+            if out:
+                raise ValueError(f"row {_short(out[0])} is not a test row of this run (0 .. {self.n_test - 1})")
+            return np.asarray(items, dtype=np.int64), list(items)
         if self.ids is None:
             raise ValueError('this run\'s data has no IDs (it was not trained on party files); use {"rows": [...]}')
-        ids = [str(i) for i in request["ids"]]
-        missing = [i for i in ids if i not in self.ids]
-        if missing or not ids:
-            raise ValueError(f"ID {missing[0]!r} is not a test sample of this run" if missing else '"ids" is empty')
+        bad = next((v for v in items if type(v) not in (str, int)), None)
+        if bad is not None:
+            raise ValueError(f'"ids" takes sample IDs (strings or integers), got {_short(bad)}')
+        ids = [str(i) for i in items]
+        missing = next((i for i in ids if i not in self.ids), None)
+        if missing is not None:
+            raise ValueError(f"ID {_short(missing)} is not a test sample of this run")
         return np.asarray([self.ids[i] for i in ids], dtype=np.int64), ids
 
     def predict(self, rows: np.ndarray, answered: np.ndarray, received=None) -> tuple[np.ndarray, ...]:
-        """(predicted, score, predictors) of test ``rows`` with the blocks of parties not ``answered`` missing;
-        ``received``: what answering parties sent (processes), replayed where it crosses."""
+        """(predicted, score, predictors) of test ``rows`` with the blocks of parties not ``answered`` missing (and
+        those the run never has: :meth:`_held`); ``received``: what answering parties sent (processes), replayed
+        where it crosses."""
+        return self.predict_answered(rows, answered, received)[1]
+
+    def predict_answered(
+        self, rows: np.ndarray, answered: np.ndarray, received=None
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """``(parties used, (predicted, score, predictors))``. A party whose answer is malformed (a crossing of the
+        wrong shape or type, values not finite, too few or too many crossings) is missing for this batch, as a late
+        one is, and logged; the batch is predicted again without it."""
+        answered = np.asarray(answered, dtype=bool).copy()
+        received = None if received is None else {k: v for k, v in received.items() if answered[k]}
+        while True:
+            try:
+                return answered, self._predict(rows, answered, received)
+            except MalformedAnswer as e:
+                log.warning("party %d's answer is malformed (%s): its block is missing for this batch", e.party, e)
+                self.malformed[e.party] = self.malformed.get(e.party, 0) + 1
+                answered[e.party] = False
+                received.pop(e.party, None)
+
+    def _predict(self, rows: np.ndarray, answered: np.ndarray, received) -> tuple[np.ndarray, ...]:
         import torch
 
         from ..methods.base import Batch
@@ -211,12 +273,23 @@ class Served:
         if received is not None:
             m.channel = ReplayChannel(self.k, received)
         idx = torch.as_tensor(rows, dtype=torch.long)
-        obs = torch.as_tensor(np.broadcast_to(np.asarray(answered, dtype=bool), (len(rows), self.k)).copy())
+        obs = torch.as_tensor(self.held[rows] & answered[None, :])
         m.store.begin()
         with torch.no_grad():
             p = m.predict(Batch(self.inputs.test.batch(idx, None), obs, None, idx, 0))
+        if received is not None:
+            m.channel.check_all_used()
         scores = None if p.scores is None else p.scores.float().cpu().numpy()
         return answers(p.preds.cpu().numpy(), p.valid.cpu().numpy(), scores, self.n_classes, self.positive)
+
+    def answer_bytes(self, n_rows: int) -> int:
+        """The bytes of one party's answer to one round for ``n_rows`` rows (what the emulated link carries): its
+        representations at the cut (float32), or for a tree method one bit per (row, tree) query."""
+        if self.method.trains_whole:
+            trees = len(getattr(getattr(self.method, "model", None), "trees", []) or [1])
+            return -(-n_rows * trees // 8)
+        cut = int(self.manifest["config"]["model"].get("cut", 16))
+        return n_rows * cut * 4
 
     def party_output(self, rows: np.ndarray) -> list[np.ndarray]:
         """A party process's answer for ``rows``: what its members send where the method's prediction crosses to
@@ -251,9 +324,28 @@ class CaptureChannel(Channel):
         return reps
 
 
+class TooManyRows(ValueError):
+    """A request names more rows than the server takes in one (the message says how many it may)."""
+
+
+def _short(v: Any, n: int = 40) -> str:
+    """``repr(v)``, cut to ``n`` characters: what an error message quotes of a client's input."""
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
+class MalformedAnswer(Exception):
+    """What a party process sent cannot be what its members compute (the reason is the message)."""
+
+    def __init__(self, party: int, why: str):
+        super().__init__(why)
+        self.party = party
+
+
 class ReplayChannel(Channel):
     """The server's channel in a processes federation: each crossing's rows of an answering party are what that
-    party sent (the server's own computation for them had no block)."""
+    party sent (the server's own computation for them had no block). Each crossing is checked first: the shape the
+    server's own computation has for those rows, floating point, finite (:class:`MalformedAnswer` otherwise)."""
 
     def __init__(self, k: int, received: dict[int, list[np.ndarray]]):
         super().__init__(k)
@@ -268,10 +360,23 @@ class ReplayChannel(Channel):
         out = reps.clone()
         owner = np.arange(reps.shape[0]) if party_of is None else party_of.cpu().numpy()
         for k, parts in self.received.items():
-            if i < len(parts):
-                rows = np.flatnonzero(owner == k)
-                out[torch.as_tensor(rows)] = torch.as_tensor(parts[i], dtype=reps.dtype, device=reps.device)
+            if i >= len(parts):
+                raise MalformedAnswer(k, f"{len(parts)} crossings sent, and the prediction has more")
+            rows = np.flatnonzero(owner == k)
+            got = parts[i]
+            want = (len(rows), *reps.shape[1:])
+            if not isinstance(got, np.ndarray) or got.dtype.kind != "f" or tuple(got.shape) != want:
+                what = f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}"
+                raise MalformedAnswer(k, f"crossing {i} is {what}, not float {want}")
+            if not np.isfinite(got).all():
+                raise MalformedAnswer(k, f"crossing {i} holds values that are not finite")
+            out[torch.as_tensor(rows)] = torch.as_tensor(got, dtype=reps.dtype, device=reps.device)
         return out
+
+    def check_all_used(self) -> None:
+        for k, parts in self.received.items():
+            if len(parts) != self.calls_made:
+                raise MalformedAnswer(k, f"{len(parts)} crossings sent, and the prediction has {self.calls_made}")
 
 
 # ----------------------------------------------------------------------------- gathering a batch's answers
@@ -291,16 +396,25 @@ class InProcessParties:
         return [k not in self.down for k in range(self.served.k)]
 
     async def gather(self, rows: np.ndarray, deadline_ms: float):
-        cut = int(self.served.manifest["config"]["model"].get("cut", 16))
-        times = [
-            d.draw(self.rng) + self.link.ms(len(rows) * cut * 4) if k not in self.down else math.inf
-            for k, d in enumerate(self.delays)
-        ]
-        answered = np.array([t <= deadline_ms for t in times])
-        alive = [t for t in times if math.isfinite(t)]  # a dead party is known at once (its connection is refused)
-        wait = deadline_ms if any(t > deadline_ms for t in alive) else max(alive, default=0.0)
-        await asyncio.sleep(wait / 1e3)
+        """The parties in time for this batch, after waiting as the server would: each round of the method's
+        prediction (:attr:`Served.rounds`), every party still in time answers after a fresh draw of its delay plus
+        its link's time; the server waits for the last of them, or the deadline when one is late, and a party late
+        in any round is a missing block for the whole batch (its block is missing from every round's answer)."""
+        answered, wait_ms = self.timeline(len(rows), deadline_ms)
+        await asyncio.sleep(wait_ms / 1e3)
         return answered, None
+
+    def timeline(self, n_rows: int, deadline_ms: float) -> tuple[np.ndarray, float]:
+        """``(answered [K], the server's wait in ms)`` of one batch of ``n_rows`` rows (see :meth:`gather`)."""
+        link_ms = self.link.ms(self.served.answer_bytes(n_rows))
+        answered = np.array([k not in self.down for k in range(self.served.k)])  # a dead party: refused at once
+        wait = 0.0
+        for _ in range(self.served.rounds):
+            times = {k: self.delays[k].draw(self.rng) + link_ms for k in np.flatnonzero(answered)}
+            late = [k for k, t in times.items() if t > deadline_ms]
+            answered[late] = False
+            wait += deadline_ms if late else max(times.values(), default=0.0)
+        return answered, wait
 
     async def close(self) -> None:
         return None
@@ -309,7 +423,9 @@ class InProcessParties:
 class ProcessParties:
     """One process per party (``python -m vflbench.serving.party``), each loading only its own part; the server asks
     them over TCP and keeps what comes within the deadline. A party process that dies is restarted (``restart``) and
-    answers again once it is up."""
+    answers again once it is up. The party processes end with the server: :meth:`close`, a failed start, or the
+    server's death by any signal (each party watches its parent and stops when it is gone); their temporary folder
+    goes with them."""
 
     runtime = "processes"
 
@@ -320,8 +436,9 @@ class ProcessParties:
         self.procs: list[subprocess.Popen | None] = [None] * k
         import tempfile
 
-        logs = Path(tempfile.mkdtemp(prefix="vflbench-serve-"))  # the party processes' stderr (not the run's folder)
-        self.logs = [logs / f"party{j}.log" for j in range(k)]
+        # the party processes' stderr (not the run's folder); removed by close, or by the last party to go
+        self.log_dir = Path(tempfile.mkdtemp(prefix="vflbench-serve-"))
+        self.logs = [self.log_dir / f"party{j}.log" for j in range(k)]
         self.starts = [0] * k
 
     def start(self, j: int | None = None) -> None:
@@ -330,9 +447,11 @@ class ProcessParties:
                 sys.executable, "-m", "vflbench.serving.party", str(self.run_dir), "--party", str(k), "--port",
                 str(self.ports[k]), "--delay", str(self.delays[k]), "--net-latency", str(self.link.latency_ms),
                 "--net-bandwidth", str(self.link.bandwidth_mbps), "--seed", str(self.seed + 1000 * k + self.starts[k]),
+                "--parent", str(os.getpid()), "--log-dir", str(self.log_dir),
             ]  # fmt: skip
             self.starts[k] += 1
-            self.procs[k] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.logs[k], "w"))
+            with open(self.logs[k], "w") as err:
+                self.procs[k] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         t0 = time.monotonic()
@@ -378,7 +497,12 @@ class ProcessParties:
             writer.write(len(data).to_bytes(8, "little") + data)
             await writer.drain()
             n = int.from_bytes(await reader.readexactly(8), "little")
-            return unpack_arrays(await reader.readexactly(n))
+            if n > MAX_ANSWER_BYTES:
+                raise MalformedAnswer(k, f"an answer of {n} bytes announced (at most {MAX_ANSWER_BYTES})")
+            try:
+                return unpack_arrays(await reader.readexactly(n))
+            except (ValueError, OSError, KeyError, EOFError) as e:  # not an .npz of plain arrays
+                raise MalformedAnswer(k, f"not arrays ({type(e).__name__})") from None
         finally:
             writer.close()
 
@@ -394,9 +518,19 @@ class ProcessParties:
             if t in done and not t.cancelled() and t.exception() is None:
                 answered[k] = True
                 received[k] = t.result()
+            elif t in done and isinstance(t.exception(), MalformedAnswer):
+                log.warning(
+                    "party %d's answer is malformed (%s): its block is missing for this batch", k, t.exception()
+                )
         return answered, received
 
     async def close(self) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End every party process (at most 10 s each, then killed) and remove their temporary folder."""
+        import shutil
+
         for p in self.procs:
             if p is not None and p.poll() is None:
                 p.terminate()
@@ -406,6 +540,26 @@ class ProcessParties:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+                    p.wait()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+MAX_ANSWER_BYTES = 1 << 30  # a party's answer announcing more than this is malformed (nothing that large is read)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a party process: end it when the server's process ``parent`` dies, by any signal (SIGKILL included). On
+    Linux the kernel sends SIGTERM at the parent's death (PR_SET_PDEATHSIG, asked for here, in the child itself);
+    everywhere, the party's loop also watches its parent (:mod:`.party`)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+    if os.getppid() != parent:  # it died before the request above took effect
+        raise SystemExit(0)
 
 
 def _free_port() -> int:

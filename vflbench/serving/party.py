@@ -1,19 +1,25 @@
-"""A party's serving process: it loads only its own part of a saved model (``model/party_K.pt``) and keeps only its
+"""A party's serving process: it loads only its own part of a saved model (``model/party_K.*``) and keeps only its
 own columns, listens on a TCP port, and answers each request (the test rows of a batch) with what its members send
 where the method's prediction crosses to the server, after its emulated delay.
 
-    python -m vflbench.serving.party RUN --party K --port P [--delay MS | lognormal:median=MS,sigma=S]
+    python -m vflbench.serving.party RUN --party K --port P [--delay MS | lognormal:median=MS,sigma=S] --parent PID
 
-``vflbench serve --runtime processes`` starts one per party (and restarts one that dies).
+``vflbench serve --runtime processes`` starts one per party (and restarts one that dies). It ends when the server
+(``--parent``) dies, however it dies, and removes its log from ``--log-dir`` (and the folder, when it is the last).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import time
+from pathlib import Path
 
 import numpy as np
+
+WATCH_S = 0.5  # how often a party checks that the server is still its parent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,9 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--net-latency", type=float, default=0.0)
     ap.add_argument("--net-bandwidth", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--parent", type=int, default=0, help="the server's pid: this process ends when it is gone")
+    ap.add_argument("--log-dir", default="", help="the folder of the party logs, cleaned up when the server is gone")
     a = ap.parse_args(argv)
-    from .federation import Link, Served, _delay, environment_threads, pack_arrays
+    from .federation import Link, Served, _delay, die_with_parent, environment_threads, pack_arrays
 
+    if a.parent:
+        die_with_parent(a.parent)
+        signal.signal(signal.SIGTERM, lambda *_: _orphaned(a))
     environment_threads()
     served = Served(a.run_dir, parts=[f"party_{a.party}"], party=a.party)
     delay = _delay(a.delay, f"party{a.party}")
@@ -50,13 +61,32 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             writer.close()
 
+    async def watch() -> None:
+        while not a.parent or os.getppid() == a.parent:
+            await asyncio.sleep(WATCH_S)
+        _orphaned(a)
+
     async def serve() -> None:
         server = await asyncio.start_server(answer, "127.0.0.1", a.port)
+        asyncio.get_running_loop().create_task(watch())
         async with server:
             await server.serve_forever()
 
     asyncio.run(serve())
     return 0
+
+
+def _orphaned(a) -> None:
+    """The server is gone (or asked this process to end): remove this party's log, and the log folder when it is
+    the last one left, then end."""
+    if a.log_dir and os.getppid() != a.parent:  # the server could not clean up: the parties do
+        folder = Path(a.log_dir)
+        (folder / f"party{a.party}.log").unlink(missing_ok=True)
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # another party's log is still there: the last party removes the folder
+    os._exit(0)
 
 
 if __name__ == "__main__":
