@@ -558,7 +558,6 @@ def _gone(pids, within_s: float) -> bool:
 def test_party_processes_end_when_the_server_is_killed_or_fails_to_start(saved, tmp_path):
     """``vflbench serve --runtime processes``: SIGKILL the server and its party processes end within seconds, their
     temporary folder removed; a server that cannot take its port stops its parties too."""
-    import os
     import signal
     import socket
     import subprocess

@@ -116,10 +116,9 @@ def load(path: Path) -> dict[str, Any]:
     """The named tensors of ``path``, read by torch's restricted unpickler; anything else is refused
     (:class:`NotATensorTree`) before it runs."""
     import pickle
+    import warnings
 
     import torch
-
-    import warnings
 
     try:
         with warnings.catch_warnings():  # (torch warns of pickle protocols it reads with care: the refusal says it)
