@@ -604,3 +604,46 @@ def _parties_of(server_pid: int) -> list[int]:
                 if "State:\tZ" not in (cmdline.parent / "status").read_text():
                     out.append(int(cmdline.parent.name))
     return out
+
+
+def test_a_delay_is_charged_once_per_round_and_a_party_late_in_any_round_is_missing():
+    """SecureBoost's prediction takes one round per tree level: each round every party still in time draws its
+    delay again, the server waits for the last of them (or the deadline), and a party late in any round is missing
+    for the batch. One round (the neural methods) is one draw, as before."""
+    from types import SimpleNamespace
+
+    from vflbench.serving.federation import InProcessParties, Link, parse_delays
+
+    def timeline(rounds, delays, deadline, seed=0, k=3):
+        served = SimpleNamespace(k=k, rounds=rounds, answer_bytes=lambda n: 8 * n)
+        return InProcessParties(served, parse_delays(delays, k), Link(), seed).timeline(64, deadline)
+
+    answered, wait = timeline(6, ["10", "party2=30"], 50)
+    assert answered.all() and wait == pytest.approx(6 * 30)  # six rounds, each waits for the slowest party
+    answered, wait = timeline(6, ["10", "party2=60"], 50)
+    assert answered.tolist() == [True, True, False] and wait == pytest.approx(50 + 5 * 10)  # late once: gone
+    answered, wait = timeline(1, ["10", "party2=60"], 50)
+    assert answered.tolist() == [True, True, False] and wait == pytest.approx(50)
+    # jitter: a party is in time over D rounds with probability p^D (lognormal(median 30, sigma 0.8), deadline 50)
+    from scipy.stats import norm
+
+    p = norm.cdf(np.log(50 / 30) / 0.8)
+    for rounds in (1, 4):
+        hits = np.mean([timeline(rounds, ["lognormal:median=30,sigma=0.8"], 50, seed=s)[0] for s in range(1500)])
+        assert hits == pytest.approx(p**rounds, abs=0.03), rounds
+    # the link's time for the answer's bytes is charged every round too
+    served = SimpleNamespace(k=2, rounds=3, answer_bytes=lambda n: 125_000)  # 1 Mbit: 10 ms at 100 Mbit/s
+    answered, wait = InProcessParties(served, parse_delays([], 2), Link(2.0, 100.0)).timeline(64, 1000)
+    assert answered.all() and wait == pytest.approx(3 * (2 * 2.0 + 10.0))
+
+
+@needs_mirror
+def test_secureboost_is_served_in_one_round_per_tree_level(tmp_path):
+    r = runner.invoke(app, ["run", "--dataset", "credit", "--method", "secureboost", "--parties", "4", "--method-opt",
+                            "trees=3", "--method-opt", "max_depth=4", "--test-missing", "none", "--save-model",
+                            "--quiet", "--out", str(tmp_path)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    from vflbench.serving.federation import Served
+
+    served = Served(next(tmp_path.iterdir()))
+    assert served.rounds == max(max(t.depth) for t in served.method.model.trees) == 4

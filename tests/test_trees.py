@@ -166,22 +166,39 @@ def test_encryption_in_worker_processes_is_exact_and_reuses_no_obfuscator():
     assert shared_r(c1, c2) and (c1 * int(gmpy2.invert(c2, n2)) - 1) % n2 // n == 42
 
 
-def test_packing_and_compression_round_trip_and_a_sum_is_the_sum_of_its_rows():
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_packing_and_compression_round_trip_and_a_sum_is_the_sum_of_its_rows(outputs):
     he = Paillier.generate(1024)
-    g = np.array([-5, 3, 7, -1])
-    h = np.array([2, 9, 1, 4])
-    pk = Packing.for_rows(4, 8, 10)
+    rng = np.random.default_rng(outputs)
+    pk = Packing.public(4, outputs)
+    g = rng.integers(-pk.offset + 1, pk.offset, size=(4, outputs))
+    h = rng.integers(0, pk.offset, size=(4, outputs))
     cts = he.encrypt(pk.pack(g, h))
     assert [pk.unpack(p) for p in he.decrypt(cts)] == [(a, b, 1) for a, b in zip(g.tolist(), h.tolist(), strict=True)]
     total = he.sum_groups(cts, np.arange(4), np.array([0, 4]))
-    assert pk.unpack(he.decrypt(total)[0]) == (4, 16, 4)
+    assert pk.unpack(he.decrypt(total)[0]) == (g.sum(0).tolist(), h.sum(0).tolist(), 4)
     cap = he.usable_bits // pk.bits
     packed = he.compress([cts[0], None, cts[2]], pk.bits, cap)
     sums = unpack_compressed(he.decrypt(packed), 3, cap, pk.bits)
-    assert [pk.unpack(s) if s else None for s in sums] == [(-5, 2, 1), None, (7, 1, 1)]
+    assert [pk.unpack(s) if s else None for s in sums] == [
+        (g[0].tolist(), h[0].tolist(), 1),
+        None,
+        (g[2].tolist(), h[2].tolist(), 1),
+    ]
     # a re-randomised ciphertext decrypts the same and is not the one the label party made
     again = he.compress([cts[1]], pk.bits, 1)
     assert again[0] != cts[1] and he.decrypt(again) == he.decrypt([cts[1]])
+
+
+def test_the_public_packing_depends_on_the_row_count_alone_and_holds_every_fixed_point_value():
+    from vflbench.trees.booster import FixedPoint
+
+    for n in (1, 7, 2_000, 30_000, 1_000_000):
+        pk = Packing.public(n, 2)
+        for w in (0.01, 1.0, 37.5, 5e4):  # class weights of any label prior
+            fp = FixedPoint.for_rows(n, w)
+            assert fp.encode(np.array([w, -w])).__abs__().max() < pk.offset  # |g| <= w, h <= w
+        assert pk == Packing.public(n, 2)
 
 
 def test_messages_round_trip():
@@ -221,10 +238,13 @@ def test_gbdt_and_secureboost_train_under_missing_blocks_and_refuse_what_trees_l
         r = runner.invoke(app, ["run", "--dataset", "synthetic", *extra, "--out", str(tmp_path / "never")])
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
     assert not (tmp_path / "never").exists()
-    paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1"]
-    three = ["--dataset", "synthetic", "--data-opt", "n_classes=3"]
-    r = runner.invoke(app, ["run", *three, "--method", "secureboost", *paillier, "--out", str(tmp_path / "never")])
-    assert r.exit_code == 2 and "two classes" in r.output
+    # three classes under Paillier: every class's g and h packed in one plaintext a row
+    paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1", "--method-opt", "key_bits=512"]
+    three = ["--dataset", "synthetic", "--data-opt", "n_classes=3", "--test-missing", "none", "--quiet"]
+    r = runner.invoke(app, ["run", *three, "--method", "secureboost", *paillier, "--out", str(tmp_path / "three")])
+    assert r.exit_code == 0, r.output
+    (run3,) = list((tmp_path / "three").iterdir())
+    assert json.loads((run3 / "manifest.json").read_text())["extras"]["trees_grown"] == 1
 
 
 @needs_mirror
@@ -483,3 +503,144 @@ def test_paillier_grows_the_partition_splits_of_the_clear_protocol():
     assert any(t.cats for t in models[0].trees)
     for a, b in zip(*(m.trees for m in models), strict=True):
         assert a.structure() == b.structure()
+
+
+# ----------------------------------------------------------------------------- what Paillier sends, by the numbers
+
+
+def _cat_parties(x, held, classes_y=None):
+    """The categorical table's three parties (party 0's and party 2's code columns split by levels)."""
+    return [
+        FeatureParty(j, x[held[:, j], 2 * j : 2 * j + 2], np.flatnonzero(held[:, j]), [1] if j != 1 else [])
+        for j in range(3)
+    ]
+
+
+def _oracle(party: FeatureParty, g_int, h_int, nodes):
+    """Per (node, feature, bin) the sums of g and h and the row count, by an independent route: np.add.at over the
+    party's own rows and codes (neither bin_sums nor any packing)."""
+    m, d, b = len(nodes), party.codes.shape[1], party.max_bin
+    slot = np.full(int(party.node_of.max()) + 1, -1)
+    slot[nodes] = np.arange(m)
+    G = np.zeros((m, d, b, g_int.shape[1]), dtype=np.int64)
+    H = np.zeros_like(G)
+    N = np.zeros((m, d, b), dtype=np.int64)
+    for i, row in enumerate(party.rows):
+        s = slot[party.node_of[i]]
+        if s < 0:
+            continue
+        for j in range(d):
+            c = int(party.codes[i, j])
+            if c < b:
+                np.add.at(G, (s, j, c), g_int[row])
+                np.add.at(H, (s, j, c), h_int[row])
+                N[s, j, c] += 1
+    return G, H, N
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_decrypted_bin_sums_equal_the_clear_sums_exactly(classes):
+    """n = 2,400 rows, parties missing 20% of their blocks, code columns split by levels, 2 and 3 classes (one packed
+    plaintext a row with every class's g and h): after a tree, each party is asked for the histograms of every leaf
+    its rows are in, and the label party's decryption gives (G, H, count) of every bin equal to the sums of the
+    rows' integer g and h and their count, computed apart. (A packing that shifted each g sum by its row count grew
+    the same trees before this test: the trees alone cannot tell.)"""
+    x, y, held, _ = _categorical_table(n=2400, p_missing=0.2)
+    if classes == 3:
+        y = y + (x[:, 0] > 0.8).astype(int) * (2 - y)
+    params = BoostParams(trees=2, max_depth=3, max_bin=8, max_cat_bin=16, max_cat_threshold=4)
+    parties = _cat_parties(x, held)
+    label = LabelParty(LocalLink(parties, lambda *a: None), held, [0, 2, 4], Protocol(params, "paillier", 1024))
+    label.fit(y, np.ones(len(y)), classes)
+    g_int, h_int = label.gh
+    assert g_int.shape[1] == (1 if classes == 2 else 3) and label.packing.outputs == g_int.shape[1]
+    checked = 0
+    for k, party in enumerate(parties):
+        nodes = sorted(set(party.node_of.tolist()))
+        _, f = label.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
+        G, H, N = label._decrypted(f["cts"], len(nodes), k)
+        Go, Ho, No = _oracle(party, g_int, h_int, nodes)
+        np.testing.assert_array_equal(N, No)
+        np.testing.assert_array_equal(G, Go)
+        np.testing.assert_array_equal(H, Ho)
+        checked += int((No > 0).sum())
+    assert checked > 100  # non-empty bins compared (every empty one is compared too: zeros)
+
+
+def test_a_feature_party_receives_the_same_plaintext_fields_whatever_the_labels():
+    """The g/h a feature party is sent under Paillier carry plaintext fields (the packing, the compression): for two
+    label vectors of different priors (18.7% and 60% positive) every one of them is the same, in every tree's message
+    (the offset no longer says the largest |g|, nor its first tree the label prior)."""
+    x, y, held, _ = _table(n=600, k=2, dk=3, seed=4)
+    rng = np.random.default_rng(0)
+    labels = [(rng.random(600) < 0.18667).astype(int), (rng.random(600) < 0.6).astype(int)]
+    seen = []
+    for yy in labels:
+        parties = [FeatureParty(j, x[held[:, j], 3 * j : 3 * j + 3], np.flatnonzero(held[:, j])) for j in range(2)]
+        got: list[dict] = []
+        real = parties[1].handle
+
+        def spy(data, real=real, got=got):
+            kind, f = decode(data)
+            if kind in ("setup", "gh"):
+                got.append({n: v for n, v in f.items() if n not in ("cts", "public_n")})
+            return real(data)
+
+        parties[1].handle = spy
+        label = LabelParty(
+            LocalLink(parties, lambda *a: None),
+            held,
+            [0, 3],
+            Protocol(BoostParams(trees=3, max_depth=2, max_bin=8), "paillier", 512),
+        )
+        w = np.where(yy == 1, len(yy) / (2 * yy.sum()), len(yy) / (2 * (len(yy) - yy.sum())))  # class-balanced
+        label.fit(yy, w, 2)
+        seen.append(got)
+    assert len(seen[0]) == 4 and seen[0] == seen[1]  # setup and three trees' g/h: the same fields, the same values
+    assert seen[0][1]["offset"] == Packing.public(600).offset
+
+
+@pytest.mark.parametrize("features", ["continuous", "few_levels", "mixed"])
+def test_the_paillier_estimate_of_a_clear_run_is_what_the_paillier_run_sends(features):
+    """The clear run's estimate counts every message as the Paillier run encodes it (every bin of every feature
+    packed, the g/h of every held row, the key in the setup): its ciphertexts and bytes equal what the Paillier run
+    of the same data counts, on continuous features, 5-level features and a mix (so it is an upper bound, with
+    equality)."""
+    rng = np.random.default_rng(1)
+    n, k, dk = 500, 2, 3
+    cont = rng.standard_normal((n, k * dk))
+    few = rng.integers(0, 5, (n, k * dk)).astype(float)
+    x = {"continuous": cont, "few_levels": few, "mixed": np.where(np.arange(k * dk) % 2 == 0, cont, few)}[features]
+    y = (x[:, 0] + x[:, 4] + 0.5 * rng.standard_normal(n) > 0.5).astype(int)
+    held = rng.random((n, k)) >= 0.25
+    params = BoostParams(trees=2, max_depth=3, max_bin=16)
+    from vflbench.methods.secureboost import paillier_estimate
+
+    out = {}
+    for enc in ("none", "paillier"):
+        model, label, parties, link, _ = _federated(x, y, held, dk, params, encryption=enc, key_bits=512)
+        out[enc] = (label, link)
+    clear_label, clear_link = out["none"]
+    est = paillier_estimate(clear_link, clear_label, n, 1, 512)
+    label, link = out["paillier"]
+    by = link.traffic["train"].by_kind
+    sent_down = sum(sum(v) for kind, v in by.items() if kind.endswith("_down"))
+    sent_up = sum(sum(v) for kind, v in by.items() if kind.endswith("_up"))
+    assert (
+        est["ciphertexts_up"] == label.he.ops["decrypt"]
+        and est["ciphertexts_down"] == sum(int(held[:, j].sum()) for j in range(k)) * params.trees
+    )
+    assert (est["bytes_down"], est["bytes_up"]) == (sent_down, sent_up)
+    if features == "few_levels":  # 5 bins a feature, not 16: what is packed follows the feature's own bins
+        assert est["ciphertexts_up"] < sum(m for _, m in clear_label.builds) * dk * 16 / est["capacity"]
+
+
+@pytest.mark.parametrize("method", ["gbdt", "secureboost"])
+def test_a_tree_method_refuses_one_bin_and_epochs_in_one_line(method, tmp_path):
+    for extra, message in [
+        (["--method-opt", "max_bin=1"], "a feature needs two bins to split"),
+        (["--epochs", "2"], "grows trees, not epochs: give --method-opt trees=N"),
+    ]:
+        r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", method, *extra, "--out", str(tmp_path)])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (extra, r.output)
+    assert not any(tmp_path.iterdir())

@@ -20,7 +20,16 @@ import torch
 from ..trees.binning import BINNINGS, DEFAULT_BINNING
 from ..trees.booster import BoostParams
 from ..trees.paillier import Packing
-from ..trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, RemoteLink, serve
+from ..trees.secureboost import (
+    FeatureParty,
+    LabelParty,
+    LocalLink,
+    Protocol,
+    RemoteLink,
+    bin_layout,
+    encoded_size,
+    serve,
+)
 from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
@@ -168,7 +177,8 @@ class SecureBoost(TreeMethod):
         self.model = self.label.fit(y, weights, self.c, progress=tree_done)
         self._stop_parties()
         self.nodes = sum(t.n_nodes for t in self.model.trees)
-        self._estimate = paillier_estimate(self.link, self.label, len(y), float(np.max(weights)), params)
+        outputs = 1 if self.c == 2 else self.c
+        self._estimate = paillier_estimate(self.link, self.label, len(y), outputs, int(self.options["key_bits"]))
         return list(self.model.history)
 
     def cat_bins(self) -> int:
@@ -323,33 +333,48 @@ class SecureBoost(TreeMethod):
         return out
 
 
-def paillier_estimate(link, label: LabelParty, n: int, w_max: float, params: BoostParams) -> dict:
-    """What the same run would send under Paillier with a 2,048-bit key (the message counts of this run, ciphertexts
-    of 512 bytes, the g/h/count packing and the compression of its fixed point): a cost model for runs too large to
-    encrypt, beside the bytes that crossed."""
-    fp = label.fp
-    g_max = int(round(w_max * (1 << fp.bits))) + 1
-    pk = Packing.for_rows(n, g_max, g_max)
-    capacity = max(1, (2048 - 2) // pk.bits)
-    traffic = link.traffic.get("train")
-    held = label.held.sum(0)
-    trees = len(label.owner)
-    down = int(held.sum()) * trees  # one ciphertext per held row per tree
-    # per built node and party its non-empty bins' sums, packed `capacity` a ciphertext (an upper bound: Paillier
-    # packs every bin); the plaintext run's histogram bytes say how many were sent
-    up = 0
-    if traffic:
-        for nbytes in traffic.by_kind.get("hist_up", []):
-            sums = nbytes / 20.0  # a sent bin: its position (int32), G and H (int64; one output)
-            up += math.ceil(sums / capacity)
+def paillier_estimate(link, label: LabelParty, n: int, outputs: int, key_bits: int) -> dict:
+    """What this run would send in training under Paillier with a ``key_bits`` key: the same messages, with each
+    party's g/h as one ciphertext per held row per tree (the public packing of ``n`` rows, :class:`Packing`), each
+    histogram as every bin of every feature of each built node packed ``capacity`` sums a ciphertext (what
+    :meth:`FeatureParty._encrypted_sums` sends: empty bins too), and the key in the setup. Every message is sized as
+    :func:`encode` makes it, so the count is what crosses, not an approximation: ``bytes_down``/``bytes_up`` are the
+    training bytes the Paillier run counts (tests/test_trees.py compares them)."""
+    pk = Packing.public(n, outputs)
+    capacity = max(1, (key_bits - 2) // pk.bits)
+    width = (2 * key_bits + 7) // 8  # a ciphertext below N^2, sent at N^2's width
+    fields = {"offset": pk.offset, "bg": pk.bg, "bh": pk.bh, "bc": pk.bc, "capacity": capacity, "outputs": pk.outputs}
+    gh_cts = sum(rows for _, rows in label.gh_rows)
+    gh_bytes = sum(encoded_size("gh", fields, {"cts": (np.uint8, (rows, width))}) for _, rows in label.gh_rows)
+    up_cts, hist_bytes = 0, 0
+    for k, m in label.builds:
+        c = math.ceil(m * bin_layout(label.n_cuts_of[k])[1] / capacity)
+        up_cts += c
+        hist_bytes += encoded_size("hist", {}, {"cts": (np.uint8, (c, width))})
+    setup = label.setup_fields
+    key_len = (key_bits + 7) // 8
+    setup_paillier = encoded_size(
+        "setup",
+        {"max_bin": setup["max_bin"], "encryption": "paillier"} | {k: v for k, v in setup.items() if k != "max_bin"},
+        {"public_n": (np.uint8, (key_len,))},
+    )
+    t = link.traffic.get("train")
+    by = t.by_kind if t is not None else {}
+    total = {d: sum(sum(v) for kind, v in by.items() if kind.endswith(f"_{d}")) for d in ("down", "up")}
+    clear_gh, clear_hist = sum(by.get("gh_down", [])), sum(by.get("hist_up", []))
+    clear_setup = sum(by.get("setup_down", []))
+    down = total["down"] - clear_gh - clear_setup + gh_bytes + setup_paillier * label.k
+    up = total["up"] - clear_hist + hist_bytes
     return {
-        "key_bits": 2048,
-        "ciphertext_bytes": 512,
+        "key_bits": int(key_bits),
+        "ciphertext_bytes": width,
         "packed_bits": pk.bits,
         "capacity": capacity,
-        "ciphertexts_down": down,
-        "ciphertexts_up": up,
-        "bytes": 512 * (down + up),
-        "encryptions": n * trees,
-        "decryptions": up,
+        "ciphertexts_down": int(gh_cts),
+        "ciphertexts_up": int(up_cts),
+        "bytes_down": int(down),
+        "bytes_up": int(up),
+        "bytes": int(down + up),
+        "encryptions": int(n * len(label.owner)),
+        "decryptions": int(up_cts),
     }

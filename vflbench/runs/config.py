@@ -357,6 +357,14 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     preset = settings["preset"]
     base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), cfg.method)
     overrides = {k: v for k, v in cfg.hp.items() if v is not None}
+    if mcls.trains_whole and "epochs" in overrides:  # trees have rounds, not epochs
+        # (a recorded run gives the preset's epochs back explicitly: that changes nothing, and is taken)
+        if cfg.hp_sources.get("epochs", "flag") != "experiment" and overrides["epochs"] != base.get("epochs"):
+            raise VFLBenchError(
+                f"{mcls.display} grows trees, not epochs: give --method-opt trees=N (default 300) instead of --epochs."
+            )
+        if overrides["epochs"] != base.get("epochs"):  # an experiment's epochs for its neural methods
+            overrides.pop("epochs")
     from .presets import preset_method_options
 
     options, sources = resolve_method_options(

@@ -24,34 +24,68 @@ import numpy as np
 
 @dataclass
 class Packing:
-    """The bit layout of one packed plaintext: offset of g, field widths (bits) of the g, h and count sums."""
+    """The bit layout of one packed plaintext: the offset added to every g, and the field widths (bits) of the g
+    sums, the h sums and the count; ``outputs`` g fields, then ``outputs`` h fields, then the count (SecureBoost+'s
+    multi-output packing: one plaintext a row whatever the classes).
+
+    :meth:`public` derives it from the number of training rows alone, so a feature party learns nothing of the labels
+    from it (an offset set by the largest |g| would tell it the label prior in the first tree, and the largest
+    residual in later ones)."""
 
     offset: int
     bg: int
     bh: int
     bc: int
+    outputs: int = 1
 
     @classmethod
-    def for_rows(cls, n: int, g_max: int, h_max: int) -> Packing:
-        """Fields wide enough for a sum over ``n`` rows with |g| <= g_max and 0 <= h <= h_max (integers)."""
-        return cls(int(g_max), int(2 * g_max * n).bit_length() + 1, int(h_max * n).bit_length() + 1, n.bit_length())
+    def public(cls, n: int, outputs: int = 1) -> Packing:
+        """The layout for ``n`` rows, from ``n`` alone. The fixed point (:class:`~.booster.FixedPoint`) keeps any sum
+        of ``n`` values below 2^51, so every |g| and h is below 2^51 / n <= 2^(52 - n.bit_length()); the offset is
+        twice that bound, and each field holds a sum over all ``n`` rows."""
+        n = max(int(n), 1)
+        offset = 1 << (53 - n.bit_length())
+        return cls(offset, (2 * offset * n).bit_length(), (offset * n).bit_length(), n.bit_length(), int(outputs))
 
     @property
     def bits(self) -> int:
-        return self.bg + self.bh + self.bc
+        return self.outputs * (self.bg + self.bh) + self.bc
+
+    def check(self, g: np.ndarray, h: np.ndarray) -> None:
+        """Refuse values the layout cannot hold (not reached by the fixed point of :meth:`public`'s bound)."""
+        if g.size and (int(np.abs(g).max()) >= self.offset or int(h.min()) < 0 or int(h.max()) >= self.offset):
+            raise ValueError(
+                f"g/h beyond the public packing's bound 2^{self.offset.bit_length() - 1}: the fixed point was not "
+                "chosen for this many rows"
+            )
 
     def pack(self, g: np.ndarray, h: np.ndarray) -> list[int]:
-        return [
-            ((int(a) + self.offset) << (self.bh + self.bc)) | (int(b) << self.bc) | 1
-            for a, b in zip(g.tolist(), h.tolist(), strict=True)
-        ]
+        """One plaintext per row of ``g, h`` [n, outputs] (or [n] with one output)."""
+        g = np.asarray(g, dtype=np.int64).reshape(len(g), -1)
+        h = np.asarray(h, dtype=np.int64).reshape(len(h), -1)
+        out = []
+        for gs, hs in zip(g.tolist(), h.tolist(), strict=True):
+            acc = 0
+            for v in gs:
+                acc = (acc << self.bg) | (v + self.offset)
+            for v in hs:
+                acc = (acc << self.bh) | v
+            out.append((acc << self.bc) | 1)
+        return out
 
-    def unpack(self, p: int) -> tuple[int, int, int]:
-        """(sum g, sum h, count) of a decrypted sum."""
+    def unpack(self, p: int) -> tuple[list[int], list[int], int]:
+        """(sums of g per output, sums of h per output, count) of a decrypted sum."""
         count = p & ((1 << self.bc) - 1)
-        h = (p >> self.bc) & ((1 << self.bh) - 1)
-        g = (p >> (self.bh + self.bc)) - self.offset * count
-        return g, h, count
+        p >>= self.bc
+        h = []
+        for _ in range(self.outputs):
+            h.append(p & ((1 << self.bh) - 1))
+            p >>= self.bh
+        g = []
+        for _ in range(self.outputs):
+            g.append((p & ((1 << self.bg) - 1)) - self.offset * count)
+            p >>= self.bg
+        return g[::-1], h[::-1], count
 
 
 @dataclass

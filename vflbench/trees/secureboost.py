@@ -39,17 +39,32 @@ from .paillier import Packing, Paillier, unpack_compressed
 
 def encode(kind: str, **fields: Any) -> bytes:
     """A message as bytes: a JSON header (its kind, its scalars, each array's dtype and shape), then the arrays."""
-    head: dict[str, Any] = {"kind": kind, "s": {}, "a": []}
-    parts = []
-    for name, v in fields.items():
-        if isinstance(v, (bool, int, float, str)) or v is None:
-            head["s"][name] = v
-        else:
-            a = np.ascontiguousarray(v)
-            head["a"].append([name, a.dtype.str, list(a.shape)])
-            parts.append(a.tobytes())
-    h = json.dumps(head, separators=(",", ":")).encode()
-    return len(h).to_bytes(4, "little") + h + b"".join(parts)
+    arrays = {n: np.ascontiguousarray(v) for n, v in fields.items() if not _scalar(v)}
+    head = _header(
+        kind, {n: v for n, v in fields.items() if _scalar(v)}, {n: (a.dtype, a.shape) for n, a in arrays.items()}
+    )
+    return len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays.values())
+
+
+def encoded_size(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tuple[int, ...]]]) -> int:
+    """The bytes :func:`encode` makes of a message with these scalars and arrays of these (dtype, shape), without
+    making the arrays (a cost model's exact count)."""
+    head = _header(kind, scalars, arrays)
+    body = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize for dt, shape in arrays.values())
+    return 4 + len(head) + body
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (bool, int, float, str)) or v is None
+
+
+def _header(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tuple[int, ...]]]) -> bytes:
+    head = {
+        "kind": kind,
+        "s": dict(scalars),
+        "a": [[n, np.dtype(dt).str, list(shape)] for n, (dt, shape) in arrays.items()],
+    }
+    return json.dumps(head, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> tuple[str, dict[str, Any]]:
@@ -74,6 +89,14 @@ def unpack_bits(p: np.ndarray, n: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- a feature party
+
+
+def bin_layout(n_cuts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Where each feature's bins start in a node's flat run of bin sums under Paillier, and the run's length: feature
+    j has ``n_cuts[j] + 1`` bins (codes 0 .. n_cuts[j]; a missing cell is in none). Both sides derive it from the
+    cut counts the party announces at setup."""
+    sizes = np.asarray(n_cuts, dtype=np.int64) + 1
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64), int(sizes.sum())
 
 
 class FeatureParty:
@@ -118,17 +141,19 @@ class FeatureParty:
         self.cuts = fit_cuts(self.x, int(max_bin), binning, self.categorical, int(cat_bins))
         self.max_bin = max(int(max_bin), int(cat_bins))  # the code of a missing cell (every party's the same)
         self.codes = self.cuts.codes(self.x)
+        self.bins = bin_layout(self.cuts.n_cuts)
         self.encryption = encryption
         if encryption == "paillier":
             self.he = Paillier.public(int.from_bytes(np.asarray(public_n, np.uint8).tobytes(), "big"))
         kinds = {"categorical": self.cuts.categorical} if self.categorical else {}  # said only where there are some
         return encode("cuts", n_cuts=self.cuts.n_cuts.astype(np.int32), **kinds)
 
-    def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1) -> None:
+    def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1, outputs=1) -> None:
         self.node_of[:] = 0
         if cts is not None:
             self.cts = self.he.from_bytes(cts)
-            self.packing, self.capacity = Packing(int(offset), int(bg), int(bh), int(bc)), int(capacity)
+            self.packing = Packing(int(offset), int(bg), int(bh), int(bc), int(outputs))
+            self.capacity = int(capacity)
         else:
             self.g, self.h = np.asarray(g, dtype=np.int64), np.asarray(h, dtype=np.int64)
         return None
@@ -151,25 +176,28 @@ class FeatureParty:
         return out
 
     def _encrypted_sums(self, nodes: list[int]) -> list[int]:
-        """Per (node, feature, bin) the homomorphic sum of its rows' ciphertexts, packed ``capacity`` a ciphertext."""
-        d, b = self.codes.shape[1], self.max_bin
+        """Per (node, feature, bin) the homomorphic sum of its rows' ciphertexts, packed ``capacity`` a ciphertext.
+        Every bin a feature has is sent, empty or not (an empty one is a zero: which bins are empty is the party's
+        to keep), and only those: feature j has ``n_cuts[j] + 1`` bins, which the label party knows from setup
+        (:func:`bin_layout`), so what is sent is the same count for every node, whatever the data."""
+        starts, per_node = self.bins
         slot_of = np.full(max(int(self.node_of.max(initial=0)), max(nodes, default=0)) + 1, -1, dtype=np.int64)
         slot_of[np.asarray(nodes, dtype=np.int64)] = np.arange(len(nodes))
         slot = slot_of[self.node_of]
         rows = np.flatnonzero(slot >= 0)
         codes = self.codes[rows].astype(np.int64)
-        key = (slot[rows, None] * d + np.arange(d)[None, :]) * b + codes
-        key = np.where(codes < b, key, -1).ravel()  # a missing cell is in no bin
-        row_of = np.repeat(rows, d)
+        key = slot[rows, None] * per_node + starts[None, :] + codes
+        key = np.where(codes < self.max_bin, key, -1).ravel()  # a missing cell is in no bin
+        row_of = np.repeat(rows, codes.shape[1])
         keep = key >= 0
         key, row_of = key[keep], row_of[keep]
         order = np.argsort(key, kind="stable")
         key_sorted = key[order]
         bounds = np.flatnonzero(np.diff(key_sorted)) + 1
-        starts = np.concatenate([[0], bounds, [len(key_sorted)]])
-        groups = self.he.sum_groups(self.cts, row_of[order], starts)
-        sums: list[int | None] = [None] * (len(nodes) * d * b)
-        for k, c in zip(key_sorted[starts[:-1]].tolist(), groups, strict=True):
+        starts_g = np.concatenate([[0], bounds, [len(key_sorted)]])
+        groups = self.he.sum_groups(self.cts, row_of[order], starts_g)
+        sums: list[int | None] = [None] * (len(nodes) * per_node)
+        for k, c in zip(key_sorted[starts_g[:-1]].tolist(), groups, strict=True):
             sums[k] = c
         return self.he.compress(sums, self.packing.bits, self.capacity)
 
@@ -376,6 +404,9 @@ class LabelParty:
         # of its schedule; a lost party is asked nothing, its features split no node and its rows take the defaults
         self.faults = None
         self.redone = 0  # trees begun again without a party found lost while they grew
+        self.builds: list[tuple[int, int]] = []  # every histogram request: (party, nodes asked for)
+        self.gh_rows: list[tuple[int, int]] = []  # every g/h message: (party, rows sent)
+        self.gh: tuple[np.ndarray, np.ndarray] | None = None  # the last tree's g and h (integers)
 
     def setup(self) -> None:
         p = self.proto
@@ -389,23 +420,18 @@ class LabelParty:
         named = {} if p.params.binning == DEFAULT_BINNING else {"binning": p.params.binning}
         if p.params.max_cat_bin:
             named["cat_bins"] = p.params.max_cat_bin
+        self.setup_fields = {"max_bin": p.params.max_bin, **named}  # (beside encryption and the public key)
         for k in range(self.k):
             _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub, **named)
             n_cuts.append(np.asarray(f["n_cuts"], dtype=np.int64))
             kinds.append(np.asarray(f.get("categorical", np.zeros(len(f["n_cuts"]), dtype=bool)), dtype=bool))
         self.categorical = np.concatenate(kinds) if kinds else np.zeros(0, dtype=bool)
         self.widths = [len(c) for c in n_cuts]
+        self.n_cuts_of = n_cuts  # per party its features' cut counts (its bins: one more each)
         self.n_cuts = np.concatenate(n_cuts) if n_cuts else np.zeros(0, dtype=np.int64)
         self.party_of = np.repeat(np.arange(self.k), self.widths)
 
     def fit(self, y: np.ndarray, w: np.ndarray, n_classes: int, progress=None) -> Model:
-        if self.proto.encryption == "paillier" and n_classes != 2:
-            from ..core.errors import VFLBenchError
-
-            raise VFLBenchError(
-                "secureboost with encryption=paillier is built for two classes (one packed g/h a row); use "
-                "encryption=none for more classes."
-            )
         self.setup()
         return boost(y, w, n_classes, self.proto.params, self._grow_tree, progress)
 
@@ -462,31 +488,37 @@ class LabelParty:
         self.now_held = self.held & ~np.asarray(self.faults.lost, dtype=bool)[None, :]
 
     def _send_gh(self, g_int: np.ndarray, h_int: np.ndarray) -> None:
+        for k in range(self.k):
+            if k not in self.link.lost:
+                self.gh_rows.append((k, int(self.now_held[:, k].sum())))
         if self.he is None:
             for k in range(self.k):
                 rows = np.flatnonzero(self.now_held[:, k])
                 self.link.tell(k, "gh", g=g_int[rows], h=h_int[rows])
             return
-        n = len(g_int)
-        g_max = int(np.abs(g_int).max(initial=0)) + 1
-        self.packing = Packing.for_rows(n, g_max, int(h_int.max(initial=0)) + 1)
+        self.packing = Packing.public(len(g_int), g_int.shape[1])  # from the row count alone (nothing of the labels)
         if self.packing.bits > self.he.usable_bits:
             raise ValueError(f"a packed g/h sum needs {self.packing.bits} bits; the key holds {self.he.usable_bits}")
+        self.packing.check(g_int, h_int)
         self.capacity = max(1, self.he.usable_bits // self.packing.bits)
-        cts = self.he.encrypt(self.packing.pack(g_int[:, 0], h_int[:, 0]))  # each row once, whoever holds it
-        pk = self.packing
+        self.gh = (g_int, h_int)
+        cts = self.he.encrypt(self.packing.pack(g_int, h_int))  # each row once, whoever holds it
         for k in range(self.k):
             rows = np.flatnonzero(self.now_held[:, k])
-            self.link.tell(
-                k,
-                "gh",
-                cts=self.he.to_bytes([cts[i] for i in rows]),
-                offset=pk.offset,
-                bg=pk.bg,
-                bh=pk.bh,
-                bc=pk.bc,
-                capacity=self.capacity,
-            )
+            self.link.tell(k, "gh", cts=self.he.to_bytes([cts[i] for i in rows]), **self.gh_fields())
+
+    def gh_fields(self) -> dict[str, int]:
+        """The plaintext fields of a ``gh`` message under Paillier: the packing and the compression, all public
+        (functions of the row count, the outputs and the key's size: the same for any labels)."""
+        pk = self.packing
+        return {
+            "offset": pk.offset,
+            "bg": pk.bg,
+            "bh": pk.bh,
+            "bc": pk.bc,
+            "capacity": self.capacity,
+            "outputs": pk.outputs,
+        }
 
     def _histograms(self, nodes: list[int], node_of: np.ndarray):
         parts = []
@@ -496,10 +528,11 @@ class LabelParty:
                 parts.append((np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)))
                 continue
             _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
+            self.builds.append((k, len(nodes)))
             if self.he is None:
                 parts.append(self._scattered(f, len(nodes), self.widths[k]))
             else:
-                parts.append(self._decrypted(f["cts"], len(nodes), self.widths[k]))
+                parts.append(self._decrypted(f["cts"], len(nodes), k)[:2])
         G = np.concatenate([p[0] for p in parts], axis=1)
         H = np.concatenate([p[1] for p in parts], axis=1)
         return G, H, None
@@ -514,17 +547,30 @@ class LabelParty:
         shape = (m, d, self.proto.params.width, outputs)
         return G.reshape(shape), H.reshape(shape)
 
-    def _decrypted(self, cts: np.ndarray, m: int, d: int):
-        b = self.proto.params.width
-        n_sums = m * d * b
+    def _decrypted(self, cts: np.ndarray, m: int, k: int):
+        """Party k's sent histogram decrypted: G, H [m, d_k, B, outputs] and the count N [m, d_k, B] of every bin
+        (zeros beyond a feature's bins)."""
+        b, outputs = self.proto.params.width, self.packing.outputs
+        starts, per_node = bin_layout(self.n_cuts_of[k])
         plain = self.he.decrypt(self.he.from_bytes(cts))
-        sums = unpack_compressed(plain, n_sums, self.capacity, self.packing.bits)
-        G = np.zeros(n_sums, dtype=np.int64)
-        H = np.zeros(n_sums, dtype=np.int64)
+        sums = unpack_compressed(plain, m * per_node, self.capacity, self.packing.bits)
+        if len(sums) != m * per_node:
+            raise ValueError(f"party {k} sent {len(sums)} bin sums for {m} nodes; {m * per_node} were asked for")
+        d = len(starts)
+        G = np.zeros((m, d, b, outputs), dtype=np.int64)
+        H = np.zeros((m, d, b, outputs), dtype=np.int64)
+        N = np.zeros((m, d, b), dtype=np.int64)
+        sizes = np.asarray(self.n_cuts_of[k], dtype=np.int64) + 1
+        node_i = np.repeat(np.arange(m), per_node)
+        feat_i = np.tile(np.repeat(np.arange(d), sizes), m)
+        bin_i = np.tile(np.concatenate([np.arange(s) for s in sizes]) if d else np.zeros(0, np.int64), m)
         for i, s in enumerate(sums):
             if s:
-                G[i], H[i], _ = self.packing.unpack(s)
-        return G.reshape(m, d, b, 1), H.reshape(m, d, b, 1)
+                g, h, c = self.packing.unpack(s)
+                G[node_i[i], feat_i[i], bin_i[i]] = g
+                H[node_i[i], feat_i[i], bin_i[i]] = h
+                N[node_i[i], feat_i[i], bin_i[i]] = c
+        return G, H, N
 
     def _route(self, node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
         k = int(self.party_of[s.feature])
