@@ -294,6 +294,18 @@ class Method:
         return None
 
     @classmethod
+    def behaviour_components(cls, options: dict[str, Any]) -> list[str]:
+        """Behaviour components (vflbench.runs.behaviour) a run of this method uses beyond ``method.NAME``, by its
+        options (SecureBoost under Paillier: its packing)."""
+        return []
+
+    @classmethod
+    def libraries(cls, options: dict[str, Any]) -> list[str]:
+        """Libraries whose version the run's numbers depend on (their versions enter the key: XGBoost's for gbdt
+        and for SecureBoost's sketch binning)."""
+        return []
+
+    @classmethod
     def settings_refusal(cls, settings: dict[str, Any]) -> str | None:
         """Why this method cannot run with these run settings (checked when a run is resolved); None: it can."""
         return None

@@ -32,7 +32,9 @@ TREE_OPTIONS = (
         int,
         0,
         "histogram bins per feature (0: 256; secureboost under Paillier: 32)",
-        check=lambda v: None if v == 0 or 2 <= v <= 65_535 else "0 (the default) or 2 .. 65535: a feature needs two bins to split",
+        check=lambda v: (
+            None if v == 0 or 2 <= v <= 65_535 else "0 (the default) or 2 .. 65535: a feature needs two bins to split"
+        ),
     ),
     Option("reg_lambda", float, 1.0, "L2 penalty lambda on the leaf values", check=_at_least(0.0)),
     Option("gamma", float, 0.0, "the least gain a split needs (XGBoost's min_split_loss)", check=_at_least(0.0)),

@@ -27,6 +27,11 @@ class GBDT(TreeMethod):
     name, display = "gbdt", "GBDT (central)"
     paper = "XGBoost (Chen & Guestrin, KDD 2016): the central reference, not VFL"
     runtime_refusal = "gbdt is the central reference: every block in one place, no parties"
+
+    @classmethod
+    def libraries(cls, options):
+        return ["xgboost"]  # its booster
+
     option_specs = (
         *TREE_OPTIONS,
         Option(

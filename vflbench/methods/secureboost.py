@@ -99,6 +99,14 @@ class SecureBoost(TreeMethod):
     )
 
     @classmethod
+    def behaviour_components(cls, options):
+        return ["method.secureboost.paillier"] if options.get("encryption") == "paillier" else []
+
+    @classmethod
+    def libraries(cls, options):
+        return ["xgboost"] if options.get("binning") == "sketch" else []  # its sketch bins each party's columns
+
+    @classmethod
     def loss_refusal(cls, options):
         """SecureBoost goes on without a lost party: from the tree it is lost at, its block is missing for every
         sample (its features split no node, its rows take the defaults); a party lost while a tree grows has that

@@ -158,10 +158,21 @@ def versions() -> dict[str, str]:
             out[name] = loaded.__version__ if loaded is not None else version(name)
         except PackageNotFoundError:  # pragma: no cover
             pass
+    # the trees' libraries (XGBoost's booster and sketch; Paillier's keys and arithmetic): recorded in every manifest,
+    # "absent" where the trees extra is not installed
+    from ..runs.behaviour import library_version
+
+    out["xgboost"] = library_version("xgboost")
+    for name in ("phe", "gmpy2"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
     out["vflbench"] = __version__
     out["cpu"] = cpu_model()
     out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the ISA of torch's CPU kernels (AVX2, AVX512)
     keys = ("python", "platform", "torch", "numpy", "pandas", "scikit-learn", "vflbench", "torchvision")
+    keys += ("xgboost", "phe", "gmpy2")
     return {k: out[k] for k in (*keys, "cpu", "cpu_capability") if k in out}
 
 

@@ -72,6 +72,14 @@ COMPONENTS: dict[str, Component] = {
         ),
         "a secureboost run whose encoded table holds an embedded categorical column",
     ),
+    "method.secureboost.paillier": Component(
+        2,
+        (
+            "2 (2026-11-28): the g/h packing is public (from the row count alone) and a histogram packs every bin of "
+            "every feature and only those: the trees are the same, the bytes sent and the Paillier timings move",
+        ),
+        "a secureboost run with encryption=paillier",
+    ),
     "partitioner.importance": Component(
         2,
         ("2 (2026-11-27, for the change of 2026-11-27): one feature for each party first, then the Dirichlet shares",),
@@ -80,6 +88,28 @@ COMPONENTS: dict[str, Component] = {
 }
 
 DEFAULT_VERSION = 1
+
+# Libraries whose version a run's numbers depend on, with the version each had when it entered the keys (the version
+# every run recorded before then used, pinned in constraints.txt). A run under another version of one records it as
+# ``library.NAME`` and keys it, so that a resumed sweep never takes a run of one version for a run of another; at
+# the version below nothing enters the key (as a component at version 1).
+LIBRARIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # name: (version when keyed from, distributions that provide it)
+    "xgboost": ("3.2.0", ("xgboost-cpu", "xgboost")),
+}
+
+
+def library_version(name: str) -> str:
+    """The installed version of library ``name`` (from package metadata: nothing is imported), or "absent"."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    for dist in LIBRARIES[name][1]:
+        try:
+            return dist_version(dist)
+        except PackageNotFoundError:
+            continue
+    return "absent"
 
 
 def version(component: str) -> int:
@@ -94,35 +124,49 @@ def used(
     embeds: bool = False,
     large_files: bool = False,
     down_defended: bool = False,
-) -> dict[str, int]:
-    """Every component a run uses, with its version (what its manifest records)."""
-    names = [f"method.{method}", f"partitioner.{partitioner}", f"runtime.{runtime}"]
+    extra: list[str] = (),
+    libraries: list[str] = (),
+) -> dict[str, int | str]:
+    """Every component a run uses, with its version (what its manifest records); ``extra``: the method's own
+    components by its options; ``libraries``: the libraries its numbers depend on, as ``library.NAME`` with their
+    installed versions."""
+    names = [f"method.{method}", f"partitioner.{partitioner}", f"runtime.{runtime}", *extra]
     if down_defended:
         names.append("compression.down_defended")
     if large_files:
         names.append("data.reading.large")
     if embeds:
         names += ["data.encoding.embedding", f"method.{method}.embedded"]
-    return {n: version(n) for n in sorted(names)}
+    out: dict[str, int | str] = {n: version(n) for n in sorted(names)}
+    out.update({f"library.{lib}": library_version(lib) for lib in sorted(libraries)})
+    return out
 
 
-def keyed(components: dict[str, int]) -> dict[str, int]:
-    """What enters the run key: the components above version 1."""
-    return {n: v for n, v in sorted(components.items()) if v > DEFAULT_VERSION}
+def baseline(name: str) -> int | str:
+    """What a manifest that does not record ``name`` ran with: version 1, or a library's version when keys began."""
+    return LIBRARIES[name[8:]][0] if name.startswith("library.") else DEFAULT_VERSION
+
+
+def keyed(components: dict[str, int | str]) -> dict[str, int | str]:
+    """What enters the run key: the components above version 1, and the libraries not at their keyed-from version."""
+    return {n: v for n, v in sorted(components.items()) if v != baseline(n)}
 
 
 def explain(recorded: dict[str, Any] | None, current: dict[str, int]) -> list[str]:
     """Why a recorded run's key moved, in words: each component whose version is not the one it was recorded with
     (a manifest from before this table records none: every component at version 1)."""
-    rec = {k: int(v) for k, v in (recorded or {}).items()}
+    rec = {k: (v if str(k).startswith("library.") else int(v)) for k, v in (recorded or {}).items()}
     out = []
     for n, v in sorted(current.items()):
-        was = rec.get(n, DEFAULT_VERSION)
+        was = rec.get(n, baseline(n))
         if was != v:
+            if n.startswith("library."):
+                out.append(f"{n} {was} -> {v}: another version of the library")
+                continue
             c = COMPONENTS.get(n)
             why = next((h for h in (c.history if c else ()) if h.startswith(f"{v} ")), "")
             out.append(f"{n} {was} -> {v}" + (f": {why.split(': ', 1)[-1]}" if why else ""))
     for n, was in sorted(rec.items()):
-        if n not in current and was > DEFAULT_VERSION:
+        if n not in current and was != baseline(n):
             out.append(f"{n} {was} -> not used")
     return out

@@ -100,7 +100,7 @@ class ResolvedRun:
         default_factory=dict
     )  # every declared setting's canonical value (vflbench.runs.settings)
     # the components the run uses, with their behaviour versions (vflbench.runs.behaviour; those above 1 are keyed)
-    behaviour: dict[str, int] = field(default_factory=dict)
+    behaviour: dict[str, int | str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from .settings import to_json, top_json
@@ -400,7 +400,16 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         defense is not None and getattr(defense, "name", "none") != "none"
     )
     return ResolvedRun(
-        behaviour=behaviour.used(cfg.method, partitioner, runtime, info.embeds, info.large_file, down_defended),
+        behaviour=behaviour.used(
+            cfg.method,
+            partitioner,
+            runtime,
+            info.embeds,
+            info.large_file,
+            down_defended,
+            mcls.behaviour_components(options),
+            mcls.libraries(options),
+        ),
         dataset=cfg.dataset,
         data_options=data_options,
         method=cfg.method,

@@ -81,6 +81,21 @@ def build(run: ResolvedRun, inputs: RunInputs) -> Method:
     return method
 
 
+def data_record(inputs: RunInputs) -> dict[str, Any]:
+    """The manifest's ``data``: the dataset's summary, with ``n_train`` and ``train_class_counts`` counting the rows
+    trained on (less a --train-samples subset's leftovers and the held-out validation rows; ``n_train_split``: the
+    split's training rows)."""
+    data = inputs.prep.data
+    y = inputs.train.y.cpu().numpy()
+    out = {**data.summary(), "checksums": data.checksums}
+    out["n_train_split"] = out["n_train"]
+    out["n_train"] = int(len(y))
+    out["train_class_counts"] = np.bincount(y, minlength=data.n_classes).tolist()
+    if inputs.y_val is not None:
+        out["n_validation"] = int(len(inputs.y_val))
+    return out
+
+
 def attack_truth(run: ResolvedRun, inputs: RunInputs):
     """What scores a run's attacks: the true training labels and each party's plain block (None: no attack)."""
     from .attacking import attack_specs
@@ -231,7 +246,7 @@ def record(
         "device_reason": inputs.device_reason,
         "threads": torch.get_num_threads(),
         "versions": versions(),
-        "data": {**prep.data.summary(), "checksums": prep.data.checksums},
+        "data": data_record(inputs),
         "partition": prep.partition.describe(),
         "seeds": {
             "run_seed": run.seed,
