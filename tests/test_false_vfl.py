@@ -161,9 +161,18 @@ def test_variant_ii_adds_the_mask_likelihood():
     assert active[m2.psi_ids].all() and active[m2.dec_ids].all()  # missing blocks are drawn from every decoder
 
 
+# How far the trained parameters of two otherwise equal runs may be apart when only the float rounding of their
+# kernels differs (docs/DEVELOPMENT.md, "Reproducibility"): measured on 2026-11-28, this run on one thread with
+# torch's AVX512 kernels against its unvectorised ones (ATEN_CPU_CAPABILITY=default): mean |d| 1.4e-5, max 0.0038;
+# a run whose random streams differ (seed 1) is mean 0.061, max 0.71 apart.
+THREADS_MEAN_TOL, THREADS_MAX_TOL = 1e-3, 0.05
+
+
 def test_a_run_has_the_same_parameters_on_one_thread_and_on_two(monkeypatch):
     """FALSE-VFL's steps are large enough to take the worker's share of the cores (training.pipeline.LARGE_STEP):
-    that may not move a bit of the trained model."""
+    that may not change what is trained. Bit for bit on the AMD EPYC machines here; an Intel CPU's MKL splits a
+    matrix product's sums by thread and rounds them in another order, so the claim is a tolerance: float drift
+    (mean |d| 1.4e-5) passes, different random streams or data (mean |d| 0.06) fail."""
     from vflbench.runs.config import RunConfig, resolve
     from vflbench.training import pipeline
 
@@ -178,7 +187,8 @@ def test_a_run_has_the_same_parameters_on_one_thread_and_on_two(monkeypatch):
         _, manifest = pipeline.execute(run, device="cpu")
         assert manifest["threads"] == int(threads)
         got.append(kept[-1].store.flat.detach().clone())
-    assert torch.equal(got[0], got[1])
+    d = (got[0] - got[1]).abs()
+    assert d.mean() <= THREADS_MEAN_TOL and d.max() <= THREADS_MAX_TOL, (d.mean().item(), d.max().item())
 
 
 @pytest.mark.parametrize("masked", [False, True])
