@@ -125,7 +125,7 @@ def test_committed_numbers_do_not_move_while_their_key_stays(pattern, monkeypatc
     if run.key != m["run_key"]:  # a bump moved it: the gate explains it, and its numbers may differ
         why = behaviour.explain(m["config"].get("behaviour"), run.behaviour)
         assert why, f"{run_dir.name}: its key moved with no behaviour bump to explain it"
-        assert False, (
+        raise AssertionError(
             f"{run_dir.name}: key moved by {'; '.join(why)}: re-run this golden run under its new key and commit it "
             "(a golden run is never skipped)"
         )

@@ -6,7 +6,7 @@ learned default way (:mod:`vflbench.trees.secureboost`).
 ``encryption=none`` (the default) sends g and h in clear: the same trees as under Paillier (tested), at a fraction
 of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier would
 send for the same run (``secureboost.paillier_estimate``). ``encryption=paillier`` encrypts them (python-paillier
-keys, gmpy2 arithmetic, packed g/h/count, cipher compression, re-randomised histograms; two classes) and records the
+keys, gmpy2 arithmetic, packed g/h/count, cipher compression, re-randomised histograms; every class in one plaintext) and records the
 time of every operation. With every party in one process the trees equal the central algorithm's node for node.
 """
 
@@ -49,7 +49,7 @@ class SecureBoost(TreeMethod):
             str,
             "none",
             "none: g/h in clear (insecure: they reveal the labels; what Paillier would cost is in the manifest) | "
-            "paillier: encrypted, packed, summed homomorphically (two classes)",
+            "paillier: encrypted, packed, summed homomorphically (any number of classes: one plaintext a row)",
             choices=("none", "paillier"),
         ),
         Option(
