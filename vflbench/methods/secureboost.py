@@ -6,8 +6,8 @@ learned default way (:mod:`vflbench.trees.secureboost`).
 ``encryption=none`` (the default) sends g and h in clear: the same trees as under Paillier (tested), at a fraction
 of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier would
 send for the same run (``secureboost.paillier_estimate``). ``encryption=paillier`` encrypts them (python-paillier
-keys, gmpy2 arithmetic, packed g/h/count, cipher compression, re-randomised histograms; every class in one plaintext) and records the
-time of every operation. With every party in one process the trees equal the central algorithm's node for node.
+keys, gmpy2 arithmetic, every class's g/h and the count packed in one plaintext, cipher compression, re-randomised
+histograms) and records the time of every operation. With every party in one process the trees equal the central algorithm's node for node.
 """
 
 from __future__ import annotations
