@@ -7,7 +7,8 @@ learned default way (:mod:`vflbench.trees.secureboost`).
 of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier would
 send for the same run (``secureboost.paillier_estimate``). ``encryption=paillier`` encrypts them (python-paillier
 keys, gmpy2 arithmetic, every class's g/h and the count packed in one plaintext, cipher compression, re-randomised
-histograms) and records the time of every operation. With every party in one process the trees equal the central algorithm's node for node.
+histograms) and records the time of every operation. With every party in one process the trees equal the central
+algorithm's node for node.
 """
 
 from __future__ import annotations
