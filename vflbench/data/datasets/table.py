@@ -453,7 +453,12 @@ def read_source(name: str, opts: dict[str, Any], download: bool = True) -> Table
         return Table(name, train, test, sums, str(path))
     if scheme == "openml":
         return _openml(name, ref, opts, download)
-    raise VFLBenchError(f"Unknown table source '{scheme}:'; use csv:PATH or openml:ID.")
+    if scheme == "rdatasets":
+        from .rdatasets import read_rdataset
+
+        df, path, checksum = read_rdataset(ref)
+        return Table(name, df, None, {name: checksum}, str(path))
+    raise VFLBenchError(f"Unknown table source '{scheme}:'; use csv:PATH, openml:ID or rdatasets:PACKAGE/NAME.")
 
 
 def openml_kwargs(fetch, data_id: int, home, download: bool) -> dict[str, Any]:
@@ -499,7 +504,11 @@ def _openml(name: str, ref: str, opts: dict[str, Any], download: bool) -> Table:
 
 
 def file_checksum(name: str, opts: dict[str, Any]) -> str:
-    """The sha256 that goes into the run key (the table, and the test file when given)."""
+    """The sha256 that goes into the run key (the table, and the test file when given; an R package table's file)."""
+    if name.startswith("rdatasets:"):
+        from .rdatasets import rdataset_path
+
+        return sha256_file(rdataset_path(name.split(":", 1)[1]))
     if not name.startswith("csv:"):
         return ""
     path = table_path(name)
@@ -548,6 +557,15 @@ def probe_info(name: str, opts: dict[str, Any]) -> DatasetInfo:
 _SPECS: dict[str, Any] = {}
 
 
+def _rdatasets_here(name: str) -> bool:
+    from .rdatasets import rdataset_path
+
+    try:
+        return rdataset_path(name.split(":", 1)[1]).exists()
+    except VFLBenchError:
+        return False
+
+
 def table_spec(name: str):
     """A :class:`~vflbench.data.datasets.registry.DatasetSpec` for ``csv:PATH`` / ``openml:ID``."""
     from .registry import DatasetSpec
@@ -564,7 +582,11 @@ def table_spec(name: str):
             dict(DEFAULTS),
             dict(HELP),
             fetcher=lambda _dir, download: {},
-            available_fn=(lambda _dir: table_path(name).exists()) if scheme == "csv" else (lambda _dir: True),
+            available_fn=(lambda _dir: table_path(name).exists())
+            if scheme == "csv"
+            else (lambda _dir: _rdatasets_here(name))
+            if scheme == "rdatasets"
+            else (lambda _dir: True),
             prober=lambda opts: probe_info(name, opts),
         )
     return _SPECS[name]
