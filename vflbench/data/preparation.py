@@ -35,6 +35,8 @@ class Prepared:
         d = self.data
         ptr, pte = rng.permutation(len(d.y_train)), rng.permutation(len(d.y_test))
         d.x_train, d.y_train, d.x_test, d.y_test = d.x_train[ptr], d.y_train[ptr], d.x_test[pte], d.y_test[pte]
+        if getattr(d, "structural", None) is not None:  # which blocks each row has follows its row
+            d.structural = {"train": d.structural["train"][ptr], "test": d.structural["test"][pte]}
         self._stats.clear()
 
     def block_stats(self, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +64,36 @@ def prepare(
         except ValueError:
             opts[k] = v
     part = make_partition(pname, data.x_train.shape[1:], parties, streams.numpy("partition"), data=data, **opts)
+    if pname == "columns":
+        natural_missing_blocks(data, part)
     return Prepared(data, part, streams, {})
+
+
+def natural_missing_blocks(data: Dataset, part: Partition) -> None:
+    """A joined table split by named columns (a parties file): a row whose cells in all of one party's columns are
+    empty is that party's missing block, at training and at test, as the party's own file would give it (a party
+    that does not hold the row). ``data.structural`` ([n, K] per split: the party holds the row) takes it, on top of
+    an alignment's; cells empty inside a present block are imputed as before."""
+    empty = getattr(data, "empty_cells", None)
+    sources = getattr(data, "feature_sources", None)
+    if empty is None or not sources:
+        return
+    at = {c: i for i, c in enumerate(empty["columns"])}
+    cols = [sorted({at[sources[j]] for j in np.asarray(b).tolist() if sources[j] in at}) for b in part.blocks]
+    held = {
+        split: np.column_stack([~empty[split][:, c].all(1) if c else np.ones(len(empty[split]), bool) for c in cols])
+        for split in ("train", "test")
+    }
+    before = getattr(data, "structural", None)
+    if before is not None:
+        held = {split: held[split] & before[split] for split in held}
+    data.structural = held
+    data.preprocessing = {
+        **(data.preprocessing or {}),
+        "natural_missing_blocks": {
+            split: (~held[split]).sum(0).astype(int).tolist() for split in ("train", "test")
+        },
+    }
 
 
 def draw_masks(

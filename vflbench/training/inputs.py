@@ -79,7 +79,8 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
         for m in test_masks.values():
             m.observed = m.observed & structural["test"]
         train_masks.info["alignment"] = (
-            "blocks whose party does not hold the sample's ID are missing, under the drawn mask"
+            "blocks whose party does not hold the sample (its ID absent from its file, or all of its cells empty in a "
+            "joined table) are missing, under the drawn mask"
         )
     for s, m in test_masks.items():
         if not m.observed.any():

@@ -261,6 +261,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes)
     enc_opts = EncodingOptions.from_options(opts, f"{tab.label}: ")
     enc = encode(tab.label, X_df, feats, kinds, enc_opts, tr_idx, te_idx)
+    # which source cells were empty, before imputation: a party whose columns are all empty in a row has no block
+    # there (vflbench.data.preparation: natural missing blocks of a joined table)
+    empty = np.column_stack([X_df[c].isna().to_numpy() for c in feats])
     del X_df
     Xtr, Xte, sources, names = enc.x_train, enc.x_test, enc.sources, enc.names
     scaler = enc_opts.scaler
@@ -312,6 +315,7 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         }
     ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names, embedded=enc.embedded)
     ds.feature_sources = sources
+    ds.empty_cells = {"columns": list(feats), "train": empty[tr_idx], "test": empty[te_idx]}
     ds.preprocessing = prep
     ds.checksums = dict(tab.checksums)
     return ds
