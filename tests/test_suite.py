@@ -80,6 +80,7 @@ def test_a_joined_tables_empty_blocks_stay_missing_as_its_party_files_give_them(
         RunConfig(dataset=f"aligned:{spec}", data_options={"target": "label", "id": "ID", "align": "plain"},
                   **common)
     )  # fmt: skip
+    assert as_table.behaviour["data.natural_missing_blocks"] == 2  # a behaviour of its own: the key says so
     got = {}
     for name, run in (("table", as_table), ("files", as_files)):
         inp = prepare(run, "cpu")
@@ -101,4 +102,6 @@ def test_a_joined_tables_empty_blocks_stay_missing_as_its_party_files_give_them(
     m = _masks(next((tmp_path / "o").iterdir()))
     nat = m["data"]["preprocessing"]["natural_missing_blocks"]
     assert nat["train"][:2] == [0, 0] and nat["train"][2] + nat["test"][2] == (~insured).sum()
-    assert m["masks"]["test/none"]["observed_rate_per_block"][2] == pytest.approx(1 - nat["test"][2] / len(t_test), abs=1e-4)
+    assert m["masks"]["test/none"]["observed_rate_per_block"][2] == pytest.approx(
+        1 - nat["test"][2] / len(t_test), abs=1e-4
+    )

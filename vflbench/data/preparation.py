@@ -90,9 +90,7 @@ def natural_missing_blocks(data: Dataset, part: Partition) -> None:
     data.structural = held
     data.preprocessing = {
         **(data.preprocessing or {}),
-        "natural_missing_blocks": {
-            split: (~held[split]).sum(0).astype(int).tolist() for split in ("train", "test")
-        },
+        "natural_missing_blocks": {split: (~held[split]).sum(0).astype(int).tolist() for split in ("train", "test")},
     }
 
 

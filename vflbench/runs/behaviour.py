@@ -80,6 +80,14 @@ COMPONENTS: dict[str, Component] = {
         ),
         "a secureboost run with encryption=paillier",
     ),
+    "data.natural_missing_blocks": Component(
+        2,
+        (
+            "2 (2026-11-28): in a joined table split by a parties file, a row whose cells are all empty in one party's "
+            "columns is that party's missing block (they were imputed with medians and the most frequent levels)",
+        ),
+        "a run on a table split by a parties file where some row has every cell of a party empty",
+    ),
     "partitioner.importance": Component(
         2,
         ("2 (2026-11-27, for the change of 2026-11-27): one feature for each party first, then the Dirichlet shares",),
@@ -126,6 +134,7 @@ def used(
     down_defended: bool = False,
     extra: list[str] = (),
     libraries: list[str] = (),
+    natural_missing: bool = False,
 ) -> dict[str, int | str]:
     """Every component a run uses, with its version (what its manifest records); ``extra``: the method's own
     components by its options; ``libraries``: the libraries its numbers depend on, as ``library.NAME`` with their
@@ -133,6 +142,8 @@ def used(
     names = [f"method.{method}", f"partitioner.{partitioner}", f"runtime.{runtime}", *extra]
     if down_defended:
         names.append("compression.down_defended")
+    if natural_missing:
+        names.append("data.natural_missing_blocks")
     if large_files:
         names.append("data.reading.large")
     if embeds:

@@ -280,6 +280,22 @@ def resolve_partition(cfg: RunConfig, info, parties: int) -> tuple[str, dict[str
     return partitioner, partition_options
 
 
+def natural_missing_blocks(dataset: str, data_options, partitioner: str, partition_options, settings) -> bool:
+    """Whether a table split by a parties file has rows with every cell of a party empty: such a run takes those as
+    missing blocks (vflbench.data.preparation.natural_missing_blocks), a behaviour its key records."""
+    from ..data.datasets.registry import is_table_name
+
+    if partitioner != "columns" or not is_table_name(dataset):
+        return False
+    from ..data.preparation import prepare
+
+    prep = prepare(
+        dataset, data_options, int(settings["parties"]), partitioner, partition_options, int(settings["seed"])
+    )
+    counts = (prep.data.preprocessing or {}).get("natural_missing_blocks", {})
+    return any(int(v) > 0 for split in counts.values() for v in split)
+
+
 def resolve_stage_hp(
     cfg: RunConfig, mcls, stages, preset, base: dict, overrides: dict, proto, train_missing
 ) -> tuple[dict[str, HParams], dict[str, dict[str, str]]]:
@@ -409,6 +425,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             down_defended,
             mcls.behaviour_components(options),
             mcls.libraries(options),
+            natural_missing_blocks(cfg.dataset, data_options, partitioner, partition_options, settings),
         ),
         dataset=cfg.dataset,
         data_options=data_options,
