@@ -30,9 +30,10 @@ METHOD_MODULES = (
     "false_vfl",
     "gbdt",
     "secureboost",
+    "xgboost_codes",
 )
 """Import (and listing) order: the LASER-VFL paper's column order, then PBM-VFL, FedHSSL, FALSE-VFL, then the
-gradient-boosted trees (the central reference and SecureBoost)."""
+gradient-boosted trees (the central reference and SecureBoost), then the practitioner's yardstick (XGBoost on codes)."""
 
 
 @cache
