@@ -251,7 +251,8 @@ class SecureBoost(TreeMethod):
         m = self.model
         parts = {
             "server": {
-                "trees": [t.__dict__ for t in m.trees],
+                # a tree's leaf values as one array [nodes, outputs] (one tensor, not one per node)
+                "trees": [{**t.__dict__, "value": np.stack(t.value) if t.value else None} for t in m.trees],
                 "owner": self.label.owner,
                 "base": m.base,
                 "classes": self.c,
@@ -279,6 +280,7 @@ class SecureBoost(TreeMethod):
             for d in part["trees"]:
                 t = Tree()
                 t.__dict__.update(d)
+                t.value = [] if d["value"] is None else list(np.asarray(d["value"]))
                 trees.append(t)
             self.model = Model(Objective(int(part["classes"])), np.asarray(part["base"]), trees, params)
             self.nodes = sum(t.n_nodes for t in trees)
