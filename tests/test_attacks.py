@@ -238,7 +238,8 @@ def test_the_cli_run_records_attack_rows_table_and_plot(tmp_path):
     ],
 )
 def test_bad_attacks_are_refused_in_one_line_before_training(args, needle, tmp_path):
-    r, out = run_cli(tmp_path, "--dataset", "synthetic", "--epochs", "1", *args)
+    epochs = [] if args[1] in ("gbdt", "secureboost") else ["--epochs", "1"]  # (trees grow trees=N, not epochs)
+    r, out = run_cli(tmp_path, "--dataset", "synthetic", *epochs, *args)
     assert r.exit_code == 2 and needle in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not out.exists() or not any(out.rglob("results.csv"))

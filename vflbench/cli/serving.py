@@ -40,53 +40,15 @@ def serve(
     neural methods, one per tree level for SecureBoost (docs/SERVING.md)."""
     from pathlib import Path
 
-    if runtime not in ("inprocess", "processes"):
-        raise VFLBenchError(f"--runtime takes inprocess or processes, got {runtime!r}.")
-    if not 0 < deadline_ms <= 3_600_000:
-        raise VFLBenchError(f"--deadline-ms must be in (0, 3600000], got {deadline_ms:g}.")
-    if not 1 <= port <= 65535:
-        raise VFLBenchError(f"--port must be in 1..65535, got {port}.")
-    for flag, value, top in (
-        ("--net-latency", net_latency, 3_600_000),
-        ("--net-bandwidth", net_bandwidth, 1e9),
-        ("--batch-window-ms", batch_window_ms, 60_000),
-    ):
-        if not 0 <= value <= top:  # (NaN fails too)
-            raise VFLBenchError(f"{flag} must be in [0, {top:g}], got {value:g}.")
-    if not 1_024 <= max_request_bytes <= 1 << 31:
-        raise VFLBenchError(f"--max-request-bytes must be in [1024, {1 << 31}], got {max_request_bytes}.")
-    if not 1 <= max_request_rows <= 10_000_000:
-        raise VFLBenchError(f"--max-request-rows must be in [1, 10000000], got {max_request_rows}.")
-    if not 0 <= seed < 2**63:
-        raise VFLBenchError(f"--seed must be a non-negative integer below 2^63, got {seed}.")
+    check_flags(runtime, deadline_ms, port, net_latency, net_bandwidth, batch_window_ms, max_request_bytes,
+                max_request_rows, seed)  # fmt: skip
     from ..serving.app import Server, make_app
-    from ..serving.federation import InProcessParties, Link, ProcessParties, Served, parse_delays
+    from ..serving.federation import Link, ProcessParties
 
     run_path = Path(run_dir)
     parties = None
     try:
-        if runtime == "processes":
-            from ..serving.model_files import model_index
-
-            index = model_index(run_path)
-            served = Served(run_path, parts=["server"])
-            if not any(n.startswith("party_") for n in index["parts"]):
-                raise VFLBenchError(
-                    f"{served.run.method} has no party parts (the central reference): serve it in one process."
-                )
-            if served.method.trains_whole:
-                raise VFLBenchError(
-                    "gradient-boosted trees are served in one process for now (SecureBoost's prediction is rounds of "
-                    "queries to the parties' lookup tables); drop --runtime processes."
-                )
-            delays = parse_delays(delay, served.k)
-            parties = ProcessParties(run_path, served.k, delays, Link(net_latency, net_bandwidth), seed)
-            parties.start()
-            parties.wait_ready()
-        else:
-            served = Served(run_path)
-            delays = parse_delays(delay, served.k)
-            parties = InProcessParties(served, delays, Link(net_latency, net_bandwidth), seed)
+        served, parties, delays = federation(run_path, runtime, delay, Link(net_latency, net_bandwidth), seed)
         server = Server(
             served,
             parties,
@@ -116,3 +78,58 @@ def serve(
     finally:  # the party processes end with the server, whether it stops or fails to start
         if isinstance(parties, ProcessParties):
             parties.stop()
+
+
+def check_flags(runtime, deadline_ms, port, net_latency, net_bandwidth, batch_window_ms, max_request_bytes,
+                max_request_rows, seed) -> None:  # fmt: skip
+    """``vflbench serve``'s flags, each refused in one line when it cannot be."""
+    if runtime not in ("inprocess", "processes"):
+        raise VFLBenchError(f"--runtime takes inprocess or processes, got {runtime!r}.")
+    if not 0 < deadline_ms <= 3_600_000:
+        raise VFLBenchError(f"--deadline-ms must be in (0, 3600000], got {deadline_ms:g}.")
+    if not 1 <= port <= 65535:
+        raise VFLBenchError(f"--port must be in 1..65535, got {port}.")
+    for flag, value, top in (
+        ("--net-latency", net_latency, 3_600_000),
+        ("--net-bandwidth", net_bandwidth, 1e9),
+        ("--batch-window-ms", batch_window_ms, 60_000),
+    ):
+        if not 0 <= value <= top:  # (NaN fails too)
+            raise VFLBenchError(f"{flag} must be in [0, {top:g}], got {value:g}.")
+    if not 1_024 <= max_request_bytes <= 1 << 31:
+        raise VFLBenchError(f"--max-request-bytes must be in [1024, {1 << 31}], got {max_request_bytes}.")
+    if not 1 <= max_request_rows <= 10_000_000:
+        raise VFLBenchError(f"--max-request-rows must be in [1, 10000000], got {max_request_rows}.")
+    if not 0 <= seed < 2**63:
+        raise VFLBenchError(f"--seed must be a non-negative integer below 2^63, got {seed}.")
+
+
+def federation(run_path, runtime: str, delay: list[str], link, seed: int):
+    """``(served, parties, delays)``: the run loaded where the server predicts, and its parties (in this process, or
+    started as processes and up); a failure on the way stops the processes started."""
+    from ..serving.federation import InProcessParties, ProcessParties, Served, parse_delays
+
+    if runtime != "processes":
+        served = Served(run_path)
+        delays = parse_delays(delay, served.k)
+        return served, InProcessParties(served, delays, link, seed), delays
+    from ..serving.model_files import model_index
+
+    index = model_index(run_path)
+    served = Served(run_path, parts=["server"])
+    if not any(n.startswith("party_") for n in index["parts"]):
+        raise VFLBenchError(f"{served.run.method} has no party parts (the central reference): serve it in one process.")
+    if served.method.trains_whole:
+        raise VFLBenchError(
+            "gradient-boosted trees are served in one process for now (SecureBoost's prediction is rounds of "
+            "queries to the parties' lookup tables); drop --runtime processes."
+        )
+    delays = parse_delays(delay, served.k)
+    parties = ProcessParties(run_path, served.k, delays, link, seed)
+    try:
+        parties.start()
+        parties.wait_ready()
+    except BaseException:
+        parties.stop()
+        raise
+    return served, parties, delays

@@ -170,6 +170,8 @@ def read_parties_file(path: str | Path, k: int) -> dict[str, list[str]]:
         raise VFLBenchError(f"Parties file {p} is not valid YAML{at}: {getattr(e, 'problem', e)}; {fix}") from None
     except UnicodeDecodeError:
         raise VFLBenchError(f"Parties file {p} is not a text file; {fix}") from None
+    if isinstance(spec, dict) and isinstance(spec.get("parties"), dict) and "source" in spec:
+        spec = spec["parties"]  # a suite table's file (experiments/suite/NAME.yaml): its parties
     if not isinstance(spec, dict) or not spec:
         raise VFLBenchError(f"Parties file {p} must be a mapping; {fix}")
     out: dict[str, list[str]] = {}

@@ -280,6 +280,56 @@ def resolve_partition(cfg: RunConfig, info, parties: int) -> tuple[str, dict[str
     return partitioner, partition_options
 
 
+def run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings) -> dict:
+    """The components the run uses with their behaviour versions, and the libraries its numbers depend on
+    (vflbench.runs.behaviour)."""
+    runtime = str(settings.get("runtime", "inprocess"))
+    compress, defense = settings.get("compress"), settings.get("label_defense")
+    down_defended = bool(compress is not None and dict(getattr(compress, "params", ())).get("down")) and (
+        defense is not None and getattr(defense, "name", "none") != "none"
+    )
+    return behaviour.used(
+        cfg.method,
+        partitioner,
+        runtime,
+        info.embeds,
+        info.large_file,
+        down_defended,
+        mcls.behaviour_components(options),
+        mcls.libraries(options),
+        natural_missing_blocks(cfg.dataset, data_options, partitioner, partition_options, settings),
+    )
+
+
+def expand_suite(cfg: RunConfig) -> RunConfig:
+    """``suite:NAME`` as its long form (vflbench.data.datasets.suite): the table's source, its data options under
+    the user's, its parties file, and its number of parties unless the user gave one."""
+    if not str(cfg.dataset).startswith("suite:"):
+        return cfg
+    from ..data.datasets.suite import expand, read_suite_table
+
+    if cfg.partitioner not in (None, "columns"):
+        raise VFLBenchError(
+            f"{cfg.dataset} is split by its own parties file; drop --partitioner {cfg.partitioner} (or run its source "
+            "table by name)."
+        )
+    long = expand(read_suite_table(cfg.dataset.split(":", 1)[1]), dict(cfg.data_options))
+    settings = dict(cfg.settings)
+    if settings.get("parties") not in (None, long["parties"]):
+        raise VFLBenchError(
+            f"{cfg.dataset} has {long['parties']} parties (its parties file); drop --parties {settings['parties']}."
+        )
+    settings["parties"] = long["parties"]
+    return replace(
+        cfg,
+        dataset=long["dataset"],
+        data_options=long["data_options"],
+        partitioner="columns",
+        partition_options={**long["partition_options"], **dict(cfg.partition_options)},
+        settings=settings,
+    )
+
+
 def natural_missing_blocks(dataset: str, data_options, partitioner: str, partition_options, settings) -> bool:
     """Whether a table split by a parties file has rows with every cell of a party empty: such a run takes those as
     missing blocks (vflbench.data.preparation.natural_missing_blocks), a behaviour its key records."""
@@ -342,6 +392,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     from .protocols import get_protocol
 
     register_paths(cfg.path_bases)
+    cfg = expand_suite(cfg)
     spec = DATASETS.get(cfg.dataset)  # names that need no torch are checked before torch is imported
     proto = get_protocol(cfg.protocol, cfg.protocol_options).resolve(cfg.dataset)
     from ..core.catalog import check_method_name
@@ -410,23 +461,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     )
     if why := mcls.settings_refusal(settings):
         raise VFLBenchError(f"{mcls.display}: {why}.")
-    runtime = str(settings.get("runtime", "inprocess"))
-    compress, defense = settings.get("compress"), settings.get("label_defense")
-    down_defended = bool(compress is not None and dict(getattr(compress, "params", ())).get("down")) and (
-        defense is not None and getattr(defense, "name", "none") != "none"
-    )
     return ResolvedRun(
-        behaviour=behaviour.used(
-            cfg.method,
-            partitioner,
-            runtime,
-            info.embeds,
-            info.large_file,
-            down_defended,
-            mcls.behaviour_components(options),
-            mcls.libraries(options),
-            natural_missing_blocks(cfg.dataset, data_options, partitioner, partition_options, settings),
-        ),
+        behaviour=run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings),
         dataset=cfg.dataset,
         data_options=data_options,
         method=cfg.method,

