@@ -184,3 +184,41 @@ def test_the_suite_meets_its_criteria():
     assert sum(s["rows"] >= 30_000 for s in stats.values()) >= 4
     assert sum(s["classes"] > 2 for s in stats.values()) >= 4
     assert len({s["checksum"] for s in stats.values()}) == len(stats)
+
+
+def _suite_rows(values: dict) -> pd.DataFrame:
+    """Tidy rows of a hand-built suite: values[(dataset, method)] = one value per seed; binary tables carry AUPRC
+    (and accuracy), the multiclass one accuracy only."""
+    rows = []
+    for (ds, m), per_seed in values.items():
+        scored = "auprc" if ds != "multi" else "accuracy"
+        for seed, v in enumerate(per_seed):
+            for metric in ("accuracy", "auprc") if ds != "multi" else ("accuracy",):
+                rows.append(dict(run_id=f"{ds}_{m}_{seed}", dataset=ds, method=m, train_missing="none",
+                                 test_missing="none", seed=seed, metric=metric, epochs=10, status="ok",
+                                 value=v if metric == scored else 50.0))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_ranks_and_the_comparison_with_the_yardstick_by_hand():
+    """Three tables: A ahead of xgboost by 2 points on every seed of t1 and t2 (wins: a constant paired difference),
+    level on 'multi' (scored on accuracy, not AUPRC); B behind by 5, 5 and a noisy -0.17 (a tie). Ranks by hand: A
+    1.17 (1, 1, 1.5 tied), xgboost 1.83, B 3."""
+    from vflbench.results.across_tables import condition, scores
+
+    v = {}
+    for ds in ("t1", "t2", "multi"):
+        v[(ds, "xgboost")] = [60.0, 61.0, 62.0]
+        v[(ds, "A")] = [62.0, 63.0, 64.0] if ds != "multi" else [60.0, 61.0, 62.0]
+    v[("t1", "B")], v[("t2", "B")], v[("multi", "B")] = [55.0, 56.0, 57.0], [55.0, 56.0, 57.0], [61.0, 59.0, 62.5]
+    sc = scores(_suite_rows(v))
+    assert set(sc[sc["dataset"] == "multi"]["metric"]) == {"accuracy"} and set(sc[sc["dataset"] == "t1"]["metric"]) == {
+        "auprc"
+    }
+    c = condition(sc, "none", "none")
+    assert c.tables == 3
+    assert c.ranks["A"] == pytest.approx((1 + 1 + 1.5) / 3) and c.ranks["xgboost"] == pytest.approx((2 + 2 + 1.5) / 3)
+    assert c.ranks["B"] == pytest.approx(3.0)  # on 'multi' too: B's mean 60.83 is below the others' 61.0
+    assert c.versus.loc["A"].tolist()[:3] == [2, 1, 0] and c.versus.loc["A", "median_gap"] == pytest.approx(2.0)
+    assert c.versus.loc["B"].tolist()[:3] == [0, 1, 2] and c.versus.loc["B", "median_gap"] == pytest.approx(-5.0)
+    assert 0 <= c.friedman_p <= 1

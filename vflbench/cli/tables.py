@@ -1,4 +1,5 @@
-"""Commands that read results: `table` (a sweep's table, with a paper's numbers or statistics) and `plot`."""
+"""Commands that read results: `table` (a sweep's table, with a paper's numbers or statistics), `rank` (conclusions
+across a suite's tables) and `plot`."""
 
 from __future__ import annotations
 
@@ -89,6 +90,25 @@ def table(
         console.print(f"-> {out}")
     else:
         print(text, end="" if text.endswith("\n") else "\n")  # the table as the file holds it, byte for byte
+
+
+@app.command()
+@friendly
+def rank(
+    results: Path = typer.Argument(..., help="a sweep folder over many tables (e.g. results/suite)"),
+    reference: str = typer.Option("xgboost", help="the method every other is set against, paired over seeds"),
+    out: str | None = typer.Option(None, help="folder for ranks.csv, versus_REF.csv, CD diagrams (default: RESULTS)"),
+):
+    """Conclusions across tables: per training x test condition, each method's mean rank over the tables, Friedman's
+    test and a critical-difference diagram; each method's wins, ties and losses against --reference (paired over
+    seeds) and its median gap in points. A table's metric: AUPRC for a binary target, accuracy otherwise."""
+    from ..results.across_tables import report
+    from ..results.verdicts import display
+
+    folder = out_path(out) if out else Path(results)
+    text = report(Path(results), folder, reference, display)
+    print(text)
+    console.print(f"-> {folder / 'across_tables.md'}")
 
 
 @app.command()
