@@ -127,7 +127,8 @@ def report(results: Path, out: Path, reference: str = REFERENCE, display=lambda 
             )
             lines.append("|---|---|---|---|")
             for m, r in cond.versus.sort_values("median_gap", ascending=False).iterrows():
-                lines.append(f"| {display(m)} | {r.wins} / {r.ties} / {r.losses} | {r.median_gap:+.1f} | {r.tables} |")
+                wtl = f"{int(r.wins)} / {int(r.ties)} / {int(r.losses)}"
+                lines.append(f"| {display(m)} | {wtl} | {r.median_gap:+.1f} | {int(r.tables)} |")
             lines.append("")
         slug = f"train-{cond.train}_test-{cond.test}".replace(":", "")
         if cond.tables >= 5:
