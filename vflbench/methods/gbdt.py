@@ -43,6 +43,14 @@ class GBDT(TreeMethod):
             "controlled comparison of the two algorithms)",
             choices=("library", *BINNINGS),
         ),
+        Option(
+            "categorical",
+            str,
+            "partition",
+            "embedded categorical columns: partition (XGBoost's categorical splits, sets of levels) | codes (the "
+            "integer codes split as numbers, as the xgboost yardstick does)",
+            choices=("partition", "codes"),
+        ),
     )
     assumptions = (
         "XGBoost tree_method=hist, missing blocks as NaN (learned default directions), base_score = the weighted "
@@ -132,8 +140,9 @@ class GBDT(TreeMethod):
         return x
 
     def matrix(self, xgb, x: np.ndarray, **kw):
-        """XGBoost's DMatrix, with its categorical support for the embedded columns (partition splits over levels)."""
-        cats = set(self.embedded_columns())
+        """XGBoost's DMatrix, with its categorical support for the embedded columns (partition splits over levels;
+        ``categorical=codes``: their codes as numbers)."""
+        cats = set(self.embedded_columns()) if self.options.get("categorical", "partition") == "partition" else set()
         if not cats:
             return xgb.DMatrix(x, missing=np.nan, **kw)
         types = ["c" if j in cats else "q" for j in range(x.shape[1])]

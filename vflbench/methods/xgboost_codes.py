@@ -42,7 +42,7 @@ class XGBoostCodes(GBDT):
 
     def build(self) -> None:
         self.options = {**self.options, **YARDSTICK, "max_bin": 256, "reg_lambda": 1.0, "gamma": 0.0}
-        self.options.update(min_child_weight=1.0, binning="library")
+        self.options.update(min_child_weight=1.0, binning="library", categorical="codes")
         super().build()
 
     def fit_whole(self, blocks, y, observed, weights, progress):
