@@ -237,9 +237,10 @@ def test_gbdt_reads_an_embedded_column_as_levels_or_as_codes(tmp_path):
     df.to_csv(tmp_path / "t.csv", index=False)
     scores = {}
     for cat in ("partition", "codes"):
-        r = runner.invoke(app, ["run", "--dataset", f"csv:{tmp_path / 't.csv'}", "--data-opt", "target=y", "--parties",
-                                "2", "--method", "gbdt", "--method-opt", f"categorical={cat}", "--method-opt",
-                                "trees=30", "--test-missing", "none", "--quiet", "--out", str(tmp_path / cat)])  # fmt: skip
+        r = runner.invoke(app, ["run", "--dataset", f"csv:{tmp_path / 't.csv'}", "--data-opt", "target=y",
+                                "--parties", "3", "--method", "gbdt", "--method-opt", f"categorical={cat}",
+                                "--method-opt", "trees=30", "--test-missing", "none", "--quiet", "--out",
+                                str(tmp_path / cat)])  # fmt: skip
         assert r.exit_code == 0, r.output
         res = pd.read_csv(next((tmp_path / cat).rglob("results.csv")))
         scores[cat] = res.set_index("metric")["value"]["auprc"]
