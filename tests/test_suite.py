@@ -245,3 +245,28 @@ def test_gbdt_reads_an_embedded_column_as_levels_or_as_codes(tmp_path):
         res = pd.read_csv(next((tmp_path / cat).rglob("results.csv")))
         scores[cat] = res.set_index("metric")["value"]["auprc"]
     assert scores["partition"] != scores["codes"]
+
+
+@pytest.mark.integration  # a local Ray cluster (most of a minute on two cores): make test-slow
+def test_a_slice_of_the_suite_sweeps_on_ray_as_it_does_here(tmp_path):
+    """experiments/suite.yaml sharded over a local Ray cluster gives the runs and numbers of the local executor."""
+    ray = pytest.importorskip("ray")
+    from pathlib import Path
+
+    exp = str(Path(__file__).resolve().parents[1] / "experiments" / "suite.yaml")
+    slice_ = ["--methods", "xgboost", "--datasets", "suite:credit_scoring,suite:stackoverflow", "--seeds", "0",
+              "--train-missing", "none"]  # fmt: skip
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        r = runner.invoke(app, ["sweep", exp, *slice_, "--out", str(tmp_path / "ray"), "--executor", "ray"])
+    finally:
+        ray.shutdown()
+    assert r.exit_code == 0, r.output
+    here = runner.invoke(app, ["sweep", exp, *slice_, "--out", str(tmp_path / "here")])
+    assert here.exit_code == 0, here.output
+    a, b = (
+        pd.read_csv(tmp_path / d / "results.csv").sort_values(["run_id", "test_missing", "metric"])
+        for d in ("ray", "here")
+    )
+    assert a["run_id"].nunique() == 2 and a["run_id"].tolist() == b["run_id"].tolist()
+    assert a["value"].tolist() == b["value"].tolist()
