@@ -299,3 +299,26 @@ def _execute_with_bar(p, name: str, workers, device, executor, address, threads,
             pack=pack,
         )
     return records, failures, diverged
+
+
+@app.command()
+@friendly
+def gather(
+    results: str = typer.Argument(..., metavar="FOLDER", help="a sweep folder (with runs/)"),
+):
+    """Fold a sweep folder's finished runs into one tidy results.csv and one manifests.jsonl (a line a run: its
+    manifest and its own rows, checked by their sha256), and remove their run folders. Every reader (vflbench table,
+    rank, a resumed sweep) reads the gathered folder as it read the run folders; a run folder holding more than its
+    two files (a saved model) is left."""
+    from pathlib import Path
+
+    from ..results.outputs import GATHERED
+    from ..results.outputs import gather as gather_runs
+
+    folder = Path(results)
+    if not folder.is_dir():
+        raise VFLBenchError(f"{folder} is not a folder; give a sweep folder (with runs/).")
+    n, left = gather_runs(folder)
+    console.print(f"gathered {n} run(s) -> {folder / GATHERED}, {folder / 'results.csv'}", highlight=False)
+    if left:
+        console.print(f"left as folders: {len(left)}: " + "; ".join(left[:5]) + (" ..." if len(left) > 5 else ""))

@@ -25,6 +25,7 @@ from ..core.errors import TrainingDiverged, VFLBenchError
 from ..results.outputs import (
     atomic_write_text,
     finished_results,
+    gathered_runs,
     read_results_texts,
     run_finished,
     versions,
@@ -493,8 +494,11 @@ def finalize(p: SweepPlan, records: list[dict[str, Any]], wall: float) -> pd.Dat
                 # a subset invocation (--seeds, --methods, --train-missing ...) adds to the folder's runs
                 # (a run whose folder is gone is no longer the folder's: e.g. one superseded after a behaviour bump,
                 # vflbench.runs.behaviour, and removed)
+                gathered = gathered_runs(p.out)  # (runs folded into manifests.jsonl are the folder's too)
                 earlier_ids = [
-                    r for r in old.get("run_ids") or [] if isinstance(r, str) and (p.out / "runs" / r).is_dir()
+                    r
+                    for r in old.get("run_ids") or []
+                    if isinstance(r, str) and ((p.out / "runs" / r).is_dir() or r in gathered)
                 ]
         except (OSError, ValueError):
             previous = []

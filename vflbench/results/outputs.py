@@ -108,13 +108,51 @@ def run_finished(run_dir: Path) -> tuple[bool, str | None]:
     return data is not None, why
 
 
+GATHERED = "manifests.jsonl"  # a gathered sweep's runs: one JSON line each (vflbench gather)
+
+
+def gathered_runs(folder: Path) -> dict[str, dict]:
+    """The runs of a gathered sweep folder (``<folder>/manifests.jsonl``): run id -> ``{"manifest": ...,
+    "results_csv": the run's own CSV text}`` (read once per version of the file)."""
+    path = Path(folder) / GATHERED
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return {}
+    cached = _GATHERED.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    runs: dict[str, dict] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            runs[rec["run_id"]] = rec
+        except (ValueError, KeyError, TypeError):
+            raise VFLBenchError(f"{path}: line {n} is not a gathered run; gather the folder again.") from None
+    _GATHERED[str(path)] = (stamp, runs)
+    return runs
+
+
+_GATHERED: dict[str, tuple[int, dict]] = {}
+
+
 def finished_results(run_dir: Path) -> tuple[bytes | None, str | None]:
     """A finished run's ``results.csv`` as bytes, read once and checked as :func:`run_finished` says
-    (else None, and why not)."""
+    (else None, and why not). A run gathered into its sweep's ``manifests.jsonl`` is read from there, checked
+    against the same sha256."""
     run_dir = Path(run_dir)
     man = run_dir / "manifest.json"
     if not man.exists():
-        return None, None
+        rec = gathered_runs(run_dir.parent.parent).get(run_dir.name) if run_dir.parent.name == "runs" else None
+        if rec is None:
+            return None, None
+        data = rec["results_csv"].encode()
+        want = (rec["manifest"].get("results_file") or {}).get("sha256")
+        if want and hashlib.sha256(data).hexdigest() != want:
+            return None, f"its rows in {GATHERED} do not match the sha256 recorded in its manifest"
+        return data, None
     try:
         rec = json.loads(man.read_text()).get("results_file")
     except (OSError, ValueError):
@@ -283,3 +321,46 @@ def _inferred_as_each_file_alone(df, bodies: list[bytes]) -> bool:
         if not np.bincount(segment, weights=hit, minlength=len(bodies)).all():
             return False
     return True
+
+
+def gather(folder: Path) -> tuple[int, list[str]]:
+    """Fold a sweep folder's finished run folders (``runs/<id>/manifest.json`` and ``results.csv``) into
+    ``manifests.jsonl`` (one line a run: its manifest and its CSV's text, keyed by run id; a run gathered before is
+    replaced) and the tidy ``results.csv`` of every gathered run, then remove those run folders. A run folder
+    holding anything else (a saved model, predictions) or not finished is left where it is. Returns the number of
+    runs gathered now and the folders left, with why."""
+    import shutil
+
+    folder = Path(folder)
+    runs_dir = folder / "runs"
+    records = dict(gathered_runs(folder))
+    now, left, done_dirs = 0, [], []
+    for d in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if not d.is_dir():
+            continue
+        extra = sorted(p.name for p in d.iterdir() if p.name not in ("manifest.json", "results.csv"))
+        data, why = finished_results(d)
+        if data is None:
+            left.append(f"{d.name} ({why or 'not finished'})")
+            continue
+        if extra:
+            left.append(f"{d.name} (it also holds {', '.join(extra)})")
+            continue
+        records[d.name] = {
+            "run_id": d.name,
+            "manifest": json.loads((d / "manifest.json").read_text()),
+            "results_csv": data.decode(),
+        }
+        done_dirs.append(d)
+        now += 1
+    lines = [json.dumps(records[k], sort_keys=True, default=json_default) for k in sorted(records)]
+    atomic_write_text(folder / GATHERED, "\n".join(lines) + ("\n" if lines else ""))
+    _GATHERED.pop(str(folder / GATHERED), None)
+    if records:
+        df = read_results_texts([r["results_csv"].encode() for _, r in sorted(records.items())])
+        atomic_write_text(folder / "results.csv", df.to_csv(index=False))
+    for d in done_dirs:  # only once the runs are safe in manifests.jsonl
+        shutil.rmtree(d)
+    if runs_dir.is_dir() and not any(runs_dir.iterdir()):
+        runs_dir.rmdir()
+    return now, left

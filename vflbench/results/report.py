@@ -101,11 +101,11 @@ def load_results(path: str | Path) -> pd.DataFrame:
     import json
     import warnings
 
-    from .outputs import finished_results, read_results_csv, read_results_texts
+    from .outputs import finished_results, gathered_runs, read_results_csv, read_results_texts
 
     p = Path(path)
     if p.is_dir():
-        runs = p / "runs" if (p / "runs").is_dir() else p
+        runs = p / "runs" if ((p / "runs").is_dir() or gathered_runs(p)) else p
         meta = {}
         if (p / "sweep.json").exists():
             try:
@@ -113,7 +113,9 @@ def load_results(path: str | Path) -> pd.DataFrame:
             except (OSError, ValueError):
                 meta = {}
         ids = meta.get("run_ids") or sorted(
-            d.name for d in runs.iterdir() if (d / "manifest.json").exists() or (d / "results.csv").exists()
+            {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "manifest.json").exists()}
+            | {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "results.csv").exists()}
+            | set(gathered_runs(p))
         )
         texts, dropped = [], []
         for rid in ids:
