@@ -133,7 +133,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
                 stacklevel=2,
             )
         if not texts:
-            if (p / "results.csv").exists() and not ids:
+            if (p / "results.csv").exists():  # the folder's table without its runs (e.g. a GPU sweep's, committed)
                 return load_results(p / "results.csv")
             raise VFLBenchError(
                 f"No results under {path}: expected runs/*/results.csv (finished runs) or a results.csv."
