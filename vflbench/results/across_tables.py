@@ -100,6 +100,40 @@ def conditions(sc: pd.DataFrame, reference: str = REFERENCE) -> list[Condition]:
     return [condition(sc, tr, te, reference) for tr, te in sorted(pairs)]
 
 
+def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
+    """What the sweep cost, from its runs' manifests (run folders or gathered): the runs' summed wall seconds, the
+    largest peak RSS, and the ``top`` costliest runs (dataset, method, training, seconds, peak RSS)."""
+    import json
+
+    from .outputs import gathered_runs
+
+    folder = Path(results)
+    mans = [r["manifest"] for r in gathered_runs(folder).values()]
+    runs = folder / "runs"
+    if runs.is_dir():
+        mans += [json.loads(p.read_text()) for p in sorted(runs.glob("*/manifest.json"))]
+    rows = [
+        {
+            "dataset": m["config"]["dataset"],
+            "method": m["config"]["method"],
+            "train_missing": m["config"].get("train_missing"),
+            "seed": (m["config"].get("settings") or {}).get("seed", 0),
+            "seconds": float(m["timings"].get("wall_s") or m["timings"].get("train_s", 0.0)),
+            "peak_rss_gb": float((m.get("memory") or {}).get("peak_rss_gb") or float("nan")),
+        }
+        for m in mans
+    ]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return {"runs": 0}, df
+    total = {
+        "runs": len(df),
+        "run_hours": round(float(df["seconds"].sum()) / 3600, 2),
+        "peak_rss_gb": round(float(df["peak_rss_gb"].max()), 2),
+    }
+    return total, df.sort_values("seconds", ascending=False).head(top).reset_index(drop=True)
+
+
 def report(results: Path, out: Path, reference: str = REFERENCE, display=lambda m: m) -> str:
     """Write ``ranks.csv``, ``versus_<reference>.csv``, ``scores.csv`` and one critical-difference diagram per
     condition under ``out``; return the Markdown of the ranks and of the comparison with the reference."""
@@ -145,6 +179,20 @@ def report(results: Path, out: Path, reference: str = REFERENCE, display=lambda 
             {"train_missing": cond.train, "test_missing": cond.test, "method": m, **r.to_dict()}
             for m, r in cond.versus.iterrows()
         ]
+    total, costliest = costs(results)
+    lines.append(
+        f"### Cost: {total['runs']} runs, {total.get('run_hours', 0)} hours of run time summed, the largest peak RSS "
+        f"{total.get('peak_rss_gb', 0)} GB"
+    )
+    lines.append("")
+    if len(costliest):
+        lines.append("| costliest runs | method | training | seconds | peak RSS (GB) |")
+        lines.append("|---|---|---|---|---|")
+        for r in costliest.itertuples():
+            lines.append(
+                f"| {r.dataset} | {display(r.method)} | {r.train_missing} | {r.seconds:.0f} | {r.peak_rss_gb:.2f} |"
+            )
+        lines.append("")
     pd.DataFrame(rank_rows).to_csv(out / "ranks.csv", index=False)
     pd.DataFrame(vs_rows).to_csv(out / f"versus_{reference}.csv", index=False)
     text = "\n".join(lines)
