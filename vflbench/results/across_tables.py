@@ -164,7 +164,7 @@ def report(results: Path, out: Path, reference: str = REFERENCE, display=lambda 
                 wtl = f"{int(r.wins)} / {int(r.ties)} / {int(r.losses)}"
                 lines.append(f"| {display(m)} | {wtl} | {r.median_gap:+.1f} | {int(r.tables)} |")
             lines.append("")
-        slug = f"train-{cond.train}_test-{cond.test}".replace(":", "")
+        slug = f"train-{cond.train}_test-{cond.test}".replace(":", "").replace(".", "")
         if cond.tables >= 5:
             complete = cond.means.dropna(axis=0, how="any")
             complete.columns = [display(m) for m in complete.columns]
