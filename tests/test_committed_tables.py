@@ -30,7 +30,8 @@ def test_a_committed_table_regenerates_with_the_bare_command(table, monkeypatch)
     assert (folder / "sweep.json").exists(), f"{table}: not a sweep folder; list it in BUILT_ELSEWHERE with its command"
     # a folder whose per-run manifests could not be committed (fmnist_gpu: see its README) is tabled from its
     # results.csv
-    target = folder if (folder / "runs").is_dir() else folder / "results.csv"
+    # a gathered folder (vflbench gather: manifests.jsonl) is read as its runs were
+    target = folder if (folder / "runs").is_dir() or (folder / "manifests.jsonl").exists() else folder / "results.csv"
     r = runner.invoke(app, ["table", str(target)])
     assert r.exit_code == 0, r.output
     assert r.stdout == (ROOT / table).read_text(), f"`vflbench table {target}` differs from {table}"

@@ -356,8 +356,13 @@ def gather(folder: Path) -> tuple[int, list[str]]:
     lines = [json.dumps(records[k], sort_keys=True, default=json_default) for k in sorted(records)]
     atomic_write_text(folder / GATHERED, "\n".join(lines) + ("\n" if lines else ""))
     _GATHERED.pop(str(folder / GATHERED), None)
-    if records:
-        df = read_results_texts([r["results_csv"].encode() for _, r in sorted(records.items())])
+    if records:  # in the sweep's order of runs (sweep.json), as the sweep wrote its results.csv
+        try:
+            order = json.loads((folder / "sweep.json").read_text()).get("run_ids") or []
+        except (OSError, ValueError):
+            order = []
+        ids = [r for r in dict.fromkeys(order) if r in records] + sorted(set(records) - set(order))
+        df = read_results_texts([records[r]["results_csv"].encode() for r in ids])
         atomic_write_text(folder / "results.csv", df.to_csv(index=False))
     for d in done_dirs:  # only once the runs are safe in manifests.jsonl
         shutil.rmtree(d)
