@@ -283,8 +283,10 @@ def test_a_gathered_sweep_reads_resumes_and_verifies_as_its_run_folders(tmp_path
               "--train-missing", "none"]  # fmt: skip
     assert runner.invoke(app, ["sweep", exp, *slice_, "--out", str(out)]).exit_code == 0
     before = pd.read_csv(out / "results.csv")
+    sweep_bytes = (out / "results.csv").read_bytes()
     r = runner.invoke(app, ["gather", str(out)])
     assert r.exit_code == 0 and "gathered 4 run(s)" in r.output, r.output
+    assert (out / "results.csv").read_bytes() == sweep_bytes  # the sweep's own table, byte for byte
     assert not (out / "runs").exists() and (out / "manifests.jsonl").exists()
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         "manifests.jsonl", "results.csv", "sweep.json", "table.md"]  # fmt: skip
