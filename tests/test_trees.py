@@ -644,3 +644,25 @@ def test_a_tree_method_refuses_one_bin_and_epochs_in_one_line(method, tmp_path):
         r = runner.invoke(app, ["run", "--dataset", "synthetic", "--method", method, *extra, "--out", str(tmp_path)])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (extra, r.output)
     assert not any(tmp_path.iterdir())
+
+
+def test_secureboost_bins_a_small_categorical_as_wide_as_its_codes_with_the_numbers_of_4096(tmp_path):
+    """In clear a categorical column's bins default to as many as the widest categorical's codes (at most 4,096):
+    every level keeps its own bin either way, so a 60-level column gives the numbers of max_cat_bin=4096, with
+    histograms 16 times narrower than 4,096 bins for every feature."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    lv = rng.integers(0, 60, n)
+    df = pd.DataFrame({"a": rng.standard_normal(n), "b": rng.standard_normal(n), "c": [f"L{v}" for v in lv]})
+    df["y"] = (rng.standard_normal(60)[lv] + df["a"] > 0).astype(int)
+    df.to_csv(tmp_path / "t.csv", index=False)
+    vals = {}
+    for tag, extra in (("auto", []), ("wide", ["--method-opt", "max_cat_bin=4096"])):
+        r = runner.invoke(app, ["run", "--dataset", f"csv:{tmp_path / 't.csv'}", "--data-opt", "target=y", "--parties",
+                                "3", "--method", "secureboost", "--method-opt", "trees=8", *extra, "--test-missing",
+                                "none,mcar:0.5", "--quiet", "--out", str(tmp_path / tag)])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        vals[tag] = pd.read_csv(next((tmp_path / tag).rglob("results.csv")))["value"].tolist()
+        man = json.loads(next((tmp_path / tag).rglob("manifest.json")).read_text())
+        assert man["extras"]["trees_grown"] == 8
+    assert vals["auto"] == vals["wide"]

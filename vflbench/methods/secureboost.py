@@ -35,6 +35,7 @@ from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
 PAILLIER_BINS = 32  # FATE's and FedTree's default: decryptions and upload grow with the bins
+CLEAR_CAT_BINS = 4096  # in clear, the most bins a categorical column gets by default (its B - 1 most frequent levels)
 
 
 @METHODS.register("secureboost")
@@ -191,10 +192,19 @@ class SecureBoost(TreeMethod):
         return list(self.model.history)
 
     def cat_bins(self) -> int:
-        """The bins of a categorical column (0: the run splits none by level)."""
+        """The bins of a categorical column (0: the run splits none by level). In clear, by default, as many as its
+        widest categorical's codes can take (every level then keeps a bin of its own, as under 4,096), at most 4,096:
+        a histogram is as wide as its widest feature, so a 51-level column need not make every feature 4,096 bins."""
         if not any(self.categorical_columns(k) for k in range(self.k)):
             return 0
-        return int(self.options["max_cat_bin"]) or (self.max_bin if self.options["encryption"] == "paillier" else 4096)
+        if int(self.options["max_cat_bin"]):
+            return int(self.options["max_cat_bin"])
+        if self.options["encryption"] == "paillier":
+            return self.max_bin
+        widest = max(
+            int(rows) for k in range(self.k) for _, rows, _ in (self.ctx.embedded[k] if self.ctx.embedded else [])
+        )
+        return min(CLEAR_CAT_BINS, max(widest, 2))
 
     def categorical_columns(self, k: int) -> list[int]:
         """Party k's embedded categorical columns (their codes), split by level sets (``categorical=partition``)."""
