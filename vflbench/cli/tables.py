@@ -98,6 +98,7 @@ def rank(
     results: Path = typer.Argument(..., help="a sweep folder over many tables (e.g. results/suite)"),
     reference: str = typer.Option("xgboost", help="the method every other is set against, paired over seeds"),
     out: str | None = typer.Option(None, help="folder for ranks.csv, versus_REF.csv, CD diagrams (default: RESULTS)"),
+    methods: str | None = typer.Option(None, help="rank only these methods (comma-separated; the reference joins)"),
 ):
     """Conclusions across tables: per training x test condition, each method's mean rank over the tables, Friedman's
     test and a critical-difference diagram; each method's wins, ties and losses against --reference (paired over
@@ -106,7 +107,10 @@ def rank(
     from ..results.verdicts import display
 
     folder = out_path(out) if out else Path(results)
-    text = report(Path(results), folder, reference, display)
+    from ..core.textlists import split_items
+
+    chosen = split_items(methods, "--methods", "laser,xgboost") if methods else None
+    text = report(Path(results), folder, reference, display, chosen)
     print(text)
     console.print(f"-> {folder / 'across_tables.md'}")
 

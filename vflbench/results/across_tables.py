@@ -134,13 +134,22 @@ def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
     return total, df.sort_values("seconds", ascending=False).head(top).reset_index(drop=True)
 
 
-def report(results: Path, out: Path, reference: str = REFERENCE, display=lambda m: m) -> str:
+def report(
+    results: Path, out: Path, reference: str = REFERENCE, display=lambda m: m, methods: list[str] | None = None
+) -> str:
     """Write ``ranks.csv``, ``versus_<reference>.csv``, ``scores.csv`` and one critical-difference diagram per
     condition under ``out``; return the Markdown of the ranks and of the comparison with the reference."""
     from .report import load_results
     from .stats import critical_difference
 
     sc = scores(load_results(results))
+    if methods:
+        unknown = sorted(set(methods) - set(sc["method"]))
+        if unknown:
+            raise VFLBenchError(
+                f"{results}: no run of {', '.join(unknown)}; its methods: {', '.join(sorted(set(sc['method'])))}."
+            )
+        sc = sc[sc["method"].isin([*methods, reference])]
     if sc.empty:
         raise VFLBenchError(f"{results}: no finished run to rank.")
     if reference not in set(sc["method"]):
