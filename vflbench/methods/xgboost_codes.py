@@ -42,12 +42,8 @@ class XGBoostCodes(GBDT):
 
     def build(self) -> None:
         self.options = {**self.options, **YARDSTICK, "max_bin": 256, "reg_lambda": 1.0, "gamma": 0.0}
-        self.options.update(min_child_weight=1.0, binning="library", categorical="codes")
+        self.options.update(min_child_weight=1.0, binning="library", categorical="codes")  # codes read as numbers
         super().build()
 
     def fit_whole(self, blocks, y, observed, weights, progress):
         return super().fit_whole(blocks, y, observed, np.ones(len(y)), progress)  # unweighted: XGBoost's default
-
-    def matrix(self, xgb, x: np.ndarray, **kw):
-        """Every column numeric: an embedded column's codes are numbers to split between."""
-        return xgb.DMatrix(x, missing=np.nan, **kw)

@@ -150,7 +150,7 @@ class Server:
             self.batches += 1
             self.last_answered = [int(k) for k in np.flatnonzero(used)]
             self.last_batch_at = time.time()
-            held = self.served.held[rows] & used[None, :]
+            held = self.served.mask(rows, used)
             at = 0
             for p in batch:
                 m = len(p.rows)

@@ -273,7 +273,7 @@ class Served:
         if received is not None:
             m.channel = ReplayChannel(self.k, received)
         idx = torch.as_tensor(rows, dtype=torch.long)
-        obs = torch.as_tensor(self.held[rows] & answered[None, :])
+        obs = torch.as_tensor(self.mask(rows, answered))
         m.store.begin()
         with torch.no_grad():
             p = m.predict(Batch(self.inputs.test.batch(idx, None), obs, None, idx, 0))
@@ -282,11 +282,16 @@ class Served:
         scores = None if p.scores is None else p.scores.float().cpu().numpy()
         return answers(p.preds.cpu().numpy(), p.valid.cpu().numpy(), scores, self.n_classes, self.positive)
 
+    def mask(self, rows: np.ndarray, answered: np.ndarray) -> np.ndarray:
+        """[len(rows), K]: the blocks a prediction of ``rows`` has (offline evaluation's, less the parties not
+        ``answered``): what the method predicts with, and each answer's ``parties``."""
+        return self.held[rows] & np.asarray(answered, dtype=bool)[None, :]
+
     def answer_bytes(self, n_rows: int) -> int:
         """The bytes of one party's answer to one round for ``n_rows`` rows (what the emulated link carries): its
         representations at the cut (float32), or for a tree method one bit per (row, tree) query."""
-        if self.method.trains_whole:
-            trees = len(getattr(getattr(self.method, "model", None), "trees", []) or [1])
+        if self.method.trains_whole:  # (gbdt has no federated trees: one bit a row)
+            trees = max(1, len(getattr(getattr(self.method, "model", None), "trees", None) or ()))
             return -(-n_rows * trees // 8)
         cut = int(self.manifest["config"]["model"].get("cut", 16))
         return n_rows * cut * 4
