@@ -45,7 +45,22 @@ TIME_COLUMNS = {
 
 
 def folders(root: Path) -> list[Path]:
-    return sorted({p.parent.parent.parent for p in root.rglob("runs/*/manifest.json")})
+    """The sweep folders under ``root``: those with run folders (``runs/*/manifest.json``) and gathered ones
+    (``manifests.jsonl``, vflbench gather)."""
+    runs = {p.parent.parent.parent for p in root.rglob("runs/*/manifest.json")}
+    return sorted(runs | {p.parent for p in root.rglob("manifests.jsonl")})
+
+
+def folder_runs(folder: Path) -> list[tuple[Path, dict, str | None]]:
+    """Every finished run of a sweep folder: (its run folder, its manifest, its CSV text when it is gathered)."""
+    from vflbench.results.outputs import gathered_runs
+
+    out = [(p.parent, json.loads(p.read_text()), None) for p in sorted(folder.glob("runs/*/manifest.json"))]
+    have = {d.name for d, _, _ in out}
+    for run_id, rec in sorted(gathered_runs(folder).items()):
+        if run_id not in have:
+            out.append((folder / "runs" / run_id, rec["manifest"], rec["results_csv"]))
+    return [(d, m, t) for d, m, t in out if m.get("status", "ok") == "ok" and "config" in m]
 
 
 def same(a, b) -> bool:
@@ -144,6 +159,17 @@ def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None, tolerance
     return diffs
 
 
+def gathered_baseline(text: str | None) -> Path | None:
+    """A gathered run's committed rows as a file to compare with (None: the run folder's results.csv)."""
+    if text is None:
+        return None
+    import tempfile
+
+    f = Path(tempfile.mkdtemp(prefix="gate-")) / "results.csv"
+    f.write_text(text)
+    return f
+
+
 def rerun_folders(dirs: list[Path], against: str | None) -> int:
     import subprocess
     import tempfile
@@ -201,8 +227,9 @@ def main() -> int:
 
     report, bad = {}, False
     for folder in folders(Path(a.root)):
-        manifests = [(p.parent, json.loads(p.read_text())) for p in sorted(folder.glob("runs/*/manifest.json"))]
-        manifests = [(d, m) for d, m in manifests if m.get("status", "ok") == "ok" and "config" in m]
+        runs = folder_runs(folder)
+        manifests = [(d, m) for d, m, _ in runs]
+        csv_text = {m["run_id"]: t for _, m, t in runs if t is not None}
         moved, explained = [], {}
         for _, m in manifests:
             run = resolve(config_from_manifest(m))
@@ -228,7 +255,7 @@ def main() -> int:
                     {
                         "rerun": m["run_id"],
                         "packed": "pack" in m,
-                        "diffs": rerun(m, d),
+                        "diffs": rerun(m, d, gathered_baseline(csv_text.get(m["run_id"]))),
                         "seconds": round(time.perf_counter() - t, 1),
                     }
                 )

@@ -308,3 +308,29 @@ def test_a_gathered_sweep_reads_resumes_and_verifies_as_its_run_folders(tmp_path
     (out / "manifests.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.warns(Warning, match="do not match the sha256"):
         assert load_results(out)["run_id"].nunique() == 3
+
+
+def test_gather_moves_the_runs_an_experiment_no_longer_asks_for_to_superseded(tmp_path):
+    """gather --experiment: a run made under an earlier default (here: a method the experiment dropped, the same
+    test as a changed default's old key) moves to superseded/, a gathered folder of its own that table reads; the
+    folder keeps exactly the experiment's runs."""
+    from pathlib import Path
+
+    from vflbench.results.report import load_results
+
+    exp = str(Path(__file__).resolve().parents[1] / "experiments" / "suite.yaml")
+    out = tmp_path / "s"
+    slice_ = ["--datasets", "suite:stackoverflow", "--seeds", "0", "--train-missing", "none"]
+    assert runner.invoke(app, ["sweep", exp, "--methods", "xgboost,gbdt", *slice_, "--out", str(out)]).exit_code == 0
+    narrow = tmp_path / "narrow.yaml"
+    text = Path(exp).read_text().replace(
+        "methods: [xgboost, gbdt, secureboost, local, svfl, ensemble, combinatorial, plug, laser, pbm]",
+        "methods: [xgboost]",
+    )
+    assert "methods: [xgboost]" in text
+    narrow.write_text(text)
+    r = runner.invoke(app, ["gather", str(out), "--experiment", str(narrow)])
+    assert r.exit_code == 0, r.output
+    assert set(load_results(out)["method"]) == {"xgboost"}
+    assert set(load_results(out / "superseded")["method"]) == {"gbdt"}
+    assert runner.invoke(app, ["table", str(out / "superseded")]).exit_code == 0

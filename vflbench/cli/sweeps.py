@@ -305,6 +305,12 @@ def _execute_with_bar(p, name: str, workers, device, executor, address, threads,
 @friendly
 def gather(
     results: str = typer.Argument(..., metavar="FOLDER", help="a sweep folder (with runs/)"),
+    experiment: str = typer.Option(
+        None,
+        "--experiment",
+        help="the folder's experiment file: runs it no longer asks for (made under an earlier default) move to "
+        "FOLDER/superseded/",
+    ),
 ):
     """Fold a sweep folder's finished runs into one tidy results.csv and one manifests.jsonl (a line a run: its
     manifest and its own rows, checked by their sha256), and remove their run folders. Every reader (vflbench table,
@@ -318,7 +324,13 @@ def gather(
     folder = Path(results)
     if not folder.is_dir():
         raise VFLBenchError(f"{folder} is not a folder; give a sweep folder (with runs/).")
-    n, left = gather_runs(folder)
+    keep = None
+    if experiment:
+        from ..grids.experiment import load_experiment
+        from ..grids.sweep import plan
+
+        keep = set(plan(load_experiment(experiment), folder).run_ids)
+    n, left = gather_runs(folder, keep)
     console.print(f"gathered {n} run(s) -> {folder / GATHERED}, {folder / 'results.csv'}", highlight=False)
     if left:
         console.print(f"left as folders: {len(left)}: " + "; ".join(left[:5]) + (" ..." if len(left) > 5 else ""))

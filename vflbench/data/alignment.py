@@ -45,7 +45,7 @@ HELP = {
     "align": "psi (private set intersection) | plain (IDs in clear; not private) (--align)",
     "test_size": "held-out fraction of the stratified split of the labelled samples",
     "split_seed": "random_state of the split",
-    "scaler": "standard | minmax | none (each party's numeric columns, fitted on the training samples)",
+    "scaler": "standard | minmax | quantile | none (each party's numeric columns, fitted on the training samples)",
     **OPTION_HELP,
 }
 

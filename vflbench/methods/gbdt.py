@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..trees.binning import BINNINGS, Cuts, fit_cuts
+from ..trees.target_statistics import level_statistics, ordered_target_statistics
 from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
@@ -46,10 +47,13 @@ class GBDT(TreeMethod):
         Option(
             "categorical",
             str,
-            "partition",
-            "embedded categorical columns: partition (XGBoost's categorical splits, sets of levels) | codes (the "
-            "integer codes split as numbers, as the xgboost yardstick does)",
-            choices=("partition", "codes"),
+            "codes",
+            "embedded categorical columns (over embed_above levels): codes (the integer codes split as numbers, as the "
+            "xgboost yardstick does; the default since the suite: results/suite_categorical) | partition (XGBoost's "
+            "categorical splits, sets of levels) | target (CatBoost's ordered target "
+            "statistics: each training row's level read as the smoothed mean label of the rows before it in one random "
+            "order, a test row's from every training row; one column per class above two)",
+            choices=("partition", "codes", "target"),
         ),
     )
     assumptions = (
@@ -70,6 +74,8 @@ class GBDT(TreeMethod):
             raise VFLBenchError("--method gbdt needs XGBoost: pip install xgboost-cpu (or xgboost).") from None
         o = self.options
         x = self.binned(self.categorical_codes(self.with_missing(blocks, observed)), fit=True)
+        if o.get("categorical") == "target":
+            x = self.target_statistics(x, y)
         params = {
             "tree_method": "hist",
             "max_depth": int(o["max_depth"]),
@@ -108,6 +114,8 @@ class GBDT(TreeMethod):
 
         obs = batch.obs.cpu().numpy().astype(bool)
         x = self.binned(self.categorical_codes(self.with_missing(self.party_columns(batch.blocks), obs)))
+        if self.options.get("categorical") == "target":
+            x = self.target_statistics(x)
         p = self.booster.predict(self.matrix(xgb, x))
         return np.stack([1 - p, p], 1) if self.c == 2 else p
 
@@ -122,6 +130,47 @@ class GBDT(TreeMethod):
             col = x[:, j]
             col[col == 0] = np.nan
         return x
+
+    TS_PRIOR_WEIGHT = 1.0  # CatBoost's default prior weight: a level seen n times is (sum + prior) / (n + 1)
+
+    def target_statistics(self, x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
+        """``categorical=target``: every embedded column replaced by its ordered target statistics (Prokhorenkova et
+        al. 2018), one column for a binary label (the positive class's) and one per class otherwise. Training (``y``
+        given): in one random order (the ``gbdt_ts`` stream), a row's value is (the labels of the earlier rows of its
+        level + a * prior) / (their count + a), so no row sees its own label; the level sums over every training
+        row are kept for prediction. A missing cell (NaN) stays missing."""
+        cols = self.embedded_columns()
+        if not cols:
+            return x
+        classes = [1] if self.c == 2 else list(range(self.c))
+        a = self.TS_PRIOR_WEIGHT
+        if y is not None:
+            y = np.asarray(y).astype(np.int64)
+            order = np.random.default_rng(self.ctx.streams.seed_for("gbdt_ts")).permutation(len(y))
+            self.ts = {"prior": [float(np.mean(y == k)) for k in classes], "tables": {}}
+
+            def order_of(seen: np.ndarray) -> np.ndarray:
+                """The random order restricted to the rows where the column is seen, as positions among them."""
+                rank = np.cumsum(seen) - 1
+                return rank[order[seen[order]]]
+
+        out = []
+        for j in cols:
+            col = x[:, j]
+            seen = ~np.isnan(col)
+            lev = np.where(seen, col, 0).astype(np.int64)
+            enc = np.full((len(col), len(classes)), np.nan)
+            if y is not None:
+                enc[seen], sums, counts = ordered_target_statistics(
+                    lev[seen], y[seen], order_of(seen), classes, self.ts["prior"], a
+                )
+                self.ts["tables"][j] = (sums, counts)
+            else:
+                sums, counts = self.ts["tables"][j]
+                enc[seen] = level_statistics(lev[seen], sums, counts, self.ts["prior"], a)
+            out.append(enc)
+        keep = [j for j in range(x.shape[1]) if j not in set(cols)]
+        return np.concatenate([x[:, keep], *out], axis=1)
 
     def binned(self, x: np.ndarray, fit: bool = False) -> np.ndarray:
         """With ``binning`` other than ``library``, the numeric columns as their bin codes (NaN stays missing) under
@@ -142,7 +191,7 @@ class GBDT(TreeMethod):
     def matrix(self, xgb, x: np.ndarray, **kw):
         """XGBoost's DMatrix, with its categorical support for the embedded columns (partition splits over levels;
         ``categorical=codes``: their codes as numbers)."""
-        cats = set(self.embedded_columns()) if self.options.get("categorical", "partition") == "partition" else set()
+        cats = set(self.embedded_columns()) if self.options.get("categorical", "codes") == "partition" else set()
         if not cats:
             return xgb.DMatrix(x, missing=np.nan, **kw)
         types = ["c" if j in cats else "q" for j in range(x.shape[1])]
@@ -153,6 +202,11 @@ class GBDT(TreeMethod):
         server = {"xgboost_json": bytes(self.booster.save_raw("json")), "nodes": self.nodes}
         if getattr(self, "cuts", None) is not None:  # binning=quantile|sketch: the cuts that code its inputs
             server["cuts"] = self.cuts.__dict__
+        if getattr(self, "ts", None) is not None:  # categorical=target: the level sums prediction reads
+            server["target_statistics"] = {
+                "prior": list(self.ts["prior"]),
+                "tables": {str(j): [s.tolist(), c.tolist()] for j, (s, c) in self.ts["tables"].items()},
+            }
         return {"server": server}
 
     def load_part(self, name, part):
@@ -164,6 +218,12 @@ class GBDT(TreeMethod):
             self.nodes = int(part["nodes"])
             if "cuts" in part:
                 self.cuts = Cuts(**part["cuts"])
+            if "target_statistics" in part:
+                t = part["target_statistics"]
+                self.ts = {
+                    "prior": [float(v) for v in t["prior"]],
+                    "tables": {int(j): (np.asarray(s), np.asarray(c)) for j, (s, c) in t["tables"].items()},
+                }
 
     def extras(self):
         return {"trees_grown": int(self.booster.num_boosted_rounds())} if hasattr(self, "booster") else {}

@@ -66,9 +66,10 @@ class SecureBoost(TreeMethod):
         Option(
             "categorical",
             str,
-            "partition",
-            "embedded categorical columns: partition (split by sets of levels, ordered by g/h per node, as LightGBM "
-            "and XGBoost do) | codes (binned as numbers)",
+            "codes",
+            "embedded categorical columns (over embed_above levels): codes (binned as numbers; the default since "
+            "the suite: results/suite_categorical) | partition (split by sets of levels, ordered by g/h per node, as "
+            "LightGBM and XGBoost do)",
             choices=("partition", "codes"),
         ),
         Option(

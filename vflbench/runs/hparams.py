@@ -9,7 +9,17 @@ from typing import Any
 from ..core.errors import VFLBenchError
 from ..core.limits import check
 
-HP_FIELDS = ("optimizer", "lr", "weight_decay", "momentum", "batch_size", "epochs", "schedule", "eta_min_ratio")
+HP_FIELDS = (
+    "optimizer",
+    "lr",
+    "weight_decay",
+    "momentum",
+    "batch_size",
+    "epochs",
+    "schedule",
+    "eta_min_ratio",
+    "patience",
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,10 @@ class HParams:
     epochs: int = 1
     schedule: str = "none"
     eta_min_ratio: float = 0.0
+    # early stopping (0: off, train every epoch): the method's last stage stops after this many epochs without a
+    # better validation score and keeps its best epoch's model (vflbench.training.monitors.EarlyStopping); the
+    # validation rows are the protocol's val_split (0.1 of the training rows when the run names none)
+    patience: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "") -> HParams:
@@ -50,6 +64,7 @@ class HParams:
                 momentum=_float(d.get("momentum") or 0.0, "momentum"),
                 schedule=str(d.get("schedule") or "none"),
                 eta_min_ratio=_float(d.get("eta_min_ratio") or 0.0, "eta_min_ratio"),
+                patience=_int(d.get("patience") or 0, "patience"),
             )
         except (TypeError, ValueError) as e:
             raise VFLBenchError(f"Bad hyper-parameter value{where}: {e}.") from None
@@ -72,11 +87,20 @@ class HParams:
             raise VFLBenchError(f"momentum must be in [0, 1){where}, got {self.momentum}.")
         if not math.isfinite(self.eta_min_ratio) or not 0 <= self.eta_min_ratio <= 1:
             raise VFLBenchError(f"eta_min_ratio must be in [0, 1]{where}, got {self.eta_min_ratio}.")
+        if self.patience < 0 or self.patience > self.epochs:
+            raise VFLBenchError(
+                f"patience must be in [0, epochs = {self.epochs}]{where} (0: no early stopping), got {self.patience}."
+            )
         if self.schedule not in ("none", "cosine"):
             raise VFLBenchError(f"Unknown schedule '{self.schedule}'{where}. Choices: none, cosine.")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The values; ``patience`` only when early stopping is on (so the keys of every run recorded before it
+        existed stay as they were)."""
+        d = asdict(self)
+        if not d["patience"]:
+            d.pop("patience")
+        return d
 
 
 MAX_EPOCHS = 100_000  # beyond this a typo, not an experiment (a run would not finish)

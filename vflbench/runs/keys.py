@@ -98,11 +98,20 @@ def keyed(values: dict[str, Any], defaults: dict[str, Any], v2: frozenset[str]) 
     return {k: v for k, v in values.items() if k in v2 or k not in defaults or v != defaults[k]}
 
 
-def method_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
+# Options that act on embedded categorical columns alone: a run without such a column is not keyed by them (their
+# default moved on 2026-11-28, partition -> codes, and a run they cannot change keeps its key)
+EMBEDDED_ONLY = {"gbdt": frozenset(["categorical"]), "secureboost": frozenset(["categorical"])}
+
+
+def method_options(method: str, values: dict[str, Any], embeds: bool = True) -> dict[str, Any]:
     from ..methods import METHODS
 
     defaults = {o.name: o.default for o in METHODS.get(method).option_specs} if method in METHODS else {}
-    return keyed(values, defaults, V2_METHOD_OPTIONS.get(method, frozenset()))
+    out = keyed(values, defaults, V2_METHOD_OPTIONS.get(method, frozenset()))
+    if not embeds:
+        for name in EMBEDDED_ONLY.get(method, ()):
+            out.pop(name, None)
+    return out
 
 
 def protocol(values: dict[str, Any]) -> dict[str, Any]:

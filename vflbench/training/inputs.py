@@ -37,6 +37,9 @@ class RunInputs:
     device_reason: str = ""  # why the run computes where it does (vflbench.runs.devices)
     # set to a dict to keep each test setting's per-sample predictions (preds, valid, scores, counted): --save-model
     predictions: dict | None = None
+    # the validation rows' training masks (the training mechanism on them, as drawn for every training row): what
+    # early stopping scores, so the model it keeps is chosen for the missingness it is trained under
+    val_train_obs: torch.Tensor | None = None
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
@@ -94,24 +97,10 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
             "lower the missing probability."
         )
     keep = np.arange(len(data.y_train))
-    val = y_val = None
+    val = y_val = val_train_obs = None
     val_masks: dict[str, Masks] = {}
     if proto.val_split > 0:
-        keep, val_idx = validation_split(run, train_masks, prep.streams.numpy("validation"))
-        val, y_val = BlockData(data.x_train[val_idx], prep.partition, dev), data.y_train[val_idx]
-        for s in run.test_missing:  # the test settings' mechanisms on the validation samples, each from its own stream
-            full = draw_masks(
-                prep,
-                s,
-                split="train",
-                stream=f"val_masks/{s}",
-                granularity=proto.test_granularity,
-                batch_size=bs,
-                all_missing=proto.all_missing,
-            )
-            full.observed = full.observed[val_idx]
-            val_masks[s] = full
-        train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
+        keep, val, y_val, val_train_obs, val_masks = hold_out_validation(run, prep, train_masks, dev)
     if n := run.settings.get("train_samples", 0):  # --train-samples: a uniform subset of what training would see
         if n > len(keep):
             raise VFLBenchError(
@@ -134,7 +123,45 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     )
     test = BlockData(data.x_test, prep.partition, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
-    return RunInputs(prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why)
+    return RunInputs(
+        prep,
+        dev,
+        train,
+        test,
+        data.y_test,
+        train_masks,
+        test_masks,
+        timings,
+        val,
+        y_val,
+        val_masks,
+        why,
+        val_train_obs=val_train_obs,
+    )
+
+
+def hold_out_validation(run: ResolvedRun, prep: Prepared, train_masks: Masks, dev):
+    """The protocol's ``val_split``: (training rows kept, validation blocks, labels, their training masks, the test
+    settings' masks on them, each from its own stream)."""
+    data, proto = prep.data, run.protocol
+    keep, val_idx = validation_split(run, train_masks, prep.streams.numpy("validation"))
+    val, y_val = BlockData(data.x_train[val_idx], prep.partition, dev), data.y_train[val_idx]
+    val_train_obs = torch.as_tensor(train_masks.observed[val_idx], device=dev)
+    val_masks: dict[str, Masks] = {}
+    for s in run.test_missing:
+        full = draw_masks(
+            prep,
+            s,
+            split="train",
+            stream=f"val_masks/{s}",
+            granularity=proto.test_granularity,
+            batch_size=run.hp.batch_size,
+            all_missing=proto.all_missing,
+        )
+        full.observed = full.observed[val_idx]
+        val_masks[s] = full
+    train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
+    return keep, val, y_val, val_train_obs, val_masks
 
 
 def check_blocks_fit(prep: Prepared, n_rows: int) -> None:

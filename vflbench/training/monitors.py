@@ -165,3 +165,86 @@ class SSLProbe(Callback):
             self._measure("_pretrained")
             self.state = "done"
         return dict(self.out)
+
+
+class EarlyStopping(Callback):
+    """``patience`` (a hyper-parameter of the method's last stage; the preset's ``user_table`` blocks set it): after
+    every epoch of that stage, the validation rows (``val_split`` of the training rows, held out of training) are
+    scored under their training masks, as the method predicts, in the ``monitor`` phase: AUPRC for a binary target,
+    else accuracy. The stage ends after ``patience`` epochs without a strictly better score, and the model of the best
+    epoch is put back (the epoch validation picks: a run that stops early equals the same run trained for that many
+    epochs). The run's rows record the metric, the best epoch, the epochs trained and the best validation score."""
+
+    def __init__(self, inputs: RunInputs, method: Method, stage: str, patience: int, batch_size: int):
+        if inputs.val is None or inputs.val_train_obs is None:
+            raise VFLBenchError("Early stopping needs validation rows: set the protocol option val_split > 0.")
+        self.inputs, self.stage, self.patience, self.batch_size = inputs, stage, int(patience), batch_size
+        self.metric = "auprc" if inputs.prep.data.n_classes == 2 else "accuracy"
+        self.curve: list[float] = []
+        self.best = -math.inf
+        self.best_epoch = 0
+        self.state: list[torch.Tensor] | None = None
+        self.stopped = False
+
+    def on_epoch_end(self, loop) -> None:
+        if loop.stage.name != self.stage or self.stopped:
+            return
+        i = self.inputs
+        gens = _generators(loop.method)
+        states = [g.get_state() for g in gens]  # scoring draws (random guesses, sampled heads) leave training's
+        met = score(loop.method, i, i.val, i.val_train_obs, i.y_val, self.batch_size, phase="monitor")
+        for g, st in zip(gens, states, strict=True):
+            g.set_state(st)
+        v = float(met[self.metric])
+        v = -math.inf if math.isnan(v) else v
+        self.curve.append(v)
+        if v > self.best:
+            self.best, self.best_epoch, self.state = v, len(self.curve), snapshot(loop.method)
+        elif len(self.curve) - self.best_epoch >= self.patience:
+            self.stopped = loop.stop = True
+
+    def on_stage_end(self, loop) -> None:
+        if loop.stage.name == self.stage and self.state is not None and self.best_epoch < len(self.curve):
+            restore(loop.method, self.state)
+
+    def extras(self) -> dict[str, Any]:
+        return {
+            "early_stop_metric": f"val_{self.metric}",
+            "best_epoch": float(self.best_epoch),
+            "epochs_trained": float(len(self.curve)),
+            "val_best": self.best if math.isfinite(self.best) else float("nan"),
+        }
+
+
+def _generators(method: Method) -> list[torch.Generator]:
+    """The random generators a prediction may draw from: the method's, its channel's and its boundary's (each an
+    attribute holding a torch.Generator), so that scoring between epochs changes no draw of the training."""
+    out: list[torch.Generator] = []
+    for obj in (method, getattr(method, "channel", None), getattr(method, "boundary", None)):
+        for v in vars(obj).values() if obj is not None else ():
+            if isinstance(v, torch.Generator) and not any(v is g for g in out):
+                out.append(v)
+    return out
+
+
+def _tensors(method: Method) -> list[torch.Tensor]:
+    """Every value a trained method's predictions depend on: its parameter store, then its modules' parameters and
+    buffers (image extractors, decoders)."""
+    out = [method.store.flat]
+    mods = [m for m, _ in method.module_members]
+    for ex in method.extractor_sets:
+        if ex.modules is not None:
+            mods.append(ex.modules)
+    for mod in mods:
+        out += [t for t in mod.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)]
+    return out
+
+
+def snapshot(method: Method) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in _tensors(method)]
+
+
+def restore(method: Method, state: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for t, saved in zip(_tensors(method), state, strict=True):
+            t.copy_(saved)

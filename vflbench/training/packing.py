@@ -50,6 +50,8 @@ def why_not_packable(run) -> str | None:
     refusal = getattr(cls, "pack_refusal", None)
     if refusal is not None and (why := refusal(run)):
         return why
+    if any(hp.patience for hp in run.stage_hp.values()):
+        return "a run that stops early on validation (patience) trains alone: its epochs are its own"
     if run.model.get("arch") != "mlp":
         return "module (image) extractors are trained one run at a time"
     if len(cls.stages_for(run.method_options)) != 1:

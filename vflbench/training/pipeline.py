@@ -27,7 +27,7 @@ from .evaluation import METRICS, Evaluation, cost_extras, evaluate, mask_summary
 
 # the pipeline's steps, re-exported
 from .inputs import RunInputs, prepare, report_alignment, validation_split  # noqa: F401
-from .monitors import BudgetEvaluator, SSLProbe, TargetMonitor  # noqa: F401
+from .monitors import BudgetEvaluator, EarlyStopping, SSLProbe, TargetMonitor  # noqa: F401
 from .trainer import Callback, History, StageHP, TrainPolicy, fit, fit_at_once
 
 
@@ -172,6 +172,14 @@ def party_faults(run: ResolvedRun, wire=None):
     if wire is not None:
         wire.watch(faults)
     return faults
+
+
+def early_stopping(run: ResolvedRun, inputs: RunInputs, method: Method) -> EarlyStopping | None:
+    """The early stopping of the method's last stage when its ``patience`` is set (vflbench.runs.config:
+    early_stopping_split gives it validation rows)."""
+    last = method.stages[-1].name
+    hp = run.stage_hp[last]
+    return EarlyStopping(inputs, method, last, hp.patience, run.eval_batch_size) if hp.patience else None
 
 
 def train(run: ResolvedRun, inputs: RunInputs, method: Method, callbacks: list[Callback] = ()) -> History:
@@ -414,6 +422,8 @@ def _execute(
         callbacks.append(BudgetEvaluator(run, inputs, method))
     if SSLProbe.wanted(method):
         callbacks.append(SSLProbe(run, inputs, method))
+    if stop := early_stopping(run, inputs, method):
+        callbacks.append(stop)
     hist = train(run, inputs, method, callbacks)
     evals = evaluate(run, inputs, method)
     if (

@@ -190,6 +190,7 @@ class Loop:
     epochs: int = 0
     epoch_loss: float = float("nan")
     shown_loss: float = float("nan")  # the epoch's loss as the bar shows it (Method.display_loss)
+    stop: bool = False  # a callback's request to end the stage after this epoch (early stopping)
 
 
 def make_optimizer(method: Method, stage: Stage, hp: StageHP, policy: TrainPolicy) -> MaskedOptimizer:
@@ -569,6 +570,8 @@ def fit(
                 channel.epoch_boundary(EpochBoundary(gi, epoch, methods[0], runs, faults))
             for r in runs:
                 r.run_epoch(epoch, callbacks)
+            if all(loop.stop for r in runs for loop in r.loops):  # every member asked to stop (early stopping)
+                break
         for r in runs:
             for cbs, loop in zip(callbacks, r.loops, strict=True):
                 for cb in cbs:

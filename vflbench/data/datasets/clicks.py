@@ -69,7 +69,7 @@ HELP = {
     "sample_seed": "the seed of the row sample",
     "test_size": "held-out fraction of the stratified split",
     "split_seed": "random_state of the split",
-    "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
+    "scaler": "standard | minmax | quantile | none (numeric columns; fitted on the training split)",
     **OPTION_HELP,
 }
 

