@@ -159,6 +159,19 @@ def rerun(manifest: dict, run_dir: Path, baseline: Path | None = None, tolerance
     return diffs
 
 
+def run_record(run_dir: Path) -> tuple[dict, Path | None]:
+    """A run's manifest and, for a gathered run (``SWEEP/runs/RUN_ID`` with no folder left), its committed rows as a
+    file: a run folder's own results.csv is read where it is."""
+    if (run_dir / "manifest.json").exists():
+        return json.loads((run_dir / "manifest.json").read_text()), None
+    from vflbench.results.outputs import gathered_runs
+
+    rec = gathered_runs(run_dir.parent.parent).get(run_dir.name)
+    if rec is None:
+        raise SystemExit(f"{run_dir}: no run folder, and {run_dir.parent.parent}/manifests.jsonl has no such run")
+    return rec["manifest"], gathered_baseline(rec["results_csv"])
+
+
 def gathered_baseline(text: str | None) -> Path | None:
     """A gathered run's committed rows as a file to compare with (None: the run folder's results.csv)."""
     if text is None:
@@ -184,9 +197,9 @@ def rerun_folders(dirs: list[Path], against: str | None) -> int:
                 print(f"--against {against}: git cannot check it out (is it a revision of this repository?)")
                 return 2
         for d in dirs:
-            m = json.loads((d / "manifest.json").read_text())
+            m, committed = run_record(d)
             try:
-                diffs = rerun(m, d, rows_at(against, d, tree) if tree else None)
+                diffs = rerun(m, d, rows_at(against, d, tree) if tree else committed)
             except RuntimeError as e:  # that revision cannot run this manifest (an option it did not have yet)
                 diffs = [str(e)]
             bad |= bool(diffs)
@@ -215,7 +228,7 @@ def main() -> int:
     ap.add_argument("--emit", help=argparse.SUPPRESS)  # with one --run: write its re-run rows here (--against)
     a = ap.parse_args()
     if a.emit:
-        execute_rows(json.loads((Path(a.run[0]) / "manifest.json").read_text())).to_csv(a.emit, index=False)
+        execute_rows(run_record(Path(a.run[0]))[0]).to_csv(a.emit, index=False)
         return 0
     if a.against and not a.run:
         ap.error("--against needs --run RUN_DIR")

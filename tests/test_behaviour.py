@@ -178,3 +178,37 @@ def test_the_gate_lists_a_bumped_key_with_its_reason_and_passes(monkeypatch, tmp
     m["run_key"] = "0" * 12
     (folder / "runs" / run_dir.name / "manifest.json").write_text(json.dumps(m))
     assert gate.main() == 1
+
+
+def test_the_gate_reads_a_gathered_folder_as_its_run_folders(monkeypatch, tmp_path, capsys):
+    """A gathered sweep (vflbench gather: manifests.jsonl, no run folders) is a folder of the gate: its keys are
+    checked, its cheapest run re-runs against the rows kept in manifests.jsonl, and --run takes a gathered run's
+    path; a tampered committed value is caught there as in a run folder."""
+    import shutil
+
+    from vflbench.results.outputs import gather
+
+    monkeypatch.chdir(ROOT)
+    run_dir = _committed(NEURAL[4])
+    folder = tmp_path / "results" / "x"
+    (folder / "runs").mkdir(parents=True)
+    shutil.copytree(run_dir, folder / "runs" / run_dir.name)
+    gather(folder)
+    assert not (folder / "runs").exists()
+    gate = _gate()
+    monkeypatch.setattr("sys.argv", ["gate", str(tmp_path / "results")])
+    assert gate.main() == 0
+    out = capsys.readouterr().out
+    assert f"{folder}: 1 runs, keys moved 0, re-ran {run_dir.name}" in out and "identical" in out
+    monkeypatch.setattr("sys.argv", ["gate", "--run", str(folder / "runs" / run_dir.name)])
+    assert gate.main() == 0
+    lines = (folder / "manifests.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    header, first, *rest = rec["results_csv"].splitlines()
+    cols = header.split(",")
+    cells = first.split(",")
+    cells[cols.index("value")] = "12.5"
+    rec["results_csv"] = "\n".join([header, ",".join(cells), *rest]) + "\n"
+    (folder / "manifests.jsonl").write_text(json.dumps(rec) + "\n")
+    capsys.readouterr()
+    assert gate.main() == 1 and "value[" in capsys.readouterr().out
