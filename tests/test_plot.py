@@ -46,6 +46,12 @@ def test_scalability_curves_and_bars(tmp_path):
     assert (pts["seconds_per_epoch"] > 0).all() and (pts["peak_rss_gb"] > 0.05).all()
     r = runner.invoke(app, ["plot", "pie", str(out)])
     assert r.exit_code == 2 and "Unknown plot" in r.output
+    # the same folder gathered (vflbench gather: no run folders left) plots the same points
+    assert runner.invoke(app, ["gather", str(out)]).exit_code == 0 and not (out / "runs").exists()
+    r = runner.invoke(app, ["plot", "scalability", str(out), "--out", str(tmp_path / "gathered")])
+    assert r.exit_code == 0, r.output
+    again = pd.read_csv(tmp_path / "gathered.csv")
+    pd.testing.assert_frame_equal(again, pts)
 
 
 @pytest.mark.parametrize(

@@ -103,15 +103,10 @@ def conditions(sc: pd.DataFrame, reference: str = REFERENCE) -> list[Condition]:
 def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
     """What the sweep cost, from its runs' manifests (run folders or gathered): the runs' summed wall seconds, the
     largest peak RSS, and the ``top`` costliest runs (dataset, method, training, seconds, peak RSS)."""
-    import json
 
-    from .outputs import gathered_runs
+    from .outputs import sweep_manifests
 
-    folder = Path(results)
-    mans = [r["manifest"] for r in gathered_runs(folder).values()]
-    runs = folder / "runs"
-    if runs.is_dir():
-        mans += [json.loads(p.read_text()) for p in sorted(runs.glob("*/manifest.json"))]
+    mans = sweep_manifests(Path(results))
     rows = [
         {
             "dataset": m["config"]["dataset"],

@@ -138,6 +138,21 @@ def gathered_runs(folder: Path) -> dict[str, dict]:
 _GATHERED: dict[str, tuple[int, dict]] = {}
 
 
+def sweep_manifests(folder: Path) -> list[dict]:
+    """Every run manifest of a sweep folder: its run folders' (``runs/*/manifest.json``), then the gathered ones
+    (``manifests.jsonl``) no run folder repeats, in run-id order."""
+    folder = Path(folder)
+    runs = folder / "runs"
+    out = (
+        {p.parent.name: json.loads(p.read_text()) for p in sorted(runs.glob("*/manifest.json"))}
+        if runs.is_dir()
+        else {}
+    )
+    for run_id, rec in gathered_runs(folder).items():
+        out.setdefault(run_id, rec["manifest"])
+    return [out[k] for k in sorted(out)]
+
+
 def finished_results(run_dir: Path) -> tuple[bytes | None, str | None]:
     """A finished run's ``results.csv`` as bytes, read once and checked as :func:`run_finished` says
     (else None, and why not). A run gathered into its sweep's ``manifests.jsonl`` is read from there, checked

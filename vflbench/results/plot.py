@@ -23,8 +23,11 @@ def _plt():
 
 
 def _manifests(path: Path) -> list[dict]:
-    runs = path / "runs" if (path / "runs").is_dir() else path
-    out = [json.loads(f.read_text()) for f in sorted(runs.glob("*/manifest.json"))]
+    """The run manifests of a sweep folder (run folders and gathered runs), or of a folder of run folders."""
+    from .outputs import sweep_manifests
+
+    out = sweep_manifests(path) if (path / "runs").is_dir() or (path / "manifests.jsonl").exists() else []
+    out = out or [json.loads(f.read_text()) for f in sorted(path.glob("*/manifest.json"))]
     if not out:
         raise VFLBenchError(f"No run manifests under {path}.")
     return out

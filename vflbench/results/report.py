@@ -112,7 +112,8 @@ def load_results(path: str | Path) -> pd.DataFrame:
                 meta = json.loads((p / "sweep.json").read_text())
             except (OSError, ValueError):
                 meta = {}
-        ids = meta.get("run_ids") or sorted(
+        # the last sweep's runs, then every gathered run (a folder several sweeps wrote: gather keeps them all)
+        ids = list(dict.fromkeys([*(meta.get("run_ids") or []), *sorted(gathered_runs(p))])) or sorted(
             {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "manifest.json").exists()}
             | {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "results.csv").exists()}
             | set(gathered_runs(p))
