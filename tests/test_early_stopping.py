@@ -35,45 +35,32 @@ def test_a_users_table_stops_early_and_a_papers_table_keeps_its_preset(tmp_path)
     take no patience; a stage-specific patience before the last stage and early stopping across processes are
     refused in one line."""
     ds = _table(tmp_path)
-    r = resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method="laser", test_missing=["none"]))
+
+    def req(method="laser", **kw):
+        return resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method=method, test_missing=["none"],
+                                 **kw))  # fmt: skip
+
+    r = req()
     assert (r.hp.epochs, r.hp.patience, r.protocol.val_split) == (100, 10, 0.1)
-    pbm = resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method="pbm", test_missing=["none"]))
+    pbm = req("pbm")
     assert (pbm.hp.optimizer, pbm.hp.epochs, pbm.hp.patience) == ("sgd", 100, 10)
     paper = resolve(RunConfig(dataset="credit", method="laser", test_missing=["none"]))
     assert (paper.hp.epochs, paper.hp.patience, paper.protocol.val_split) == (100, 0, 0.0)
     assert "patience" not in paper.hp.as_dict()  # a run without early stopping keys as before it existed
-    fixed = resolve(
-        RunConfig(dataset=ds, data_options={"target": "label"}, method="laser", test_missing=["none"], hp={"epochs": 7})
-    )
+    fixed = req(hp={"epochs": 7})
     assert (fixed.hp.epochs, fixed.hp.patience, fixed.protocol.val_split) == (7, 0, 0.0)
-    trees = resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method="gbdt", test_missing=["none"]))
+    trees = req("gbdt")
     assert trees.hp.patience == 0 and trees.protocol.val_split == 0.0
-    two = resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method="fedhssl", test_missing=["none"]))
+    two = req("fedhssl")
     first = list(two.stage_hp)[0]
     assert [h.patience for h in two.stage_hp.values()] == [0] * (len(two.stage_hp) - 1) + [10]
-    with pytest.raises(VFLBenchError, match="applies to the last stage"):
-        resolve(RunConfig(dataset=ds, data_options={"target": "label"}, method="fedhssl", test_missing=["none"],
-                          stage_hp={first: {"patience": 3}}))  # fmt: skip
-    with pytest.raises(VFLBenchError, match="runs in one process"):
-        resolve(
-            RunConfig(
-                dataset=ds,
-                data_options={"target": "label"},
-                method="svfl",
-                test_missing=["none"],
-                settings={"runtime": "processes"},
-            )
-        )
-    with pytest.raises(VFLBenchError, match="patience must be in"):
-        resolve(
-            RunConfig(
-                dataset=ds,
-                data_options={"target": "label"},
-                method="svfl",
-                test_missing=["none"],
-                hp={"epochs": 5, "patience": 6},
-            )
-        )
+    for kw, words in [
+        (dict(method="fedhssl", stage_hp={first: {"patience": 3}}), "applies to the last stage"),
+        (dict(method="svfl", settings={"runtime": "processes"}), "runs in one process"),
+        (dict(method="svfl", hp={"epochs": 5, "patience": 6}), "patience must be in"),
+    ]:
+        with pytest.raises(VFLBenchError, match=words):
+            req(**kw)
 
 
 def _rows(out):
