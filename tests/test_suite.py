@@ -323,9 +323,13 @@ def test_gather_moves_the_runs_an_experiment_no_longer_asks_for_to_superseded(tm
     slice_ = ["--datasets", "suite:stackoverflow", "--seeds", "0", "--train-missing", "none"]
     assert runner.invoke(app, ["sweep", exp, "--methods", "xgboost,gbdt", *slice_, "--out", str(out)]).exit_code == 0
     narrow = tmp_path / "narrow.yaml"
-    text = Path(exp).read_text().replace(
-        "methods: [xgboost, gbdt, secureboost, local, svfl, ensemble, combinatorial, plug, laser, pbm]",
-        "methods: [xgboost]",
+    text = (
+        Path(exp)
+        .read_text()
+        .replace(
+            "methods: [xgboost, gbdt, secureboost, local, svfl, ensemble, combinatorial, plug, laser, pbm]",
+            "methods: [xgboost]",
+        )
     )
     assert "methods: [xgboost]" in text
     narrow.write_text(text)
