@@ -169,7 +169,8 @@ class GBDT(TreeMethod):
                 sums, counts = self.ts["tables"][j]
                 enc[seen] = level_statistics(lev[seen], sums, counts, self.ts["prior"], a)
             out.append(enc)
-        keep = [j for j in range(x.shape[1]) if j not in set(cols)]
+        drop = set(cols)
+        keep = [j for j in range(x.shape[1]) if j not in drop]
         return np.concatenate([x[:, keep], *out], axis=1)
 
     def binned(self, x: np.ndarray, fit: bool = False) -> np.ndarray:
