@@ -51,7 +51,7 @@ big-tables: $(STAMP)  ## the SYNTHETIC click-through table (data/ctr/): four enc
 	  $(BIN)/vflbench sweep experiments/big_tables/$$v.yaml --workers $(WORKERS) --out results/big_tables/$$v || exit 1; done
 	# one-hot blocks are zero-padded to the widest party (3 x 100,000 x 2,002 floats a run): one run at a time
 	$(BIN)/vflbench sweep experiments/big_tables/onehot_ad.yaml --workers 1 --pack 1 --out results/big_tables/onehot_ad
-	$(BIN)/python scripts/big_tables_report.py results/big_tables
+	$(BIN)/vflbench report results/big_tables
 	$(BIN)/python benchmarks/big_tables.py --json results/big_tables/bars.json
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/

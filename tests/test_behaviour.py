@@ -72,10 +72,29 @@ def test_every_versioned_component_says_what_moved_at_each_version():
         assert [h.split(" ", 1)[0] for h in c.history] == [str(v) for v in range(2, c.version + 1)], name
 
 
-def _committed(pattern: str) -> Path:
-    hits = sorted(ROOT.glob(pattern))
+def _committed(pattern: str) -> tuple[Path, dict, Path | None]:
+    """The cheapest committed run matching ``FOLDER/runs/RUN_ID_GLOB`` (run folders or a gathered folder's
+    manifests.jsonl, as the gate reads them): its path, its manifest and its committed rows as a file (None: the run
+    folder's own results.csv)."""
+    from fnmatch import fnmatch
+
+    gate = _gate()
+    folder, run_glob = pattern.split("/runs/")
+    hits = [(d, m, t) for d, m, t in gate.folder_runs(ROOT / folder) if fnmatch(d.name, run_glob)]
     assert hits, pattern
-    return min(hits, key=lambda p: json.loads((p / "manifest.json").read_text())["timings"]["train_s"])
+    d, m, text = min(hits, key=lambda h: h[1]["timings"]["train_s"])
+    return d, m, gate.gathered_baseline(text)
+
+
+def _as_run_folder(run_dir: Path, m: dict, rows: Path | None, into: Path) -> Path:
+    """A committed run written out as a run folder of its own under ``into/runs/`` (manifest.json, results.csv)."""
+    import shutil
+
+    dest = into / "runs" / run_dir.name
+    dest.mkdir(parents=True)
+    (dest / "manifest.json").write_text(json.dumps(m))
+    shutil.copyfile(rows or run_dir / "results.csv", dest / "results.csv")
+    return dest
 
 
 # the cheapest committed CPU run of each method, and a user's table: a second or two each
@@ -119,8 +138,7 @@ def test_committed_numbers_do_not_move_while_their_key_stays(pattern, monkeypatc
     the bump) and must still resolve; every other one must give its committed numbers, within the tolerance of
     :func:`tolerance_for`."""
     monkeypatch.chdir(ROOT)
-    run_dir = _committed(pattern)
-    m = json.loads((run_dir / "manifest.json").read_text())
+    run_dir, m, rows = _committed(pattern)
     run = resolve(config_from_manifest(m))
     if run.key != m["run_key"]:  # a bump moved it: the gate explains it, and its numbers may differ
         why = behaviour.explain(m["config"].get("behaviour"), run.behaviour)
@@ -132,7 +150,7 @@ def test_committed_numbers_do_not_move_while_their_key_stays(pattern, monkeypatc
     threads = torch.get_num_threads()
     torch.set_num_threads(int(m.get("threads", 1)))
     try:
-        diffs = _gate().rerun(m, run_dir, tolerance=tolerance_for(pattern, m))
+        diffs = _gate().rerun(m, run_dir, rows, tolerance=tolerance_for(pattern, m))
     finally:
         torch.set_num_threads(threads)
     assert not diffs, (
@@ -158,12 +176,9 @@ def test_the_tolerance_on_another_cpu_is_a_band_and_the_trees_have_none(monkeypa
 
 def test_the_gate_lists_a_bumped_key_with_its_reason_and_passes(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(ROOT)
-    run_dir = _committed(NEURAL[4])  # laser
+    run_dir, m, rows = _committed(NEURAL[4])  # laser
     folder = tmp_path / "results" / "x"
-    (folder / "runs").mkdir(parents=True)
-    import shutil
-
-    shutil.copytree(run_dir, folder / "runs" / run_dir.name)
+    _as_run_folder(run_dir, m, rows, folder)
     gate = _gate()
     monkeypatch.setattr("sys.argv", ["gate", str(tmp_path / "results"), "--keys-only"])
     assert gate.main() == 0
@@ -184,15 +199,12 @@ def test_the_gate_reads_a_gathered_folder_as_its_run_folders(monkeypatch, tmp_pa
     """A gathered sweep (vflbench gather: manifests.jsonl, no run folders) is a folder of the gate: its keys are
     checked, its cheapest run re-runs against the rows kept in manifests.jsonl, and --run takes a gathered run's
     path; a tampered committed value is caught there as in a run folder."""
-    import shutil
-
     from vflbench.results.outputs import gather
 
     monkeypatch.chdir(ROOT)
-    run_dir = _committed(NEURAL[4])
+    run_dir, m, rows = _committed(NEURAL[4])
     folder = tmp_path / "results" / "x"
-    (folder / "runs").mkdir(parents=True)
-    shutil.copytree(run_dir, folder / "runs" / run_dir.name)
+    _as_run_folder(run_dir, m, rows, folder)
     gather(folder)
     assert not (folder / "runs").exists()
     gate = _gate()

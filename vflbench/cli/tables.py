@@ -234,3 +234,23 @@ PLOTS = {
         ),
     ),
 }
+
+
+@app.command()
+@friendly
+def report(
+    study: Path = typer.Argument(None, metavar="FOLDER", help="a study folder under results/, e.g. results/faults"),
+    list_: bool = typer.Option(False, "--list", help="list the studies that declare a report, and what each writes"),
+):
+    """Rebuild a study's summary files (its README's tables) from its runs, by the report the study declares
+    (vflbench/studies/: one module a study). Every file is built before any is written."""
+    from ..studies import REPORTS, write_report
+
+    if list_ or study is None:
+        if study is None and not list_:
+            raise VFLBenchError("give a study folder (e.g. results/faults), or --list for the studies with a report.")
+        for name, rep in sorted(REPORTS.items()):
+            console.print(f"results/{name}: {rep.what}", highlight=False)
+        return
+    for path in write_report(study):
+        console.print(f"wrote {path}", highlight=False)

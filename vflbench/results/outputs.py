@@ -138,6 +138,13 @@ def gathered_runs(folder: Path) -> dict[str, dict]:
 _GATHERED: dict[str, tuple[int, dict]] = {}
 
 
+def is_sweep_folder(path: Path) -> bool:
+    """A sweep's output folder: run folders (``runs/``, a sweep running or not gathered yet) or gathered runs
+    (``manifests.jsonl``)."""
+    path = Path(path)
+    return (path / "runs").is_dir() or (path / GATHERED).exists()
+
+
 def sweep_manifests(folder: Path) -> list[dict]:
     """Every run manifest of a sweep folder: its run folders' (``runs/*/manifest.json``), then the gathered ones
     (``manifests.jsonl``) no run folder repeats, in run-id order."""
@@ -151,6 +158,20 @@ def sweep_manifests(folder: Path) -> list[dict]:
     for run_id, rec in gathered_runs(folder).items():
         out.setdefault(run_id, rec["manifest"])
     return [out[k] for k in sorted(out)]
+
+
+def sweep_records(folder: Path) -> list[tuple[dict, object]]:
+    """Every finished run of a sweep folder, run folders and gathered alike: (its manifest, its rows as a DataFrame),
+    in run-id order. What a study's report reads."""
+    from io import BytesIO
+
+    folder = Path(folder)
+    out = []
+    for m in sweep_manifests(folder):
+        data, _ = finished_results(folder / "runs" / m["run_id"])
+        if data is not None:
+            out.append((m, read_results_csv(BytesIO(data))))
+    return out
 
 
 def finished_results(run_dir: Path) -> tuple[bytes | None, str | None]:

@@ -24,9 +24,9 @@ def _plt():
 
 def _manifests(path: Path) -> list[dict]:
     """The run manifests of a sweep folder (run folders and gathered runs), or of a folder of run folders."""
-    from .outputs import sweep_manifests
+    from .outputs import is_sweep_folder, sweep_manifests
 
-    out = sweep_manifests(path) if (path / "runs").is_dir() or (path / "manifests.jsonl").exists() else []
+    out = sweep_manifests(path) if is_sweep_folder(path) else []
     out = out or [json.loads(f.read_text()) for f in sorted(path.glob("*/manifest.json"))]
     if not out:
         raise VFLBenchError(f"No run manifests under {path}.")
@@ -172,11 +172,11 @@ def communication_points(results: Path, metric: str | None = None, test_missing:
     """One point per (dataset, training setting, method, protocol): the utility at ``test_missing`` (mean and std
     over seeds) against the training bytes, up plus down (mean over seeds). ``results``: a sweep folder, or a folder
     of sweep folders (results/communication: one sweep with one update per exchange, one with local steps)."""
+    from .outputs import is_sweep_folder
+
     root = Path(results)
     sweeps = (
-        sorted(d for d in root.iterdir() if (d / "runs").is_dir())
-        if root.is_dir() and not (root / "runs").is_dir()
-        else []
+        sorted(d for d in root.iterdir() if is_sweep_folder(d)) if root.is_dir() and not is_sweep_folder(root) else []
     )
     df = load_many(sweeps) if len(sweeps) > 1 else load_results(sweeps[0] if sweeps else root)
     if "comm_bytes_up" not in df.columns:

@@ -101,11 +101,18 @@ def load_results(path: str | Path) -> pd.DataFrame:
     import json
     import warnings
 
-    from .outputs import finished_results, gathered_runs, read_results_csv, read_results_texts
+    from .outputs import (
+        SUPERSEDED,
+        finished_results,
+        gathered_runs,
+        is_sweep_folder,
+        read_results_csv,
+        read_results_texts,
+    )
 
     p = Path(path)
     if p.is_dir():
-        runs = p / "runs" if ((p / "runs").is_dir() or gathered_runs(p)) else p
+        runs = p / "runs" if is_sweep_folder(p) else p
         meta = {}
         if (p / "sweep.json").exists():
             try:
@@ -118,8 +125,11 @@ def load_results(path: str | Path) -> pd.DataFrame:
             | {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "results.csv").exists()}
             | set(gathered_runs(p))
         )
+        if not is_sweep_folder(p) and (p / "results.csv").exists():  # a table committed without its runs (fmnist_gpu)
+            return load_results(p / "results.csv")
+        superseded = gathered_runs(p / SUPERSEDED)  # runs an experiment no longer asks for: out, and no warning
         texts, dropped = [], []
-        for rid in ids:
+        for rid in (i for i in ids if i not in superseded):
             data, why = finished_results(runs / rid)
             if data is not None:
                 texts.append(data)
@@ -162,7 +172,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
         raise VFLBenchError(
             f"{p} lacks columns {', '.join(sorted(need - set(df.columns)))}; is it a vflbench results CSV?"
         )
-    if (p.parent / "runs").is_dir():
+    if is_sweep_folder(p.parent):
         warnings.warn(
             f"read {p} as it is, without checking it against the runs' checksums; give the folder {p.parent} to read "
             "the verified runs.",
