@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test test-slow test-gpu lint bench big-tables demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
+.PHONY: install test test-slow test-gpu lint bench bench-compare big-tables demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,23 +36,22 @@ lint: $(STAMP)  ## ruff (line length 120, no blanket ignore) and its formatter, 
 	$(BIN)/ruff check vflbench tests benchmarks scripts docs/examples
 	$(BIN)/ruff format --check vflbench tests benchmarks scripts docs/examples
 
-bench: $(STAMP)  ## seconds per epoch / evaluation for every method (Credit and Fashion-MNIST), LASER-VFL over Standard VFL, each attack over a run without one, start-up, Combinatorial K=8 and FALSE-VFL against a base revision, a pack of 5
-	$(BIN)/python benchmarks/bench_methods.py --full-run
-	$(BIN)/python benchmarks/laser_overhead.py
-	$(BIN)/python benchmarks/attack_overhead.py
-	$(BIN)/python benchmarks/startup.py
-	$(BIN)/python benchmarks/combinatorial_k8.py --base 732cc11 --rounds 3
-	$(BIN)/python benchmarks/false_vfl_cpu.py --base 732cc11 --epochs 10 --rounds 2
-	$(BIN)/python benchmarks/bench_pack.py --method laser --pack 5 --rounds 2 --epochs 20
+BENCH_ROUNDS ?= 3
+BENCH_ARGS := -p no:xdist -p no:cacheprovider -o python_files='bench_*.py' -o testpaths=. --rounds $(BENCH_ROUNDS)
+bench: $(STAMP)  ## the benchmark suite (benchmarks/, pytest-benchmark): start-up, a run per method, trees in clear and under Paillier, a pack, PSI, memory on a 1M-row table, serving latency; median seconds and peak RSS per benchmark
+	mkdir -p .benchmarks && cd benchmarks && ../$(BIN)/python -m pytest $(BENCH_ARGS) --benchmark-json ../.benchmarks/latest.json . $(if $(K),-k "$(K)")
 
-big-tables: $(STAMP)  ## the SYNTHETIC click-through table (data/ctr/): four encodings x Standard VFL, LASER-VFL x 2 trainings x 3 seeds -> results/big_tables/; then the bar checks (benchmarks/big_tables.py)
+bench-compare: $(STAMP)  ## the suite beside a git revision, round by round (BASE=REV; K=... for a subset): both medians, both peaks and their ratio
+	@test -n "$(BASE)" || { echo "make bench-compare needs BASE=<git revision>"; exit 2; }
+	mkdir -p .benchmarks && cd benchmarks && ../$(BIN)/python -m pytest $(BENCH_ARGS) --base $(BASE) --benchmark-json ../.benchmarks/compare.json . $(if $(K),-k "$(K)")
+
+big-tables: $(STAMP)  ## the SYNTHETIC click-through table (data/ctr/): four encodings x Standard VFL, LASER-VFL x 2 trainings x 3 seeds -> results/big_tables/ and its summary.md (vflbench report)
 	test -f data/ctr/ctr.csv || $(BIN)/python scripts/make_ctr_table.py --rows 100000 --out data/ctr/ctr.csv
 	for v in embed drop embed_ad; do \
 	  $(BIN)/vflbench sweep experiments/big_tables/$$v.yaml --workers $(WORKERS) --out results/big_tables/$$v || exit 1; done
 	# one-hot blocks are zero-padded to the widest party (3 x 100,000 x 2,002 floats a run): one run at a time
 	$(BIN)/vflbench sweep experiments/big_tables/onehot_ad.yaml --workers 1 --pack 1 --out results/big_tables/onehot_ad
 	$(BIN)/vflbench report results/big_tables
-	$(BIN)/python benchmarks/big_tables.py --json results/big_tables/bars.json
 
 demo: $(STAMP)  ## six methods on Credit (offline), 3 seeds, a few minutes on 2 cores -> results/demo/
 	$(BIN)/vflbench sweep experiments/demo.yaml --workers $(WORKERS) --out results/demo
@@ -95,10 +94,10 @@ reproduce-false-fmnist: $(STAMP)  ## the CPU-sized FashionMNIST stand-in for FAL
 	$(BIN)/vflbench sweep experiments/false_fmnist_standin.yaml --workers $(WORKERS) --out results/false/fmnist
 
 false-controlled: $(STAMP)  ## the controlled runs behind results/false/README.md (LASER-VFL readings, SimSiam, budget, validation; CPU, resumable)
-	$(BIN)/python scripts/false_laser_controlled.py --workers $(WORKERS)
+	$(BIN)/vflbench report results/false/controlled --run --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 runtime-wan: $(STAMP)  ## parties as processes: LASER-VFL vs Standard VFL vs PBM-VFL over an emulated WAN (docs/RUNTIME.md), ~5 min
-	$(BIN)/python scripts/wan_table.py --epochs 1 --out results/runtime/wan
+	$(BIN)/vflbench report results/runtime/wan --run

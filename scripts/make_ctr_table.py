@@ -1,6 +1,6 @@
 """Writes a SYNTHETIC click-through-shaped table (not taken from anywhere): numeric columns, a very
 high-cardinality categorical, a Zipf-tailed one and a mid-cardinality one, a 0/1 ``click`` label, and a
-parties file for three parties. Used by results/big_tables/ and the bar checks in benchmarks/big_tables.py.
+parties file for three parties. Used by results/big_tables/ and the bar checks in benchmarks/big_tables.py@f5ab53e.
 
 The signal is known, so what a model can reach is known too:
 

@@ -51,8 +51,10 @@ def test_a_folder_without_a_report_gets_one_line_and_exit_2(tmp_path):
     r = runner.invoke(app, ["report", str(tmp_path / "results" / "nothing")])
     assert r.exit_code == 2 and "no study report is registered for 'nothing'" in r.output
     assert "faults" in r.output and not list((tmp_path / "results" / "nothing").iterdir())
-    r = runner.invoke(app, ["report", str(tmp_path / "absent")])
+    r = runner.invoke(app, ["report", str(tmp_path / "results" / "faults")])  # a study, but no folder
     assert r.exit_code == 2 and "is not a folder" in r.output
+    r = runner.invoke(app, ["report", str(tmp_path / "results" / "faults"), "--run"])  # its runs are sweeps
+    assert r.exit_code == 2 and "has no runs of its own" in r.output
 
 
 def test_a_study_is_found_by_its_path_under_results_and_registered_once():

@@ -241,6 +241,8 @@ PLOTS = {
 def report(
     study: Path = typer.Argument(None, metavar="FOLDER", help="a study folder under results/, e.g. results/faults"),
     list_: bool = typer.Option(False, "--list", help="list the studies that declare a report, and what each writes"),
+    run: bool = typer.Option(False, "--run", help="first run the study's own measurements (studies that have them)"),
+    workers: int = typer.Option(2, help="parallel runs for --run, where the study sweeps"),
 ):
     """Rebuild a study's summary files (its README's tables) from its runs, by the report the study declares
     (vflbench/studies/: one module a study). Every file is built before any is written."""
@@ -250,7 +252,7 @@ def report(
         if study is None and not list_:
             raise VFLBenchError("give a study folder (e.g. results/faults), or --list for the studies with a report.")
         for name, rep in sorted(REPORTS.items()):
-            console.print(f"results/{name}: {rep.what}", highlight=False)
+            console.print(f"results/{name}: {rep.what}" + (" [--run]" if rep.run else ""), highlight=False)
         return
-    for path in write_report(study):
+    for path in write_report(study, run=run, workers=workers):
         console.print(f"wrote {path}", highlight=False)

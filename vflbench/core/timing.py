@@ -97,7 +97,7 @@ def peak_memory() -> dict[str, Any]:
     """The manifest's ``memory``: the peak resident set of this run (``VmHWM`` since :func:`reset_peak_memory`, which
     the pipeline calls as a run starts: what was resident then, imports included, counts), or, where the reset is
     not available, of this process so far (``getrusage``'s ``ru_maxrss``). A run across processes records the
-    server's (benchmarks/big_tables.py samples a process tree's from /proc)."""
+    server's (benchmarks/big_tables.py@f5ab53e samples a process tree's from /proc)."""
     own = _hwm() if _PEAK_FROM_RUN else None
     if own is not None:
         return {"peak_rss_bytes": int(own), "peak_rss_gb": round(own / 1e9, 3), "of": "this run"}

@@ -233,7 +233,7 @@ def affine(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, transposed
     """``bias + x @ weight`` over a leading batch axis (``torch.baddbmm``). ``transposed`` computes
     the same product as ``(weight^T x^T)^T``: MKL's batched GEMM is about 5x faster on many products
     of a tall batch by a small weight (``[128, 10] @ [10, 10]``) when they are posed wide instead
-    (``python benchmarks/pack_layout.py --gemm``),
+    (``python benchmarks/pack_layout.py@f5ab53e --gemm``),
     and the result stays in that layout for the next layer. Rounding may differ in the last bit. The
     input is made contiguous in that layout (a no-op after the first layer) because the weight
     gradient's rounding depends on the input's strides, which in a pack depend on the pack size."""

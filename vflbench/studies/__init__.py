@@ -2,7 +2,7 @@
 ``registry``), rebuilt by `vflbench report results/STUDY` from the study's runs. A study reads results and methods'
 names; only the command line imports this folder."""
 
-from . import attacks, big_tables, communication, faults, scalability, trees  # noqa: F401  (they register themselves)
+from . import attacks, big_tables, communication, false_controlled, faults, scalability, serving, trees, wan  # noqa: F401
 from .registry import REPORTS, study_of, write_report
 
 __all__ = ["REPORTS", "study_of", "write_report"]

@@ -18,7 +18,7 @@ streams), and only the arithmetic is shared:
 Runs leave a pack with their own CSV rows and manifest (which records the pack), evaluated one by
 one exactly as a run trained alone. Results agree with the same run trained alone up to float
 rounding (batched kernels sum in another order), and a member's numbers are bit-identical in packs
-of any size: ``tests/test_packing.py`` checks every packable method. ``benchmarks/pack_probe.py``
+of any size: ``tests/test_packing.py`` checks every packable method. ``benchmarks/pack_probe.py@f5ab53e``
 measured the gain before this module was written.
 
 This module holds only the bank's layout and its vectorised step (:class:`VectorisedStep`); the loop

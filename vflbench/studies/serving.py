@@ -12,16 +12,15 @@ At each deadline (5, 20, 50, 100, 200, 1000 ms) the same 100 requests of 64 test
 are sent one after the other; F1 and accuracy are scored over their 6,400 rows (a row that no party answered in time
 for, predicted -1, counts as wrong), latency is each request's time in the server (``latency_ms``, as the endpoint
 reports it), ``answered`` the mean share of parties in time and ``answered_rows`` the share of rows with an answer.
-A last row per method, ``lost``, serves with the last party dead (a 1,000 ms deadline). Writes serving.csv, and
-serving.png/.pdf (F1 and p99 latency against the deadline).
+A last row per method, ``lost``, serves with the last party dead (a 1,000 ms deadline). Writes serving.csv (the
+measurements), summary.md (F1 and p99 latency per deadline) and serving.png/.pdf (the same against the deadline).
 
-    python scripts/serving_study.py --out results/serving            # every dataset and method
-    python scripts/serving_study.py --datasets credit --methods laser --requests 20 --out /tmp/s
+    vflbench report results/serving --run     # train (once: models/ is reused) and measure, then the report
+    vflbench report results/serving           # summary.md and the figure from serving.csv
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import subprocess
@@ -30,8 +29,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..core.errors import VFLBenchError
+from ..methods.base import display_name
+from .registry import register
+
 DEADLINES = (5, 20, 50, 100, 200, 1000)
 METHODS = ("laser", "svfl", "plug", "ensemble", "secureboost")
 PARTIES = {"credit": 4, "phishing": 5}
@@ -89,8 +92,8 @@ def row(ds, method, scenario, deadline, pred, truth, positive, lat, share, t0) -
 
 
 async def measure(served, delays, deadline: float, requests: list[np.ndarray], lost: int | None = None):
-    from vflbench.serving.app import Server
-    from vflbench.serving.federation import InProcessParties, Link
+    from ..serving.app import Server
+    from ..serving.federation import InProcessParties, Link
 
     parties = InProcessParties(served, delays, Link(), seed=0)
     if lost is not None:
@@ -109,27 +112,20 @@ async def measure(served, delays, deadline: float, requests: list[np.ndarray], l
     return np.concatenate(preds), np.asarray(lat), float(np.mean(answered))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "serving")
-    ap.add_argument("--datasets", default="credit,phishing")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--requests", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=64)
-    a = ap.parse_args()
-    import pandas as pd
+def run(folder: Path, workers: int = 1, n_requests: int = 100, n_rows: int = 64) -> None:
+    """Train each dataset's and method's model (reused when models/ has it) and measure it: serving.csv."""
+    from ..serving.federation import Served, parse_delays
 
-    from vflbench.serving.federation import Served, parse_delays
-
-    a.out.mkdir(parents=True, exist_ok=True)
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
     rows_out = []
-    for ds in a.datasets.split(","):
-        for method in a.methods.split(","):
-            run_dir = train(ds, method, a.out)
+    for ds in PARTIES:
+        for method in METHODS:
+            run_dir = train(ds, method, out)
             served = Served(run_dir)
             y = served.inputs.y_test
             rng = np.random.default_rng(0)
-            requests = [rng.choice(served.n_test, a.rows, replace=False) for _ in range(a.requests)]
+            requests = [rng.choice(served.n_test, n_rows, replace=False) for _ in range(n_requests)]
             truth = np.concatenate([y[r] for r in requests])
             positive = served.positive if served.positive is not None else 1
             for name, spec in scenarios(served.k).items():
@@ -144,11 +140,8 @@ def main() -> int:
             pred, lat, share = asyncio.run(measure(served, parse_delays([], served.k), 1000, requests, lost=lost))
             rows_out.append(row(ds, method, "lost", 1000, pred, truth, positive, lat, share, t0))
             print(json.dumps(rows_out[-1]), flush=True)
-            pd.DataFrame(rows_out).to_csv(a.out / "serving.csv", index=False)
-    df = pd.DataFrame(rows_out)
-    df.to_csv(a.out / "serving.csv", index=False)
-    plot(df, a.out / "serving")
-    return 0
+            pd.DataFrame(rows_out).to_csv(out / "serving.csv", index=False)
+    pd.DataFrame(rows_out).to_csv(out / "serving.csv", index=False)
 
 
 def plot(df, stem: Path) -> None:
@@ -156,8 +149,6 @@ def plot(df, stem: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from vflbench.methods.base import display_name
 
     datasets = list(dict.fromkeys(df["dataset"]))
     scen = ["straggler", "jitter"]
@@ -178,5 +169,31 @@ def plot(df, stem: Path) -> None:
         fig.savefig(f"{stem}.{ext}", dpi=120)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _measured(folder: Path) -> pd.DataFrame:
+    if not (Path(folder) / "serving.csv").exists():
+        raise VFLBenchError(f"{folder} has no serving.csv yet: vflbench report {folder} --run")
+    return pd.read_csv(Path(folder) / "serving.csv")
+
+
+def _figures(folder: Path) -> list[Path]:
+    plot(_measured(folder), Path(folder) / "serving")
+    return [Path(folder) / "serving.png", Path(folder) / "serving.pdf"]
+
+
+@register("serving", "summary.md and serving.png/.pdf: F1 and p99 latency against the deadline", _figures, run)
+def build(folder: Path) -> dict[str, str]:
+    df = _measured(folder)
+    lines = ["# What a deadline costs each method (from serving.csv; `vflbench report results/serving`)", ""]
+    for (ds, sc), g in df.groupby(["dataset", "scenario"], sort=False):
+        deadlines = list(dict.fromkeys(g["deadline_ms"]))
+        lines += [f"## {ds}, {sc}: F1 x 100 / p99 ms by deadline (ms)", ""]
+        lines += ["| method | " + " | ".join(f"{d:g}" for d in deadlines) + " |", "|---|" + "---|" * len(deadlines)]
+        for m, h in g.groupby("method", sort=False):
+            cell = h.set_index("deadline_ms")
+            lines.append(
+                f"| {display_name(m)} | "
+                + " | ".join(f"{cell.loc[d, 'f1']:.1f} / {cell.loc[d, 'p99_ms']:.0f}" for d in deadlines)
+                + " |"
+            )
+        lines.append("")
+    return {"summary.md": "\n".join(lines)}

@@ -1,21 +1,19 @@
-"""Controlled runs behind results/false/README.md: which reading of the FALSE-VFL paper's LASER-VFL
-baseline reproduces its Table 12 row (Isolet, trained under MCAR 0.2), and did SimSiam learn anything?
+"""Controlled runs behind results/false/README.md: which reading of the FALSE-VFL paper's LASER-VFL baseline reproduces
+its Table 12 row (Isolet, trained under MCAR 0.2), and did SimSiam learn anything?
 
-    python scripts/false_laser_controlled.py          # run what is missing (resumable), then tabulate (make
+    vflbench report results/false/controlled --run   # run what is missing (resumable), then tabulate (make
     false-controlled)
-    python scripts/false_laser_controlled.py --table  # tabulate the committed runs only
+    vflbench report results/false/controlled         # tabulate the committed runs only
 
-Runs the three experiment files of experiments/false_controlled/ into results/false/controlled/<file>/
-and writes results/false/controlled/table.md: per reading and budget (epochs of supervised training),
-the mean accuracy over seeds in each of the seven test regimes beside the paper's row, how many cells
-lie within max(2 x paper std, 2 points), the mean seed std (the paper's: 3.0); then the SimSiam
-diagnostics of every pretrained run (linear probe before/after, collapse std against 1/sqrt(d)).
+Runs the experiment files of experiments/false_controlled/ into results/false/controlled/<file>/ and writes
+results/false/controlled/table.md: per reading and budget (epochs of supervised training), the mean accuracy over
+seeds in each of the seven test regimes beside the paper's row, how many cells lie within max(2 x paper std, 2
+points), the mean seed std (the paper's: 3.0); then the SimSiam diagnostics of every pretrained run (linear probe
+before/after, collapse std against 1/sqrt(d)).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +21,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..core.errors import VFLBenchError
+from ..results.outputs import sweep_manifests
+from ..results.report import load_results
+from .registry import register
+
 FILES = ("laser_labeled", "laser_simsiam", "laser_simsiam_literal")
 OTHER = ("laser_paper_reading", "budget", "validation")  # run too (their tables: results/false/README.md)
-OUT = ROOT / "results" / "false" / "controlled"
 TESTS = ["none", "mcar:0.2", "mcar:0.5", "mar1", "mar2", "mnar:0.7", "mnar:0.9"]
 LABELS = ["MCAR 0", "MCAR 2", "MCAR 5", "MAR 1", "MAR 2", "MNAR 7", "MNAR 9"]
 
 
 def paper_row() -> tuple[np.ndarray, np.ndarray]:
-    ref = pd.read_csv(ROOT / "vflbench" / "reference" / "false_tables12_17.csv")
+    ref = pd.read_csv(Path(__file__).resolve().parents[1] / "results" / "reference" / "false_tables12_17.csv")
     r = ref[
         (ref["dataset"] == "Isolet") & (ref["method"] == "LASER-VFL") & (ref["train_mechanism"] == "MCAR 2")
     ].set_index("test_mechanism")
@@ -50,16 +51,15 @@ def reading(file: str, options) -> str:
     return name
 
 
-def load() -> pd.DataFrame:
+def load(folder: Path) -> pd.DataFrame:
     frames = []
     for f in FILES:
-        p = OUT / f / "results.csv"
-        if p.exists():
-            d = pd.read_csv(p, dtype={"options": str})
+        if (folder / f / "results.csv").exists():
+            d = load_results(folder / f)
             d["file"] = f
             frames.append(d)
     if not frames:
-        sys.exit("No controlled runs yet: run this script without --table.")
+        raise VFLBenchError(f"No controlled runs under {folder} yet: vflbench report {folder} --run")
     df = pd.concat(frames, ignore_index=True)
     df = df[df["metric"] == "accuracy"].copy()
     df["reading"] = [reading(f, o) for f, o in zip(df["file"], df["options"], strict=True)]
@@ -114,17 +114,10 @@ def agreement_table(df: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
     return lines, pd.DataFrame(recs)
 
 
-def diagnostics(df: pd.DataFrame) -> list[str]:
+def diagnostics(folder: Path, df: pd.DataFrame) -> list[str]:
     rows = []
     for f in FILES[1:]:
-        runs = OUT / f / "runs"
-        if not runs.is_dir():
-            continue
-        for d in sorted(runs.iterdir()):
-            m = d / "manifest.json"
-            if not m.exists():
-                continue
-            man = json.loads(m.read_text())
+        for man in sweep_manifests(folder / f) if (folder / f).is_dir() else []:
             ex = man.get("extras", {})
             if "ssl_probe_acc_init" not in ex:
                 continue
@@ -164,31 +157,18 @@ def diagnostics(df: pd.DataFrame) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in rows]]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--table", action="store_true", help="only tabulate what has run")
-    ap.add_argument("--workers", type=int, default=2)
-    a = ap.parse_args()
-    if not a.table:
-        for f in (*FILES, *OTHER):
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "vflbench",
-                    "sweep",
-                    str(ROOT / "experiments" / "false_controlled" / f"{f}.yaml"),
-                    "--out",
-                    str(OUT / f),
-                    "--workers",
-                    str(a.workers),
-                    "--threads",
-                    "1",
-                ],
-                check=True,
-                cwd=ROOT,
-            )
-    df = load()
+def run(folder: Path, workers: int = 2) -> None:
+    """Sweep every experiment file of experiments/false_controlled/ into ``folder/<file>/`` (resumable)."""
+    root = Path(folder).resolve().parents[2]  # results/false/controlled -> the repository
+    for f in (*FILES, *OTHER):
+        cmd = [sys.executable, "-m", "vflbench", "sweep", str(root / "experiments" / "false_controlled" / f"{f}.yaml"),
+               "--out", str(Path(folder) / f), "--workers", str(workers), "--threads", "1"]  # fmt: skip
+        subprocess.run(cmd, check=True, cwd=root)
+
+
+@register("false/controlled", "table.md: each reading of FALSE-VFL's LASER-VFL baseline beside the paper", run=run)
+def build(folder: Path) -> dict[str, str]:
+    df = load(folder)
     lines, recs = agreement_table(df)
     best = recs.sort_values(
         ["ok", "mean_diff"], ascending=[False, True], key=lambda s: s if s.name == "ok" else s.abs()
@@ -213,7 +193,7 @@ def main() -> None:
         + ").",
         "",
     ]
-    diag = diagnostics(df)
+    diag = diagnostics(folder, df)
     if diag:
         text += [
             "## SimSiam: did pretraining learn anything?",
@@ -229,10 +209,4 @@ def main() -> None:
             *diag,
             "",
         ]
-    (OUT / "table.md").write_text("\n".join(text))
-    print("\n".join(text))
-    print(f"-> {OUT / 'table.md'}")
-
-
-if __name__ == "__main__":
-    main()
+    return {"table.md": "\n".join(text)}

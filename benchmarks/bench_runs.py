@@ -1,0 +1,49 @@
+"""A run per method, as a user starts it: ``vflbench run`` on Credit (4 parties, MCAR 0.5 in training, tested with
+every block and under MCAR 0.5), two epochs, one thread; the trees at their defaults (300 trees), SecureBoost in clear
+and under Paillier (2 trees of depth 3 and 512-bit keys, as
+results/trees/guard: the cost is per tree and grows with the key; 2,048-bit keys took 492 s for these 2 trees on the
+2-core VM beside two sweeps, docs/SPEED.md). Start-up is its own benchmark."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import python, vflbench
+
+COMMON = ["--dataset", "credit", "--parties", "4", "--train-missing", "mcar:0.5", "--test-missing", "none,mcar:0.5",
+          "--seed", "0", "--quiet", "--out", "out"]  # fmt: skip
+NEURAL = ["local", "svfl", "ensemble", "combinatorial", "plug", "laser", "pbm", "false1", "fedhssl"]
+SEMI_SUPERVISED = {"false1": ["--labeled", "500", "--aligned", "100"]}  # as in the FALSE-VFL paper
+
+
+def test_startup_import(measure):
+    """What every command pays before it does anything: importing the command line."""
+    measure(python("import vflbench.cli"))
+
+
+def test_startup_one_epoch_run(measure):
+    """The smallest whole run: Standard VFL on Credit, one epoch."""
+    measure(vflbench("run", "--method", "svfl", "--epochs", "1", *COMMON))
+
+
+@pytest.mark.parametrize("method", NEURAL)
+def test_run_neural(measure, method):
+    measure(vflbench("run", "--method", method, "--epochs", "2", *SEMI_SUPERVISED.get(method, []), *COMMON))
+
+
+@pytest.mark.parametrize("method", ["gbdt", "xgboost", "secureboost"])
+def test_run_trees_in_clear(measure, method):
+    measure(vflbench("run", "--method", method, *COMMON))
+
+
+def test_run_secureboost_paillier(measure):
+    opts = [
+        "--method-opt",
+        "encryption=paillier",
+        "--method-opt",
+        "trees=2",
+        "--method-opt",
+        "max_depth=3",
+        "--method-opt",
+        "key_bits=512",
+    ]
+    measure(vflbench("run", "--method", "secureboost", *opts, *COMMON))
