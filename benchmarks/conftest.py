@@ -139,10 +139,10 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("vflbench benchmarks: median seconds and peak RSS per workload (fresh processes)")
     base = any("base_s" in r for r in _ROWS)
-    head = f"{'benchmark':44} {'seconds':>9} {'peak RSS MB':>12}"
+    head = f"{'benchmark':52} {'seconds':>9} {'peak RSS MB':>12}"
     tr.write_line(head + (f" {'base s':>9} {'base MB':>9} {'ratio':>6}" if base else "") + "  figures")
     for r in _ROWS:
-        line = f"{r['name'][:44]:44} {r['head_s']:9.2f} {r['head_peak_rss_mb']:12.0f}"
+        line = f"{r['name'][:52]:52} {r['head_s']:9.2f} {r['head_peak_rss_mb']:12.0f}"
         if base:
             line += f" {r.get('base_s', float('nan')):9.2f} {r.get('base_peak_rss_mb', float('nan')):9.0f}"
             line += f" {r['head_s'] / r['base_s']:6.2f}" if r.get("base_s") else f" {'-':>6}"

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from vflbench.core.errors import VFLBenchError
-from vflbench.results.report import at_budget, load_results
+from vflbench.results.loading import load_results
+from vflbench.results.report import at_budget
 from vflbench.results.stats import holm, paired_p
 from vflbench.results.verdicts import label
 

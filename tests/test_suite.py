@@ -290,7 +290,7 @@ def test_a_gathered_sweep_reads_resumes_and_verifies_as_its_run_folders(tmp_path
     assert not (out / "runs").exists() and (out / "manifests.jsonl").exists()
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         "manifests.jsonl", "results.csv", "sweep.json", "table.md"]  # fmt: skip
-    from vflbench.results.report import load_results
+    from vflbench.results.loading import load_results
 
     key = ["run_id", "test_missing", "metric"]
     pd.testing.assert_frame_equal(
@@ -316,7 +316,7 @@ def test_gather_moves_the_runs_an_experiment_no_longer_asks_for_to_superseded(tm
     folder keeps exactly the experiment's runs."""
     from pathlib import Path
 
-    from vflbench.results.report import load_results
+    from vflbench.results.loading import load_results
 
     exp = str(Path(__file__).resolve().parents[1] / "experiments" / "suite.yaml")
     out = tmp_path / "s"

@@ -166,7 +166,7 @@ def _print_attacks(rows: list[dict]) -> None:
     """The attacks' results at the last evaluated epoch: one line per metric, its value per adversary."""
     import pandas as pd
 
-    from ..results.report import with_attack_variants
+    from ..results.loading import with_attack_variants
 
     last = max((r.get("epoch") or 0) for r in rows)
     rows = [r for r in rows if (r.get("epoch") or 0) == last]

@@ -56,8 +56,9 @@ def table(
     sweep folder, its experiment's layout, reference and title are the defaults (the bare command
     rebuilds the folder's table.md); the flags override them."""
     out = out_path(out)
+    from ..results.loading import folder_table_args, load_many
     from ..results.outputs import atomic_write_text
-    from ..results.report import budget_ranking, folder_table_args, load_many, make_table
+    from ..results.report import budget_ranking, make_table
 
     own = folder_table_args(results[0]) if len(results) == 1 else None
     title = own["title"] if own else None
@@ -170,7 +171,8 @@ def _plot_cd(results: list[Path], out: Path) -> list[Path]:
     """A critical-difference diagram over every folder's conditions (A+B: two folders' rows as one)."""
     import pandas as pd
 
-    from ..results.report import load_many, make_table
+    from ..results.loading import load_many
+    from ..results.report import make_table
     from ..results.stats import critical_difference
     from ..results.verdicts import display
 

@@ -134,7 +134,7 @@ def report(
 ) -> str:
     """Write ``ranks.csv``, ``versus_<reference>.csv``, ``scores.csv`` and one critical-difference diagram per
     condition under ``out``; return the Markdown of the ranks and of the comparison with the reference."""
-    from .report import load_results
+    from .loading import load_results
     from .stats import critical_difference
 
     sc = scores(load_results(results))

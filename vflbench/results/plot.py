@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import VFLBenchError
-from .report import display, load_many, load_results, method_order
+from .loading import load_many, load_results
+from .report import display, method_order
 
 
 def _plt():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any
 
 from .. import __version__
@@ -102,6 +103,12 @@ class ResolvedRun:
     # the components the run uses, with their behaviour versions (vflbench.runs.behaviour; those above 1 are keyed)
     behaviour: dict[str, int | str] = field(default_factory=dict)
 
+    def __post_init__(self):
+        # every declared setting reads as an attribute of the run (run.seed, run.target, run.mechanism ...): stored on
+        # the instance once, so reading one is data, not a call back into this module from the layers that run it
+        for name, setting in SETTINGS.items():
+            object.__setattr__(self, name, self.settings.get(name, setting.default))
+
     def to_dict(self) -> dict[str, Any]:
         from .settings import to_json, top_json
 
@@ -119,7 +126,7 @@ class ResolvedRun:
         d["stage_hp"] = {k: v.as_dict() for k, v in self.stage_hp.items()}
         return d
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Stable hash of everything that determines the numbers (device and provenance excluded)."""
         d = self.to_dict()
@@ -150,26 +157,13 @@ class ResolvedRun:
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    @property
+    @cached_property
     def run_id(self) -> str:
         missing = _slug(self.train_missing)
         return f"{_dataset_slug(self.dataset)}_{self.method}_K{self.parties}_{missing}_s{self.seed}_{self.key}"
 
     def with_seed(self, seed: int) -> ResolvedRun:
         return replace(self, settings={**self.settings, "seed": int(seed)})
-
-
-def _setting_property(name: str) -> property:
-    return property(
-        lambda self: self.settings.get(name, SETTINGS[name].default),
-        doc=f"{SETTINGS[name].help} (a declared run setting)",
-    )
-
-
-for _name in (
-    SETTINGS
-):  # every declared setting reads as an attribute of a resolved run: run.seed, run.target, run.mechanism ...
-    setattr(ResolvedRun, _name, _setting_property(_name))
 
 
 def _slug(s: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..results.report import load_results
+from ..results.loading import load_results
 from .registry import register
 
 EPS = "epsilon_feature_record_no_local_training"

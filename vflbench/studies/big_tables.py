@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import VFLBenchError
+from ..results.loading import load_results
 from ..results.outputs import sweep_records
-from ..results.report import load_results
 from .registry import register
 
 ENCODINGS = {

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import VFLBenchError
+from ..results.loading import load_results
 from ..results.outputs import sweep_manifests
-from ..results.report import load_results
 from .registry import register
 
 FILES = ("laser_labeled", "laser_simsiam", "laser_simsiam_literal")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..methods.base import display_name, method_order
-from ..results.report import load_results
+from ..results.loading import load_results
 from .registry import register
 
 TREES = {"gbdt", "secureboost"}
