@@ -95,7 +95,7 @@ def test_a_noise_source_that_cannot_hold_is_refused_in_one_line(kw, msg):
 def test_the_plain_count_trace_hook_is_refused_with_secret_noise(monkeypatch, tmp_path):
     import torch
 
-    from vflbench.federation.wire import _trace
+    from vflbench.federation.wire_channels import _trace
 
     monkeypatch.setenv("VFLBENCH_TRACE_DIR", str(tmp_path))
     with pytest.raises(VFLBenchError, match="refused with secret noise"):

@@ -8,8 +8,8 @@ server hands it the run's random streams (in step in every process) and the reco
 one line: another run key, a checkpoint of another run, a stale checkpoint (older than the party's last
 boundary before its loss), a party that is not lost, a run whose boundary carries noise (PBM-VFL).
 
-The wire's channel (:class:`vflbench.federation.wire.WireChannel`) calls :func:`at_epoch_boundary` at every epoch
-boundary; the runtime calls :func:`form_group` for the first group and :func:`request_rejoin` in a restarted
+The wire's channel (:class:`vflbench.federation.wire_channels.WireChannel`) calls :func:`at_epoch_boundary` at every
+epoch boundary; the runtime calls :func:`form_group` for the first group and :func:`request_rejoin` in a restarted
 process. Nothing here imports the wire: the channel and the wire are passed in."""
 
 from __future__ import annotations

@@ -41,15 +41,8 @@ from ..methods import METHODS
 from ..methods.base import Method
 from ..runs.devices import choose_device
 from .rejoin import form_group, request_rejoin
-from .wire import (  # noqa: F401  (the runtime's face)
-    PartyFailed,
-    Wire,
-    WireChannel,
-    WirePBMChannel,
-    uint_dtype,
-    wire_channel,
-    wire_pbm_channel,
-)
+from .wire import PartyFailed, Wire  # noqa: F401  (the runtime's face)
+from .wire_channels import WireChannel, WirePBMChannel, uint_dtype, wire_channel, wire_pbm_channel  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- processes
