@@ -20,17 +20,10 @@ import torch
 
 from ..trees.binning import BINNINGS, DEFAULT_BINNING
 from ..trees.booster import BoostParams
+from ..trees.links import LocalLink, RemoteLink, serve
+from ..trees.messages import encoded_size
 from ..trees.paillier import Packing
-from ..trees.secureboost import (
-    FeatureParty,
-    LabelParty,
-    LocalLink,
-    Protocol,
-    RemoteLink,
-    bin_layout,
-    encoded_size,
-    serve,
-)
+from ..trees.secureboost import FeatureParty, LabelParty, Protocol, bin_layout
 from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 

@@ -22,71 +22,16 @@ crosses.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from .binning import DEFAULT_BINNING, Cuts, fit_cuts
 from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow, split_left
+from .links import REPLIES, Link, LocalLink, PartyGone, RemoteLink, Traffic, serve  # noqa: F401  (re-exported)
+from .messages import decode, encode, encoded_size, pack_bits, unpack_bits  # noqa: F401  (re-exported)
 from .paillier import Packing, Paillier, unpack_compressed
-
-# ----------------------------------------------------------------------------- messages
-
-
-def encode(kind: str, **fields: Any) -> bytes:
-    """A message as bytes: a JSON header (its kind, its scalars, each array's dtype and shape), then the arrays."""
-    arrays = {n: np.ascontiguousarray(v) for n, v in fields.items() if not _scalar(v)}
-    head = _header(
-        kind, {n: v for n, v in fields.items() if _scalar(v)}, {n: (a.dtype, a.shape) for n, a in arrays.items()}
-    )
-    return len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays.values())
-
-
-def encoded_size(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tuple[int, ...]]]) -> int:
-    """The bytes :func:`encode` makes of a message with these scalars and arrays of these (dtype, shape), without
-    making the arrays (a cost model's exact count)."""
-    head = _header(kind, scalars, arrays)
-    body = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize for dt, shape in arrays.values())
-    return 4 + len(head) + body
-
-
-def _scalar(v: Any) -> bool:
-    return isinstance(v, (bool, int, float, str)) or v is None
-
-
-def _header(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tuple[int, ...]]]) -> bytes:
-    head = {
-        "kind": kind,
-        "s": dict(scalars),
-        "a": [[n, np.dtype(dt).str, list(shape)] for n, (dt, shape) in arrays.items()],
-    }
-    return json.dumps(head, separators=(",", ":")).encode()
-
-
-def decode(data: bytes) -> tuple[str, dict[str, Any]]:
-    n = int.from_bytes(data[:4], "little")
-    head = json.loads(data[4 : 4 + n])
-    out = dict(head["s"])
-    at = 4 + n
-    for name, dt, shape in head["a"]:
-        dtype = np.dtype(dt)
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out[name] = np.frombuffer(data[at : at + size], dtype=dtype).reshape(shape)
-        at += size
-    return head["kind"], out
-
-
-def pack_bits(b: np.ndarray) -> np.ndarray:
-    return np.packbits(np.asarray(b, dtype=bool))
-
-
-def unpack_bits(p: np.ndarray, n: int) -> np.ndarray:
-    return np.unpackbits(np.asarray(p, dtype=np.uint8), count=n).astype(bool)
-
 
 # ----------------------------------------------------------------------------- a feature party
 
@@ -263,116 +208,6 @@ class FeatureParty:
         go_left = left_of[records, self.batch[samples, feature[records]].astype(np.int64)]
         self.seconds["predict"] += time.perf_counter() - t0
         return encode("bits", left=pack_bits(go_left))
-
-
-# ----------------------------------------------------------------------------- links
-
-
-@dataclass
-class Traffic:
-    """Bytes by party, direction and message kind, in one phase ("train" or "eval")."""
-
-    k: int
-    by_kind: dict[str, list[int]] = field(default_factory=dict)
-
-    def add(self, kind: str, direction: str, party: int, nbytes: int) -> None:
-        self.by_kind.setdefault(f"{kind}_{direction}", [0] * self.k)[party] += int(nbytes)
-
-
-REPLIES = {"setup", "build", "split", "predict"}  # the requests a party answers; the others it only takes in
-
-
-class PartyGone(Exception):
-    """A party process stopped while the label party exchanged with it (found by the transport). ``sent``: whether
-    the request had left (it is counted then, as it crossed)."""
-
-    def __init__(self, party: int, cause: str, sent: bool):
-        super().__init__(f"party {party} lost ({cause})")
-        self.party, self.cause, self.sent = party, cause, sent
-
-
-class Link:
-    """The label party's side of the messages: each is serialised, counted (by party, direction and kind, and through
-    ``book(party, up, down)`` in the run's channel) and exchanged (:meth:`exchange`: in this process, or across).
-    A party in ``lost`` is sent nothing and counted nothing."""
-
-    def __init__(self, k: int, book: Callable[[int, int, int], None]):
-        self.k, self.book = k, book
-        self.traffic: dict[str, Traffic] = {}
-        self.phase = "train"
-        self.lost: set[int] = set()
-
-    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
-        raise NotImplementedError
-
-    def ask(self, k: int, kind: str, **fields) -> tuple[str, dict[str, Any]] | None:
-        if k in self.lost:
-            return None
-        data = encode(kind, **fields)
-        t = self.traffic.setdefault(self.phase, Traffic(self.k))
-        try:
-            back = self.exchange(k, data, kind in REPLIES)
-        except PartyGone as e:
-            if e.sent:
-                t.add(kind, "down", k, len(data))
-                self.book(k, 0, len(data))
-            raise
-        t.add(kind, "down", k, len(data))
-        self.book(k, 0 if back is None else len(back), len(data))
-        if back is None:
-            return None
-        got = decode(back)
-        t.add(got[0], "up", k, len(back))
-        return got
-
-    tell = ask
-
-
-class LocalLink(Link):
-    """Every party in this process: a message is handed to the party, and its reply comes back."""
-
-    def __init__(self, parties: list[FeatureParty], book: Callable[[int, int, int], None]):
-        super().__init__(len(parties), book)
-        self.parties = parties
-
-    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
-        return self.parties[k].handle(data)
-
-
-class RemoteLink(Link):
-    """The parties in their own processes: the same messages through a transport of bytes (``to_party(k, data)``,
-    ``from_party(k)``: vflbench.federation.wire.WireMessages)."""
-
-    def __init__(self, transport, k: int, book: Callable[[int, int, int], None]):
-        super().__init__(k, book)
-        self.transport = transport
-
-    def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
-        self.transport.to_party(k, data)
-        if cause := self.transport.lost(k):  # it stopped before the request left
-            raise PartyGone(k, cause, sent=False)
-        if not reply:
-            return None
-        back = self.transport.from_party(k)
-        if cause := self.transport.lost(k):  # it stopped before it answered
-            raise PartyGone(k, cause, sent=True)
-        return back
-
-
-def serve(party: FeatureParty, transport, until: str = "stop", hooks: dict[str, Callable] | None = None) -> None:
-    """A party process: answer the label party's requests until it says ``until``. ``hooks``: per message kind, a
-    call with the message's fields before the party handles it (the run's side of a message: a tree begins, the
-    party leaves or comes back)."""
-    while True:
-        data = transport.from_server()
-        kind, fields = decode(data)
-        if kind == until:
-            return
-        if hooks and kind in hooks:
-            hooks[kind](**fields)
-        reply = party.handle(data)
-        if reply is not None:
-            transport.to_server(reply)
 
 
 # ----------------------------------------------------------------------------- the label party
