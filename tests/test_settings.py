@@ -175,7 +175,7 @@ def test_declaring_a_new_method_option_moves_no_key(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- run fields
-from vflbench.grids.experiment import DATASET_KEYS, TOP_KEYS  # noqa: E402
+from vflbench.grids.experiment_schema import DATASET_KEYS, TOP_KEYS  # noqa: E402
 from vflbench.runs.settings import FIELDS, request  # noqa: E402
 
 
