@@ -28,80 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from ..core.errors import VFLBenchError
 from ..core.registry import Registry
 from ..core.rng import Streams
 from ..nn.models import Extractors, HeadBank, ModelSpec, ParamStore
 from ..privacy.channel import Channel
-
-OPTION_TYPES = (bool, int, float, str)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One method option. ``protocol`` names a protocol field whose resolved value is the default
-    when the user sets none (an explicit user value always wins); ``runtime`` gives the default under a
-    runtime (``(("processes", "party"),)``), above the protocol's. ``check`` returns an error message for
-    a bad value, or None."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    choices: tuple[Any, ...] | None = None
-    protocol: str | None = None
-    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
-    runtime: tuple[tuple[str, Any], ...] = ()  # (runtime, value): the default under that --runtime (below the user's)
-
-    def parse(self, value: Any, owner: str) -> Any:
-        """Convert a CLI/YAML value to the declared type and validate it."""
-        t = self.type
-        try:
-            if t is bool:
-                if isinstance(value, bool):
-                    v = value
-                elif str(value).strip().lower() in ("true", "1", "on", "yes"):
-                    v = True
-                elif str(value).strip().lower() in ("false", "0", "off", "no"):
-                    v = False
-                else:
-                    raise ValueError
-            elif t is int:
-                if isinstance(value, bool) or float(value) != int(float(value)):
-                    raise ValueError
-                v = int(float(value))
-            elif t is float:
-                if isinstance(value, bool):
-                    raise ValueError
-                v = float(value)
-            else:
-                v = str(value).strip()
-        except (TypeError, ValueError):
-            raise VFLBenchError(
-                f"Option {self.name} of method '{owner}' expects {t.__name__}, got {value!r}."
-            ) from None
-        if self.choices is not None and v not in self.choices:
-            raise VFLBenchError(
-                f"Option {self.name}={v!r} of method '{owner}': choices are {', '.join(map(str, self.choices))}."
-            )
-        if self.check is not None:
-            msg = self.check(v)
-            if msg:
-                raise VFLBenchError(f"Option {self.name}={v!r} of method '{owner}': {msg}.")
-        return v
-
-    def describe(self) -> dict[str, Any]:
-        d = {"name": self.name, "type": self.type.__name__, "default": self.default, "help": self.help}
-        if self.choices is not None:
-            d["choices"] = list(self.choices)
-        if self.protocol:
-            d["protocol_default"] = self.protocol
-        if self.runtime:
-            d["runtime_default"] = dict(self.runtime)
-        return d
-
+from .losses import cross_entropy, gap_signs, masked_mean_ce, zero_missing_inputs  # noqa: F401  (re-exported)
+from .options import OPTION_TYPES, Option, fusion_option  # noqa: F401  (re-exported)
 
 SAMPLE_SETS = ("labeled", "aligned", "complete", "all")
 
@@ -543,55 +477,7 @@ class Method:
         return logits.softmax(-1)[..., self.ctx.positive_class if self.ctx.positive_class is not None else 1]
 
 
-def gap_signs(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[..., 2]``: the weights that turn a two-class logit pair into the signed gap whose softplus is the
-    cross-entropy, (-1, +1) for class 0 and (+1, -1) for class 1 (a method that knows its epoch's labels
-    computes them once per epoch and passes them to :func:`cross_entropy`)."""
-    sign = 1.0 - 2.0 * (y == 1).to(dtype)
-    return torch.stack([-sign, sign], -1)
-
-
-def cross_entropy(logits: torch.Tensor, y: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-element cross-entropy over the last axis (``y`` broadcast to ``logits.shape[:-1]``).
-    For two classes it is softplus of the signed logit gap: the same value, about half the cost;
-    ``signs``: :func:`gap_signs` of ``y`` when the caller has them already (``y`` is then not read)."""
-    if logits.shape[-1] == 2:
-        # softplus(l0 - l1) for class 1, softplus(l1 - l0) for class 0, as the sum of the logits times -1 or +1: the
-        # products are exact and the two-term sum rounds once, so the values and gradients of where(y == 1, -gap, gap)
-        if signs is None:
-            signs = gap_signs(y, logits.dtype)
-        ce = F.softplus((logits * signs).sum(-1))
-        return ce if ce.shape == logits.shape[:-1] else ce.expand(logits.shape[:-1])
-    y = y.expand(logits.shape[:-1])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(y.shape)
-
-
-def masked_mean_ce(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Per-predictor CE averaged over the samples with weight 1: logits ``[P, B, C]``, weight ``[P, B]``
-    -> ``[P]`` (zero where a predictor has no sample)."""
-    p, b, c = logits.shape
-    ce = F.cross_entropy(logits.reshape(p * b, c), y.repeat(p), reduction="none").view(p, b)
-    w = weight.float()
-    return (ce * w).sum(1) / w.sum(1).clamp_min(1.0)
-
-
-def zero_missing_inputs(blocks, use: torch.Tensor):
-    """Blocks with the features of unused parties set to zero: ``use`` ``[K, B]``; tabular ``[K, B, w]``
-    or a list of K image tiles ``[B, C, h, w]``."""
-    if isinstance(blocks, torch.Tensor):
-        return blocks * use[:, :, None].to(blocks.dtype)
-    return [t * use[k].view(-1, *([1] * (t.ndim - 1))).to(t.dtype) for k, t in enumerate(blocks)]
-
-
-def fusion_option(help_extra: str = "") -> Option:
-    return Option(
-        "fusion", str, "mean", "fusion of representations before the Linear head" + help_extra, choices=("mean", "sum")
-    )
-
-
 METHODS: Registry[type[Method]] = Registry("method")
-"""The only list of methods: CLI help, `vflbench methods`, experiment validation, reports and plots
-all read it. Listing order is registration order."""
 
 
 def display_name(name: str) -> str:
