@@ -338,3 +338,20 @@ def test_gather_moves_the_runs_an_experiment_no_longer_asks_for_to_superseded(tm
     assert set(load_results(out)["method"]) == {"xgboost"}
     assert set(load_results(out / "superseded")["method"]) == {"gbdt"}
     assert runner.invoke(app, ["table", str(out / "superseded")]).exit_code == 0
+
+
+def test_sweep_gather_folds_the_runs_when_every_run_has_finished(tmp_path):
+    """`vflbench sweep --gather` ends as `vflbench gather` would: the same results.csv, one manifests.jsonl, no run
+    folders; the same command again finds every run finished."""
+    from pathlib import Path
+
+    exp = str(Path(__file__).resolve().parents[1] / "experiments" / "suite.yaml")
+    slice_ = ["--methods", "xgboost", "--datasets", "suite:credit_scoring", "--seeds", "0", "--train-missing", "none"]
+    plain, gathered = tmp_path / "plain", tmp_path / "gathered"
+    assert runner.invoke(app, ["sweep", exp, *slice_, "--out", str(plain)]).exit_code == 0
+    r = runner.invoke(app, ["sweep", exp, *slice_, "--out", str(gathered), "--gather"])
+    assert r.exit_code == 0 and "gathered 1 run(s)" in r.output, r.output
+    assert not (gathered / "runs").exists() and (gathered / "manifests.jsonl").exists()
+    assert (gathered / "results.csv").read_text() == (plain / "results.csv").read_text()
+    again = runner.invoke(app, ["sweep", exp, *slice_, "--out", str(gathered), "--gather"])
+    assert again.exit_code == 0 and "1 already finished, 0 to run" in again.output, again.output
