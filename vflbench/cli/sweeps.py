@@ -125,12 +125,7 @@ def sweep(
         help="hyper-parameter preset for every run in place of the file's (a name, or a YAML such as the "
         "tuned.yaml `vflbench tune` writes)",
     ),
-    gather: bool = typer.Option(
-        False,
-        "--gather",
-        metavar="",
-        help="when every run has finished, fold the run folders into results.csv and manifests.jsonl (vflbench gather)",
-    ),
+    gather: bool = typer.Option(False, "--gather", metavar="", help="when every run finished: vflbench gather"),
 ):
     """Run an experiment grid in parallel; finished runs are skipped, so an interrupted sweep resumes.
     One sweep at a time per output folder (a second one stops at once)."""
@@ -187,13 +182,16 @@ def sweep(
     with FolderLock(out):
         _sweep_body(exp, out, quick, workers, device, executor, address, dry_run=False, threads=threads, pack=pack)
         if gather:  # reached only when no run failed (a failure raises above)
-            from ..results.outputs import GATHERED
-            from ..results.outputs import gather as gather_runs
+            _gather_at_end(Path(out))
 
-            n, left = gather_runs(Path(out))
-            console.print(
-                f"gathered {n} run(s) -> {Path(out) / GATHERED}" + (f"; left as folders: {len(left)}" if left else "")
-            )
+
+def _gather_at_end(out: Path) -> None:
+    """``sweep --gather``: the finished sweep's run folders folded into results.csv and manifests.jsonl."""
+    from ..results.outputs import GATHERED
+    from ..results.outputs import gather as gather_runs
+
+    n, left = gather_runs(out)
+    console.print(f"gathered {n} run(s) -> {out / GATHERED}" + (f"; left as folders: {len(left)}" if left else ""))
 
 
 def _sweep_body(exp, out, quick, workers, device, executor, address, dry_run, threads=None, pack=1):

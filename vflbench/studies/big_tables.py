@@ -1,7 +1,8 @@
 """results/big_tables/summary.md: the four encodings of the SYNTHETIC click-through table side by side (the sweeps
 of experiments/big_tables/, written by ``make big-tables``): accuracy and AUPRC at test none and MCAR 0.5, mean
 +- std over seeds, per method and training setting, with each encoding's parameters and seconds per epoch (from the
-manifests), and the Bayes accuracy of the generator's true probabilities (data/ctr/ctr.json).
+manifests), and the Bayes accuracy of the generator's true probabilities (``ctr.json`` in the study folder: the
+generator's record, data/ctr/ctr.json as scripts/make_ctr_table.py wrote it for these runs).
 
     vflbench report results/big_tables
 """
@@ -70,7 +71,7 @@ def build(root: Path) -> dict[str, str]:
     )
     wide.columns = [f"{m} (test {t})" for m, t in wide.columns]
     cost = pd.DataFrame(costs).groupby(["encoding", "method"], sort=False).median(numeric_only=True).reset_index()
-    meta_path = Path("data/ctr/ctr.json")
+    meta_path = root / "ctr.json"  # the generator's record, kept with the runs it made the table for
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     lines = [
         "# Encodings of a SYNTHETIC click-through table (scripts/make_ctr_table.py, 100,000 rows)",
