@@ -114,8 +114,8 @@ def load_results(path: str | Path) -> pd.DataFrame:
             | {d.name for d in (runs.iterdir() if runs.is_dir() else []) if (d / "results.csv").exists()}
             | set(gathered_runs(p))
         )
-        if not is_sweep_folder(p) and (p / "results.csv").exists():  # a table committed without its runs (fmnist_gpu)
-            return load_results(p / "results.csv")
+        if not is_sweep_folder(p) and not any((runs / i).is_dir() for i in ids) and (p / "results.csv").exists():
+            return load_results(p / "results.csv")  # a table committed without any of its runs (fmnist_gpu)
         superseded = gathered_runs(p / SUPERSEDED)  # runs an experiment no longer asks for: out, and no warning
         texts, dropped = [], []
         for rid in (i for i in ids if i not in superseded):
