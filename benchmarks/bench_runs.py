@@ -47,3 +47,11 @@ def test_run_secureboost_paillier(measure):
         "key_bits=512",
     ]
     measure(vflbench("run", "--method", "secureboost", *opts, *COMMON))
+
+
+def test_run_secureboost_multiclass(measure):
+    """SecureBoost's multi-output trees on a wide table: Isolet (617 columns, 26 classes, 4 parties), 3 trees at the
+    default 256 bins in clear. Each tree asks for histograms of [nodes, 617, 256, 26] sums and scores every cut of
+    every column for all 26 outputs: the cost behind a suite run of SecureBoost on Isolet (docs/SPEED.md)."""
+    isolet = ["--dataset", "isolet", "--parties", "4", "--seed", "0", "--quiet", "--out", "out"]
+    measure(vflbench("run", "--method", "secureboost", "--method-opt", "trees=3", *isolet))

@@ -13,7 +13,15 @@ from typer.testing import CliRunner
 
 from vflbench.cli import app
 from vflbench.trees.binning import fit_cuts
-from vflbench.trees.booster import BoostParams, FixedPoint, best_splits, bin_sums, fit_central, predict_codes
+from vflbench.trees.booster import (
+    BoostParams,
+    FixedPoint,
+    best_splits,
+    bin_sums,
+    filled_bin_sums,
+    fit_central,
+    predict_codes,
+)
 from vflbench.trees.paillier import Packing, Paillier, unpack_compressed
 from vflbench.trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, decode, encode
 
@@ -52,19 +60,77 @@ def _federated(x, y, held, dk, params, encryption="none", key_bits=1024, classes
 # ----------------------------------------------------------------------------- the booster's rules
 
 
-def test_bin_sums_are_the_loop_over_rows_they_replace():
+@pytest.mark.parametrize("outputs", [1, 2, 5])  # 5: the sparse product's path
+def test_bin_sums_are_the_loop_over_rows_they_replace(outputs):
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 5, (200, 3)).astype(np.uint8)  # 4 bins + the missing code 4
-    g = rng.integers(-50, 50, (200, 2))
-    h = rng.integers(0, 50, (200, 2))
+    codes[:, 2] = np.where(codes[:, 2] == 3, 4, codes[:, 2])  # bin 3 of feature 2 holds no row
+    g = rng.integers(-50, 50, (200, outputs))
+    h = rng.integers(0, 50, (200, outputs))
     node_of = rng.integers(0, 4, 200)
-    G, H, N = bin_sums(codes, g, h, [1, 3], node_of, 5, 2)
+    G, H, N = bin_sums(codes, g, h, [1, 3], node_of, 5, outputs)
     for s, v in enumerate([1, 3]):
         for j in range(3):
             for b in range(4):
                 rows = (node_of == v) & (codes[:, j] == b)
                 assert N[s, j, b] == rows.sum()
                 assert (G[s, j, b] == g[rows].sum(0)).all() and (H[s, j, b] == h[rows].sum(0)).all()
+    at, Gf, Hf, count = filled_bin_sums(codes, g, h, [1, 3], node_of, 5)  # what a party sends: the filled bins only
+    assert at.tolist() == np.flatnonzero(N.reshape(-1)).tolist()
+    assert (Gf == G.reshape(-1, outputs)[at]).all() and (Hf == H.reshape(-1, outputs)[at]).all()
+    assert (count == N.reshape(-1)[at]).all()
+
+
+def _best_split_by_loops(G, H, tot_g, tot_h, n_cuts, params, fp):
+    """The split rule written out cut by cut in Python floats: XGBoost's gain summed over the outputs, both missing
+    directions, every side's hessian at least min_child_weight in every output; the first maximum wins."""
+    lam, best = params.reg_lambda, None
+    g_all, h_all = [v / 2**fp.bits for v in tot_g], [v / 2**fp.bits for v in tot_h]
+    parent = sum(g * g / (h + lam) for g, h in zip(g_all, h_all, strict=True))
+    for j in range(G.shape[0]):
+        g_miss = [g_all[o] - G[j, :, o].sum() / 2**fp.bits for o in range(G.shape[2])]
+        h_miss = [h_all[o] - H[j, :, o].sum() / 2**fp.bits for o in range(G.shape[2])]
+        for t in range(1, n_cuts[j] + 1):
+            for direction in (0, 1):
+                gl = [G[j, :t, o].sum() / 2**fp.bits + direction * g_miss[o] for o in range(G.shape[2])]
+                hl = [H[j, :t, o].sum() / 2**fp.bits + direction * h_miss[o] for o in range(G.shape[2])]
+                gr, hr = (
+                    [a - b for a, b in zip(g_all, gl, strict=True)],
+                    [a - b for a, b in zip(h_all, hl, strict=True)],
+                )
+                if min(hl) < params.min_child_weight or min(hr) < params.min_child_weight:
+                    continue
+                gain = (
+                    sum(a * a / (b + lam) + c * c / (e + lam) for a, b, c, e in zip(gl, hl, gr, hr, strict=True))
+                    - parent
+                )
+                if best is None or gain > best[0]:
+                    best = (gain, j, t, direction)
+    return best
+
+
+def test_the_best_split_of_many_features_and_outputs_is_the_one_a_loop_over_every_cut_finds(monkeypatch):
+    """best_splits scores a chunk of features at a time (SPLIT_CHUNK): one feature a chunk, or all at once, the split
+    is the one the loop over every feature, cut, direction and output finds, and so is its gain."""
+    import vflbench.trees.booster as booster
+
+    rng = np.random.default_rng(3)
+    fp, params = FixedPoint(4), BoostParams(min_child_weight=2.0, reg_lambda=0.5)
+    d, b, outputs = 7, 6, 3
+    G = rng.integers(-200, 200, (2, d, b, outputs))
+    H = rng.integers(0, 60, (2, d, b, outputs))
+    tot_g = G.sum((1, 2)) + rng.integers(-300, 300, (2, outputs))  # missing mass besides the bins
+    tot_h = H.sum((1, 2)) + rng.integers(0, 90, (2, outputs))
+    n_cuts = np.array([5, 5, 3, 5, 1, 5, 4])
+    found = {}
+    for chunk in (1, 1 << 20):
+        monkeypatch.setattr(booster, "SPLIT_CHUNK", chunk)
+        found[chunk] = best_splits(list(G), list(H), tot_g, tot_h, n_cuts, params, fp)
+    assert found[1] == found[1 << 20]
+    for v, s in enumerate(found[1]):
+        gain, j, t, direction = _best_split_by_loops(G[v], H[v], tot_g[v], tot_h[v], n_cuts, params, fp)
+        assert (s.feature, s.bin, s.default_left) == (j, t, direction == 1)
+        assert s.gain == pytest.approx(gain, rel=1e-12)
 
 
 def test_the_best_split_by_hand_and_the_default_direction_follows_the_missing_mass():

@@ -31,6 +31,7 @@ from .binning import DEFAULT_BINNING, fit_cuts
 
 SOFTMAX_HESSIAN_FACTOR = 2.0  # XGBoost's multi:softprob hessian max(2 p (1 - p), 1e-16) (its documented bound)
 MIN_HESSIAN = 1e-16
+SPLIT_CHUNK = 1 << 16  # float64 values (cuts x outputs) of the features scored at once: 512 KiB, within a core's L2
 
 
 @dataclass(frozen=True)
@@ -203,20 +204,23 @@ def best_splits(
     fp: FixedPoint,
     categorical: np.ndarray | None = None,
 ) -> list[Split | None]:
-    """The best split of each node from its histograms ``G, H`` [nodes, d, B, outputs] (integers) and totals
+    """The best split of each node from its histograms ``G, H`` [nodes, d, B, outputs] (integers; or a sequence of each
+    node's [d, B, outputs]) and totals
     ``tot_g, tot_h`` [nodes, outputs]; None where no candidate passes (its gain <= gamma, or a side's hessian below
-    min_child_weight). Vectorised over features, cuts and the two missing directions; node by node.
+    min_child_weight). Vectorised over cuts and the two missing directions, a chunk of features at a time (the same
+    numbers as all at once, in less memory); node by node.
 
     A ``categorical`` feature's bins are first ordered by their summed ``G / (H + lambda)`` (empty bins last), and its
     candidates are the prefixes of that order: a partition split whose left side is a set of levels (LightGBM's and
     XGBoost's categorical splits; for one output the best partition by the gain, Fisher 1958), whose smaller side
     holds at most ``max_cat_threshold`` of the node's levels (XGBoost's guard against over-fitting)."""
     lam, mc = params.reg_lambda, params.min_child_weight
-    nodes, d, b, _ = G.shape
+    d, b, outputs = G[0].shape
     valid_cut = np.arange(1, b)[None, :] <= n_cuts[:, None]  # [d, B-1]
     cat = np.zeros(d, dtype=bool) if categorical is None else np.asarray(categorical, dtype=bool)
+    step = max(1, SPLIT_CHUNK // max(1, b * outputs))  # features scored at once: their arrays stay in cache
     out: list[Split | None] = []
-    for v in range(nodes):
+    for v in range(len(G)):
         Gv, Hv = G[v], H[v]
         order, valid = None, valid_cut
         if cat.any():  # per categorical feature its bins by G / (H + lambda), empty ones last
@@ -224,24 +228,21 @@ def best_splits(
             score = np.where(filled, (fp.decode(Gv[cat]) / (fp.decode(Hv[cat]) + lam)).sum(-1), np.inf)
             order = np.tile(np.arange(b), (d, 1))
             order[cat] = np.argsort(score, axis=1, kind="stable")
-            Gv = np.take_along_axis(Gv, order[..., None], axis=1)
-            Hv = np.take_along_axis(Hv, order[..., None], axis=1)
+            Gv, Hv = Gv.copy(), Hv.copy()
+            Gv[cat] = np.take_along_axis(Gv[cat], order[cat][..., None], axis=1)
+            Hv[cat] = np.take_along_axis(Hv[cat], order[cat][..., None], axis=1)
             t = np.arange(1, b)[None, :]
             levels = filled.sum(1)[:, None]  # the node's levels with rows
             valid = valid_cut.copy()
             valid[cat] &= np.minimum(t, levels - t) <= params.max_cat_threshold
         g_all, h_all = fp.decode(tot_g[v]), fp.decode(tot_h[v])  # [outputs]
-        gl = fp.decode(np.cumsum(Gv, axis=1)[:, :-1])  # [d, B-1, outputs]: bins < t (in the feature's order)
-        hl = fp.decode(np.cumsum(Hv, axis=1)[:, :-1])
         g_miss = g_all - fp.decode(Gv.sum(1))  # [d, outputs]
         h_miss = h_all - fp.decode(Hv.sum(1))
         parent = (g_all**2 / (h_all + lam)).sum()
         gains = np.empty((d, b - 1, 2))
-        for direction, (gx, hx) in enumerate(((gl, hl), (gl + g_miss[:, None], hl + h_miss[:, None]))):
-            gr, hr = g_all - gx, h_all - hx  # direction 0: missing right; 1: missing left
-            gain = (gx**2 / (hx + lam) + gr**2 / (hr + lam)).sum(-1) - parent
-            ok = valid & (hx >= mc).all(-1) & (hr >= mc).all(-1)
-            gains[:, :, direction] = np.where(ok, gain, -np.inf)
+        for lo in range(0, d, step):
+            f = slice(lo, lo + step)
+            gains[f] = _cut_gains(Gv[f], Hv[f], g_all, h_all, g_miss[f], h_miss[f], valid[f], parent, lam, mc, fp)
         flat = gains.reshape(-1)
         i = int(np.argmax(flat))  # the first maximum: lowest feature, then cut, then missing-right
         best = float(flat[i])
@@ -250,13 +251,38 @@ def best_splits(
             continue
         j, t, direction = np.unravel_index(i, gains.shape)
         if float(h_miss[j].sum()) == 0.0:  # no missing mass here: missing rows follow the larger hessian
-            hl_t = float(hl[j, t].sum())
+            hl_t = float(fp.decode(Hv[j, : t + 1].sum(0)).sum())
             default_left = hl_t >= float(h_all.sum()) - hl_t
         else:
             default_left = bool(direction == 1)
         left_bins = tuple(sorted(int(c) for c in order[j, : t + 1])) if cat[j] else None
         out.append(Split(int(j), int(t) + 1, bool(default_left), best, left_bins))
     return out
+
+
+def _cut_gains(Gf, Hf, g_all, h_all, g_miss, h_miss, valid, parent, lam, mc, fp) -> np.ndarray:
+    """The gains [f, B-1, 2] of some features' cuts at one node (``Gf, Hf`` [f, B, outputs], bins in the order the
+    cuts take them), missing right (0) and left (1); -inf where a cut is not valid or a side's hessian is below
+    ``mc`` for an output."""
+    scale = float(1 << fp.bits)  # fp.decode, in place: the prefix sums are integers, exact in float64
+    gl = np.divide(np.cumsum(Gf[:, :-1], axis=1, dtype=np.float64), scale)  # [f, B-1, outputs]: bins < t
+    hl = np.divide(np.cumsum(Hf[:, :-1], axis=1, dtype=np.float64), scale)
+    gains = np.empty((*gl.shape[:2], 2))
+    right, left = np.empty_like(gl), np.empty_like(gl)
+    for direction, (gx, hx) in enumerate(((gl, hl), (gl + g_miss[:, None], hl + h_miss[:, None]))):
+        # direction 0: missing right; 1: missing left. The gain gx^2/(hx+lam) + gr^2/(hr+lam), summed over the
+        # outputs, less the parent's, computed in two buffers (the same operations, in the same order, as written)
+        np.subtract(h_all, hx, out=right)  # hr
+        ok = valid & (hx.min(-1) >= mc) & (right.min(-1) >= mc)
+        right += lam
+        np.subtract(g_all, gx, out=left)  # gr
+        np.square(left, out=left)
+        np.divide(left, right, out=right)  # gr^2 / (hr + lam)
+        np.add(hx, lam, out=left)
+        np.divide(np.square(gx), left, out=left)  # gx^2 / (hx + lam)
+        left += right
+        gains[:, :, direction] = np.where(ok, left.sum(-1) - parent, -np.inf)
+    return gains
 
 
 def grow(
@@ -287,11 +313,12 @@ def grow(
             G, H, _ = histograms(build, node_of)
             level = {v: (G[i], H[i]) for i, v in enumerate(build)}
             for v, (parent, sibling) in derive.items():  # a sibling's histogram: its parent's minus the built one
-                level[v] = (hist[parent][0] - level[sibling][0], hist[parent][1] - level[sibling][1])
+                pg, ph = hist[parent]  # (in place: the parent's is not needed again, and it has one derived child)
+                level[v] = (np.subtract(pg, level[sibling][0], out=pg), np.subtract(ph, level[sibling][1], out=ph))
             hist = level
             splits = best_splits(
-                np.stack([hist[v][0] for v in frontier]),
-                np.stack([hist[v][1] for v in frontier]),
+                [hist[v][0] for v in frontier],
+                [hist[v][1] for v in frontier],
                 tot_g,
                 tot_h,
                 n_cuts,
@@ -351,37 +378,58 @@ def bin_sums(
     codes: np.ndarray, g_int: np.ndarray, h_int: np.ndarray, nodes: list[int], node_of: np.ndarray, stride: int, outputs
 ):
     """Per node of ``nodes``, feature and bin (the missing code's bin dropped): the sums of g, h (int64 [len(nodes),
-    d, B, outputs]) and the row counts ([len(nodes), d, B]) over the rows of ``codes`` in that node. One pass over
-    (slot, feature, bin) keys: a bincount per output for one or two outputs, else one sparse product of the keys'
-    indicator with every output's g and h at once. No loop over rows, bins or features. Exact: float64 sums of
-    integers below 2^53 (FixedPoint.for_rows)."""
-    d = codes.shape[1]
+    d, B, outputs]) and the row counts ([len(nodes), d, B]) over the rows of ``codes`` in that node: the sums of
+    :func:`filled_bin_sums` in place, zeros in the bins with no row."""
+    at, Gf, Hf, count = filled_bin_sums(codes, g_int, h_int, nodes, node_of, stride)
+    shape = (len(nodes), codes.shape[1], stride - 1)
+    G = np.zeros((*shape, outputs), dtype=np.int64)
+    H = np.zeros_like(G)
+    N = np.zeros(shape, dtype=np.int64)
+    G.reshape(-1, outputs)[at], H.reshape(-1, outputs)[at], N.reshape(-1)[at] = Gf, Hf, count
+    return G, H, N
+
+
+def filled_bin_sums(
+    codes: np.ndarray, g_int: np.ndarray, h_int: np.ndarray, nodes: list[int], node_of: np.ndarray, stride: int
+):
+    """The bins with rows, per node of ``nodes`` and feature (the missing code's bin dropped), and their sums:
+    ``at`` (int64, ascending) their flat positions in [len(nodes), d, B = stride - 1]; G, H int64 [len(at), outputs]
+    the sums of g, h over their rows; their row counts [len(at)]. One pass over (slot, feature, bin) keys: a bincount
+    per output for one or two outputs, else one sparse product of the filled keys' indicator with every output's g
+    and h at once (no dense [bins, outputs] intermediate). No loop over rows, bins or features. Exact: float64 sums
+    of integers below 2^53 (FixedPoint.for_rows)."""
+    d, outputs = codes.shape[1], g_int.shape[1]
     slot_of = np.full(max(int(node_of.max(initial=0)), max(nodes, default=0)) + 1, -1, dtype=np.int64)
     slot_of[np.asarray(nodes, dtype=np.int64)] = np.arange(len(nodes))
     slot = slot_of[node_of]
     rows = np.flatnonzero(slot >= 0)
     size = len(nodes) * d * stride
     key = ((slot[rows, None] * d + np.arange(d)[None, :]) * stride + codes[rows].astype(np.int64)).ravel()
-    count = np.bincount(key, minlength=size).reshape(len(nodes), d, stride)[..., :-1]
-    shape = (len(nodes), d, stride)
+    count = np.bincount(key, minlength=size)
+    count[stride - 1 :: stride] = 0  # a missing cell is in no bin
+    filled = np.flatnonzero(count)
+    at = filled // stride * (stride - 1) + filled % stride
     if outputs <= 2:
-        G = np.empty((*shape[:2], stride - 1, outputs), dtype=np.int64)
+        G = np.empty((len(filled), outputs), dtype=np.int64)
         H = np.empty_like(G)
         for o in range(outputs):
             for src, dst in ((g_int, G), (h_int, H)):
                 w = np.repeat(src[rows, o].astype(np.float64), d)
-                dst[..., o] = (
-                    np.rint(np.bincount(key, weights=w, minlength=size)).astype(np.int64).reshape(shape)[..., :-1]
-                )
-        return G, H, count
+                dst[:, o] = np.rint(np.bincount(key, weights=w, minlength=size)[filled]).astype(np.int64)
+        return at, G, H, count[filled]
     from scipy.sparse import csr_matrix
 
+    index = np.full(size, -1, dtype=np.int64)
+    index[filled] = np.arange(len(filled))
+    in_bin = index[key]  # each (row, feature)'s filled bin, -1 for a missing cell
+    keep = in_bin >= 0
     ind = csr_matrix(
-        (np.ones(len(key)), (key, np.repeat(np.arange(len(rows)), d))), shape=(size, len(rows))
-    )  # [key, row] indicator
+        (np.ones(int(keep.sum())), (in_bin[keep], np.repeat(np.arange(len(rows)), d)[keep])),
+        shape=(len(filled), len(rows)),
+    )  # [filled bin, row] indicator
     gh = np.concatenate([g_int[rows], h_int[rows]], 1).astype(np.float64)  # [rows, 2 outputs]
-    sums = np.rint(ind @ gh).astype(np.int64).reshape(*shape, 2 * outputs)[:, :, :-1]
-    return sums[..., :outputs], sums[..., outputs:], count
+    sums = np.rint(ind @ gh).astype(np.int64)
+    return at, sums[:, :outputs], sums[:, outputs:], count[filled]
 
 
 def split_left(c: np.ndarray, bin: int, default_left: bool, missing: int, left_bins=None) -> np.ndarray:

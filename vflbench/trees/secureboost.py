@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .binning import DEFAULT_BINNING, Cuts, fit_cuts
-from .booster import BoostParams, FixedPoint, Model, Split, Tree, bin_sums, boost, grow, split_left
+from .booster import BoostParams, FixedPoint, Model, Split, Tree, boost, filled_bin_sums, grow, split_left
 from .links import REPLIES, Link, LocalLink, PartyGone, RemoteLink, Traffic, serve  # noqa: F401  (re-exported)
 from .messages import decode, encode, encoded_size, pack_bits, unpack_bits  # noqa: F401  (re-exported)
 from .paillier import Packing, Paillier, unpack_compressed
@@ -107,14 +107,8 @@ class FeatureParty:
         t0 = time.perf_counter()
         nodes = [int(v) for v in nodes]
         if self.cts is None:  # the non-empty bins' sums (their positions, then g and h: the label party needs no count)
-            G, H, N = bin_sums(self.codes, self.g, self.h, nodes, self.node_of, self.max_bin + 1, self.g.shape[1])
-            at = np.flatnonzero(N.reshape(-1) > 0)
-            out = encode(
-                "hist",
-                at=at.astype(np.int32),
-                G=G.reshape(-1, G.shape[-1])[at],
-                H=H.reshape(-1, H.shape[-1])[at],
-            )
+            at, G, H, _ = filled_bin_sums(self.codes, self.g, self.h, nodes, self.node_of, self.max_bin + 1)
+            out = encode("hist", at=at.astype(np.int32), G=G, H=H)
         else:
             out = encode("hist", cts=self.he.to_bytes(self._encrypted_sums(nodes)))
         self.seconds["histograms"] += time.perf_counter() - t0
@@ -356,31 +350,23 @@ class LabelParty:
         }
 
     def _histograms(self, nodes: list[int], node_of: np.ndarray):
-        parts = []
+        """Every party's histograms of ``nodes``, side by side in party order: G, H [len(nodes), d, B, outputs] (a lost
+        party's features: zeros, no candidates)."""
+        shape = (len(nodes), len(self.party_of), self.proto.params.width, self.outputs)
+        G, H = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
         for k in range(self.k):
             if k in self.link.lost:  # asked nothing: its features have no candidates in this tree
-                shape = (len(nodes), self.widths[k], self.proto.params.width, self.outputs)
-                parts.append((np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)))
                 continue
             _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
             self.builds.append((k, len(nodes)))
-            if self.he is None:
-                parts.append(self._scattered(f, len(nodes), self.widths[k]))
+            first = sum(self.widths[:k])
+            mine = slice(first, first + self.widths[k])
+            if self.he is None:  # its sent non-empty bins, in place
+                at = np.unravel_index(np.asarray(f["at"], dtype=np.int64), shape[:1] + (self.widths[k],) + shape[2:3])
+                G[:, mine][at], H[:, mine][at] = f["G"], f["H"]
             else:
-                parts.append(self._decrypted(f["cts"], len(nodes), k)[:2])
-        G = np.concatenate([p[0] for p in parts], axis=1)
-        H = np.concatenate([p[1] for p in parts], axis=1)
+                G[:, mine], H[:, mine] = self._decrypted(f["cts"], len(nodes), k)[:2]
         return G, H, None
-
-    def _scattered(self, f: dict, m: int, d: int):
-        """A party's sent non-empty bins back in place: G, H [m, d, B, outputs] (zeros elsewhere)."""
-        outputs = f["G"].shape[-1]
-        size = m * d * self.proto.params.width
-        G = np.zeros((size, outputs), dtype=np.int64)
-        H = np.zeros((size, outputs), dtype=np.int64)
-        G[f["at"]], H[f["at"]] = f["G"], f["H"]
-        shape = (m, d, self.proto.params.width, outputs)
-        return G.reshape(shape), H.reshape(shape)
 
     def _decrypted(self, cts: np.ndarray, m: int, k: int):
         """Party k's sent histogram decrypted: G, H [m, d_k, B, outputs] and the count N [m, d_k, B] of every bin
