@@ -271,6 +271,17 @@ def test_messages_round_trip():
     data = encode("x", a=np.arange(5, dtype=np.int32), flag=True, name="n", nothing=None)
     kind, f = decode(data)
     assert kind == "x" and f["a"].tolist() == [0, 1, 2, 3, 4] and f["flag"] is True and f["nothing"] is None
+    # the bytes are the header, then each array's bytes in C order, and nothing else; the arrays come back read-only
+    arrays = {"g": np.arange(12).reshape(3, 4)[:, ::2], "empty": np.zeros((2, 0)), "bits": np.array([True, False])}
+    data = encode("hist", node=3, **arrays)
+    head = json.dumps(
+        {"kind": "hist", "s": {"node": 3}, "a": [[n, a.dtype.str, list(a.shape)] for n, a in arrays.items()]},
+        separators=(",", ":"),
+    ).encode()
+    assert bytes(data) == len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays.values())
+    kind, f = decode(data)
+    for n, a in arrays.items():
+        assert f[n].dtype == a.dtype and f[n].shape == a.shape and (f[n] == a).all() and not f[n].flags.writeable
 
 
 # ----------------------------------------------------------------------------- the methods

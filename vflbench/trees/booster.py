@@ -239,10 +239,18 @@ def best_splits(
         g_miss = g_all - fp.decode(Gv.sum(1))  # [d, outputs]
         h_miss = h_all - fp.decode(Hv.sum(1))
         parent = (g_all**2 / (h_all + lam)).sum()
-        gains = np.empty((d, b - 1, 2))
+        # a column with no missing mass here scores the same cuts missing left as right: only right is scored (the
+        # first maximum is the same), and a chunk's cuts stop at its columns' last valid cut
+        missing = (g_miss != 0).any(1) | (h_miss != 0).any(1)
+        gains = np.full((d, b - 1, 2), -np.inf)
         for lo in range(0, d, step):
             f = slice(lo, lo + step)
-            gains[f] = _cut_gains(Gv[f], Hv[f], g_all, h_all, g_miss[f], h_miss[f], valid[f], parent, lam, mc, fp)
+            top = int(n_cuts[f].max(initial=0))
+            if top:
+                gains[f, :top] = _cut_gains(
+                    Gv[f, : top + 1], Hv[f, : top + 1], g_all, h_all, g_miss[f], h_miss[f], missing[f], valid[f, :top],
+                    parent, lam, mc, fp,
+                )  # fmt: skip
         flat = gains.reshape(-1)
         i = int(np.argmax(flat))  # the first maximum: lowest feature, then cut, then missing-right
         best = float(flat[i])
@@ -260,29 +268,41 @@ def best_splits(
     return out
 
 
-def _cut_gains(Gf, Hf, g_all, h_all, g_miss, h_miss, valid, parent, lam, mc, fp) -> np.ndarray:
-    """The gains [f, B-1, 2] of some features' cuts at one node (``Gf, Hf`` [f, B, outputs], bins in the order the
-    cuts take them), missing right (0) and left (1); -inf where a cut is not valid or a side's hessian is below
-    ``mc`` for an output."""
+def _cut_gains(Gf, Hf, g_all, h_all, g_miss, h_miss, missing, valid, parent, lam, mc, fp) -> np.ndarray:
+    """The gains [f, B-1, 2] of some columns' cuts at one node (``Gf, Hf`` [f, B, outputs], bins in the order the
+    cuts take them), missing right (0) and left (1: only the ``missing`` columns, -inf for the others); -inf where a
+    cut is not valid or a side's hessian is below ``mc`` for an output."""
     scale = float(1 << fp.bits)  # fp.decode, in place: the prefix sums are integers, exact in float64
     gl = np.divide(np.cumsum(Gf[:, :-1], axis=1, dtype=np.float64), scale)  # [f, B-1, outputs]: bins < t
     hl = np.divide(np.cumsum(Hf[:, :-1], axis=1, dtype=np.float64), scale)
-    gains = np.empty((*gl.shape[:2], 2))
-    right, left = np.empty_like(gl), np.empty_like(gl)
-    for direction, (gx, hx) in enumerate(((gl, hl), (gl + g_miss[:, None], hl + h_miss[:, None]))):
-        # direction 0: missing right; 1: missing left. The gain gx^2/(hx+lam) + gr^2/(hr+lam), summed over the
-        # outputs, less the parent's, computed in two buffers (the same operations, in the same order, as written)
-        np.subtract(h_all, hx, out=right)  # hr
-        ok = valid & (hx.min(-1) >= mc) & (right.min(-1) >= mc)
-        right += lam
-        np.subtract(g_all, gx, out=left)  # gr
-        np.square(left, out=left)
-        np.divide(left, right, out=right)  # gr^2 / (hr + lam)
-        np.add(hx, lam, out=left)
-        np.divide(np.square(gx), left, out=left)  # gx^2 / (hx + lam)
-        left += right
-        gains[:, :, direction] = np.where(ok, left.sum(-1) - parent, -np.inf)
+    gains = np.full((*gl.shape[:2], 2), -np.inf)
+    buffers = np.empty_like(gl), np.empty_like(gl)
+    gains[:, :, 0] = _side_gains(gl, hl, g_all, h_all, valid, parent, lam, mc, buffers)
+    if missing.all():
+        gains[:, :, 1] = _side_gains(gl + g_miss[:, None], hl + h_miss[:, None], g_all, h_all, valid, parent, lam, mc,
+                                     buffers)  # fmt: skip
+    elif missing.any():
+        m = missing
+        gains[m, :, 1] = _side_gains(gl[m] + g_miss[m, None], hl[m] + h_miss[m, None], g_all, h_all, valid[m], parent,
+                                     lam, mc, (buffers[0][: m.sum()], buffers[1][: m.sum()]))  # fmt: skip
     return gains
+
+
+def _side_gains(gx, hx, g_all, h_all, valid, parent, lam, mc, buffers) -> np.ndarray:
+    """The gain gx^2/(hx+lam) + gr^2/(hr+lam), summed over the outputs, less the parent's, of cuts whose left side
+    sums to ``gx, hx`` [f, cuts, outputs]; -inf where a cut is not ``valid`` or a side's hessian is below ``mc`` in an
+    output. Computed in two buffers, with the same operations in the same order as written."""
+    right, left = buffers
+    np.subtract(h_all, hx, out=right)  # hr
+    ok = valid & (hx.min(-1) >= mc) & (right.min(-1) >= mc)
+    right += lam
+    np.subtract(g_all, gx, out=left)  # gr
+    np.square(left, out=left)
+    np.divide(left, right, out=right)  # gr^2 / (hr + lam)
+    np.add(hx, lam, out=left)
+    np.divide(np.square(gx), left, out=left)  # gx^2 / (hx + lam)
+    left += right
+    return np.where(ok, left.sum(-1) - parent, -np.inf)
 
 
 def grow(

@@ -9,13 +9,20 @@ from typing import Any
 import numpy as np
 
 
-def encode(kind: str, **fields: Any) -> bytes:
+def encode(kind: str, **fields: Any) -> bytearray:
     """A message as bytes: a JSON header (its kind, its scalars, each array's dtype and shape), then the arrays."""
     arrays = {n: np.ascontiguousarray(v) for n, v in fields.items() if not _scalar(v)}
     head = _header(
         kind, {n: v for n, v in fields.items() if _scalar(v)}, {n: (a.dtype, a.shape) for n, a in arrays.items()}
     )
-    return len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays.values())
+    out = bytearray(4 + len(head) + sum(a.nbytes for a in arrays.values()))  # each array copied once, in place
+    out[:4], out[4 : 4 + len(head)] = len(head).to_bytes(4, "little"), head
+    at = 4 + len(head)
+    for a in arrays.values():
+        if a.nbytes:
+            out[at : at + a.nbytes] = memoryview(a).cast("B")
+        at += a.nbytes
+    return out
 
 
 def encoded_size(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tuple[int, ...]]]) -> int:
@@ -39,15 +46,19 @@ def _header(kind: str, scalars: dict[str, Any], arrays: dict[str, tuple[Any, tup
     return json.dumps(head, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> tuple[str, dict[str, Any]]:
-    n = int.from_bytes(data[:4], "little")
-    head = json.loads(data[4 : 4 + n])
+def decode(data: bytes | bytearray) -> tuple[str, dict[str, Any]]:
+    """A message's kind and fields; its arrays are read-only views of ``data`` (nothing is copied)."""
+    view = memoryview(data)
+    n = int.from_bytes(view[:4], "little")
+    head = json.loads(bytes(view[4 : 4 + n]))
     out = dict(head["s"])
     at = 4 + n
     for name, dt, shape in head["a"]:
         dtype = np.dtype(dt)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out[name] = np.frombuffer(data[at : at + size], dtype=dtype).reshape(shape)
+        a = np.frombuffer(view[at : at + size], dtype=dtype).reshape(shape)
+        a.flags.writeable = False
+        out[name] = a
         at += size
     return head["kind"], out
 
