@@ -243,13 +243,14 @@ def best_splits(
         # first maximum is the same), and a chunk's cuts stop at its columns' last valid cut
         missing = (g_miss != 0).any(1) | (h_miss != 0).any(1)
         gains = np.full((d, b - 1, 2), -np.inf)
+        totals = np.broadcast_to(g_all, (b - 1, outputs)).copy(), np.broadcast_to(h_all, (b - 1, outputs)).copy()
         for lo in range(0, d, step):
             f = slice(lo, lo + step)
             top = int(n_cuts[f].max(initial=0))
             if top:
                 gains[f, :top] = _cut_gains(
-                    Gv[f, : top + 1], Hv[f, : top + 1], g_all, h_all, g_miss[f], h_miss[f], missing[f], valid[f, :top],
-                    parent, lam, mc, fp,
+                    Gv[f, : top + 1], Hv[f, : top + 1], totals[0][:top], totals[1][:top], g_miss[f], h_miss[f],
+                    missing[f], valid[f, :top], parent, lam, mc, fp,
                 )  # fmt: skip
         flat = gains.reshape(-1)
         i = int(np.argmax(flat))  # the first maximum: lowest feature, then cut, then missing-right
@@ -270,11 +271,14 @@ def best_splits(
 
 def _cut_gains(Gf, Hf, g_all, h_all, g_miss, h_miss, missing, valid, parent, lam, mc, fp) -> np.ndarray:
     """The gains [f, B-1, 2] of some columns' cuts at one node (``Gf, Hf`` [f, B, outputs], bins in the order the
-    cuts take them), missing right (0) and left (1: only the ``missing`` columns, -inf for the others); -inf where a
-    cut is not valid or a side's hessian is below ``mc`` for an output."""
+    cuts take them; ``g_all, h_all`` the node's totals repeated per cut, [B-1, outputs]), missing right (0) and left
+    (1: only the ``missing`` columns, -inf for the others); -inf where a cut is not valid or a side's hessian is below
+    ``mc`` for an output."""
     scale = float(1 << fp.bits)  # fp.decode, in place: the prefix sums are integers, exact in float64
-    gl = np.divide(np.cumsum(Gf[:, :-1], axis=1, dtype=np.float64), scale)  # [f, B-1, outputs]: bins < t
-    hl = np.divide(np.cumsum(Hf[:, :-1], axis=1, dtype=np.float64), scale)
+    gl, hl = Gf[:, :-1].astype(np.float64), Hf[:, :-1].astype(np.float64)  # [f, B-1, outputs]: bins < t
+    for x in (gl, hl):
+        np.cumsum(x, axis=1, out=x)
+        x /= scale
     gains = np.full((*gl.shape[:2], 2), -np.inf)
     buffers = np.empty_like(gl), np.empty_like(gl)
     gains[:, :, 0] = _side_gains(gl, hl, g_all, h_all, valid, parent, lam, mc, buffers)
@@ -294,7 +298,7 @@ def _side_gains(gx, hx, g_all, h_all, valid, parent, lam, mc, buffers) -> np.nda
     output. Computed in two buffers, with the same operations in the same order as written."""
     right, left = buffers
     np.subtract(h_all, hx, out=right)  # hr
-    ok = valid & (hx.min(-1) >= mc) & (right.min(-1) >= mc)
+    ok = valid & (hx >= mc).all(-1) & (right >= mc).all(-1)
     right += lam
     np.subtract(g_all, gx, out=left)  # gr
     np.square(left, out=left)
