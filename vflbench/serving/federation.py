@@ -23,6 +23,7 @@ import io
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -538,7 +539,7 @@ class ProcessParties:
 
         for p in self.procs:
             if p is not None and p.poll() is None:
-                p.terminate()
+                p.send_signal(STOP_SIGNAL)  # not SIGTERM: that one tells a party its server died
         for p in self.procs:
             if p is not None:
                 try:
@@ -549,6 +550,8 @@ class ProcessParties:
         shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
+# how the server ends its party processes (SIGTERM is the signal of the server's death: vflbench.serving.party)
+STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGTERM)
 MAX_ANSWER_BYTES = 1 << 30  # a party's answer announcing more than this is malformed (nothing that large is read)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 WATCH_S = 0.5  # how often a party checks that the server is still its parent
+ORPHAN_WAIT_S = 5.0  # at a death signal, how long a party waits for its server's process to be gone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent", type=int, default=0, help="the server's pid: this process ends when it is gone")
     ap.add_argument("--log-dir", default="", help="the folder of the party logs, cleaned up when the server is gone")
     a = ap.parse_args(argv)
-    from .federation import Link, Served, _delay, die_with_parent, environment_threads, pack_arrays
+    from .federation import STOP_SIGNAL, Link, Served, _delay, die_with_parent, environment_threads, pack_arrays
 
     if a.parent:
         die_with_parent(a.parent)
-        signal.signal(signal.SIGTERM, lambda *_: _orphaned(a))
+        signal.signal(signal.SIGTERM, lambda *_: _orphaned(a))  # the server's death (or a kill from outside)
+    signal.signal(STOP_SIGNAL, lambda *_: os._exit(0))  # the server's stop: it removes the folder itself
     environment_threads()
     served = Served(a.run_dir, parts=[f"party_{a.party}"], party=a.party)
     delay = _delay(a.delay, f"party{a.party}")
@@ -77,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _orphaned(a) -> None:
-    """The server is gone (or asked this process to end): remove this party's log, and the log folder when it is
-    the last one left, then end."""
+    """The server is gone: remove this party's log, and the log folder when it is the last one left, then end.
+
+    A server killed as a whole (SIGKILL) ends its threads one at a time: when the thread that started this process
+    ends first, the process is handed to another thread of the same server, and the death signal comes while
+    ``getppid()`` is still the server's. So it waits (up to ORPHAN_WAIT_S) for the server to be gone; a SIGTERM
+    from outside while the server lives ends the process, its log left for the server to remove."""
+    deadline = time.monotonic() + ORPHAN_WAIT_S
+    while a.log_dir and os.getppid() == a.parent and time.monotonic() < deadline:
+        time.sleep(0.01)
     if a.log_dir and os.getppid() != a.parent:  # the server could not clean up: the parties do
         folder = Path(a.log_dir)
         (folder / f"party{a.party}.log").unlink(missing_ok=True)
