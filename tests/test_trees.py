@@ -22,7 +22,8 @@ from vflbench.trees.booster import (
     fit_central,
     predict_codes,
 )
-from vflbench.trees.paillier import Packing, Paillier, unpack_compressed
+from vflbench.trees.he import OkamotoUchiyama, Paillier
+from vflbench.trees.he.packing import Packing, unpack_compressed
 from vflbench.trees.secureboost import FeatureParty, LabelParty, LocalLink, Protocol, decode, encode
 
 from .conftest import needs_mirror
@@ -43,16 +44,23 @@ def _table(n=1200, k=3, dk=4, seed=0, p_missing=0.3, classes=2):
     return x, y, held, joined
 
 
-def _federated(x, y, held, dk, params, encryption="none", key_bits=1024, classes=2, w=None):
+TEST_BITS = {"none": 0, "paillier": 1024, "ou": 1344}  # small keys: the arithmetic is the same (the CLI's floors apart)
+
+
+def _federated(x, y, held, dk, params, encryption="none", key_bits=None, classes=2, w=None, workers=1):
     k = held.shape[1]
-    parties = [FeatureParty(j, x[held[:, j], j * dk : (j + 1) * dk], np.flatnonzero(held[:, j])) for j in range(k)]
+    key_bits = key_bits or TEST_BITS[encryption]
+    parties = [
+        FeatureParty(j, x[held[:, j], j * dk : (j + 1) * dk], np.flatnonzero(held[:, j]), workers=workers)
+        for j in range(k)
+    ]
     booked = np.zeros((k, 2), dtype=np.int64)
 
     def book(j, up, down):
         booked[j] += (up, down)
 
     link = LocalLink(parties, book)
-    label = LabelParty(link, held, [j * dk for j in range(k)], Protocol(params, encryption, key_bits))
+    label = LabelParty(link, held, [j * dk for j in range(k)], Protocol(params, encryption, key_bits, workers))
     model = label.fit(y, np.ones(len(y)) if w is None else w, classes)
     return model, label, parties, link, booked
 
@@ -197,39 +205,95 @@ def test_secureboost_equals_the_central_algorithm_tree_for_tree_and_under_test_m
     assert (booked > 0).all()  # every party sent and received
 
 
-def test_paillier_gives_the_trees_of_the_clear_protocol():
-    """Spec 7.2 (b): n = 300, 2 trees, depth 3, 2 parties, a 1,024-bit key."""
+@pytest.mark.parametrize("scheme,workers", [("paillier", 1), ("ou", 1), ("ou", 2)])
+def test_encryption_gives_the_trees_of_the_clear_protocol(scheme, workers):
+    """Spec 7.2 (b): n = 300, 2 trees, depth 3, 2 parties; Paillier and OU, in this process and in two worker
+    processes a party."""
     dk = 3
     x, y, held, _ = _table(n=300, k=2, dk=dk, seed=3)
     params = BoostParams(trees=2, max_depth=3, max_bin=8)
     clear, *_ = _federated(x, y, held, dk, params)
-    enc, label, parties, _, _ = _federated(x, y, held, dk, params, encryption="paillier")
+    enc, label, parties, _, _ = _federated(x, y, held, dk, params, encryption=scheme, workers=workers)
     for a, b in zip(clear.trees, enc.trees, strict=True):
         assert a.structure() == b.structure()
     assert label.he.ops["encrypt"] == 600 and label.he.ops["decrypt"] > 0
     assert all(p.he.ops["add"] > 0 and p.he.ops["rerandomise"] > 0 for p in parties)
 
 
-def test_encryption_in_worker_processes_is_exact_and_reuses_no_obfuscator():
-    """The label party's encryptions in two processes decrypt to their plaintexts, and no two ciphertexts share an
-    obfuscator r: with a shared r, c1 / c2 = 1 + n (m1 - m2) mod n^2, so c1 c2^-1 - 1 would be a multiple of n and
-    give away m1 - m2 without the key (the attack, shown to work on a reused r)."""
+def _shared_obfuscator(he, a, b) -> bool:
+    """Whether ciphertexts a and b carry the same obfuscator, found without the key: their quotient is then an
+    obfuscator-free encryption of the plaintexts' difference, (1 + N)^d = 1 + d N under Paillier (a multiple of N
+    plus one), G^d under OU (a known power of G for any small d)."""
     import gmpy2
 
-    he = Paillier.generate(1024)
-    he.workers = 2
-    ms = [7] * 300 + list(range(300))  # the same plaintext again and again, then distinct ones
-    cts = he.encrypt(ms)
+    q = a * gmpy2.invert(b, he.modulus) % he.modulus
+    if he.name == "paillier":
+        return (q - 1) % he.n == 0
+    inv = gmpy2.invert(he.g, he.n)
+    return any(q == gmpy2.powmod(he.g, d, he.n) or q == gmpy2.powmod(inv, d, he.n) for d in range(0, 301))
+
+
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
+def test_encryptions_in_worker_processes_are_exact_and_share_no_obfuscator_and_a_fixed_r_is_caught(scheme, monkeypatch):
+    """The label party's encryptions in two processes decrypt to their plaintexts; two encryptions of one value
+    differ; no two ciphertexts share an obfuscator (a shared one gives away the plaintexts' difference without the
+    key: the attack). The mutant: an obfuscator with a fixed r, planted in the scheme, is caught by the same test."""
+    from vflbench.trees.he import pool as pool_module
+
+    cls = {"paillier": Paillier, "ou": OkamotoUchiyama}[scheme]
+    he = cls.generate(TEST_BITS[scheme])
+    pool = pool_module.Pool(2)
+    try:
+        he.attach(pool)
+        ms = [7] * 300 + list(range(300))  # the same plaintext again and again, then distinct ones
+        cts = he.encrypt(ms)
+    finally:
+        pool.close()
     assert he.decrypt(cts) == ms and he.ops["encrypt"] == 600
-    n, n2 = he.n, he.nsquare
+    assert len({int(c) for c in cts[:300]}) == 300  # one value, 300 different ciphertexts
+    pairs = [(i, j) for i in range(0, 600, 7) for j in range(i + 1, min(i + 40, 600))]
+    assert not any(_shared_obfuscator(he, cts[i], cts[j]) for i, j in pairs)
+    # the attack works: a fixed r (the mutant) makes every pair share its obfuscator, and gives m1 - m2 away
+    module = __import__(f"vflbench.trees.he.{scheme}", fromlist=["random_digits"])
+    monkeypatch.setattr(module, "random_digits", lambda count, bits, window: [[1234] * -(-bits // window)] * count)
+    mutant = he.encrypt([50, 8, 7, 7])
+    assert he.decrypt(mutant) == [50, 8, 7, 7]
+    assert _shared_obfuscator(he, mutant[0], mutant[1]) and mutant[2] == mutant[3]
+    if scheme == "paillier":
+        assert (mutant[0] * pow(int(mutant[1]), -1, int(he.modulus)) - 1) % he.modulus // he.n == 42
 
-    def shared_r(a: int, b: int) -> bool:
-        return (a * int(gmpy2.invert(b, n2)) - 1) % n2 % n == 0
 
-    assert not any(shared_r(cts[i], cts[j]) for i in range(0, 600, 7) for j in range(i + 1, min(i + 40, 600)))
-    r = 123456789  # the attack on a reused obfuscator
-    c1, c2 = ((1 + n * m) * pow(r, n, n2) % n2 for m in (50, 8))
-    assert shared_r(c1, c2) and (c1 * int(gmpy2.invert(c2, n2)) - 1) % n2 // n == 42
+def test_python_paillier_decrypts_vflbench_paillier_and_a_textbook_ou_decrypts_vflbench_ou():
+    """Known answers from independent code under the same keys: python-paillier's private key (its own CRT
+    decryption, from p and q) decrypts vflbench's DJN ciphertexts, at the label party's CRT encryption and at a
+    feature party's public-key re-randomisation; a textbook Okamoto-Uchiyama decryption written here,
+    L(c^(p-1) mod p^2) / L(G^(p-1) mod p^2) mod p, decrypts vflbench's OU ciphertexts."""
+    import phe
+
+    ms = [0, 1, 2**60 + 12345, 2**121 - 1, 987654321987654321]
+    he = Paillier.generate(2048)
+    party = Paillier.from_ints(he.public_ints(), he.exp_bits)  # a feature party's copy: the public key only
+    priv = phe.PaillierPrivateKey(phe.PaillierPublicKey(int(he.n)), int(he.p), int(he.q))
+    cts = he.encrypt(ms)
+    assert [priv.raw_decrypt(int(c)) for c in cts] == ms
+    rerandomised = party.compress(cts, 0, 1)  # one sum a ciphertext: each times a fresh encryption of 0
+    assert [priv.raw_decrypt(int(c)) for c in rerandomised] == ms and not set(rerandomised) & set(cts)
+    assert [priv.raw_decrypt(int(c)) for c in party.encrypt_many(ms)] == ms  # the public-key encryption too
+
+    ou = OkamotoUchiyama.generate(2049)
+    p, p2 = int(ou.p), int(ou.p) ** 2
+
+    def textbook(c: int) -> int:
+        def ell(x: int) -> int:
+            return (x - 1) // p
+
+        return ell(pow(c % p2, p - 1, p2)) * pow(ell(pow(int(ou.g) % p2, p - 1, p2)), -1, p) % p
+
+    cts = ou.encrypt(ms)
+    assert [textbook(int(c)) for c in cts] == ms
+    party = OkamotoUchiyama.from_ints(ou.public_ints(), ou.exp_bits)
+    assert [textbook(int(c)) for c in party.compress(cts, 0, 1)] == ms
+    assert int(ou.n).bit_length() in (2048, 2049) and ou.usable_bits == 682 and party.usable_bits == 682
 
 
 @pytest.mark.parametrize("outputs", [1, 3])
@@ -316,7 +380,7 @@ def test_gbdt_and_secureboost_train_under_missing_blocks_and_refuse_what_trees_l
         assert r.exit_code == 2 and message in r.output, (extra, r.output)
     assert not (tmp_path / "never").exists()
     # three classes under Paillier: every class's g and h packed in one plaintext a row
-    paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1", "--method-opt", "key_bits=512"]
+    paillier = ["--method-opt", "encryption=paillier", "--method-opt", "trees=1"]
     three = ["--dataset", "synthetic", "--data-opt", "n_classes=3", "--test-missing", "none", "--quiet"]
     r = runner.invoke(app, ["run", *three, "--method", "secureboost", *paillier, "--out", str(tmp_path / "three")])
     assert r.exit_code == 0, r.output
@@ -339,6 +403,29 @@ def test_secureboost_across_processes_gives_the_numbers_of_one_process_and_the_b
     pd.testing.assert_frame_equal(one, many[one.columns])
     man = json.loads((out["processes"] / "manifest.json").read_text())
     assert man["runtime"]["measured_equals_accounted"]
+
+
+@needs_mirror
+@pytest.mark.integration
+def test_ou_across_processes_gives_the_numbers_of_one_process_and_the_bytes_on_the_wire_are_the_counted(tmp_path):
+    """Under OU (2,049-bit key) with two worker processes a party: the party processes sum, pack and re-randomise in
+    their own workers, the label party asks them all at once, and the run gives the rows of one process (the same
+    trees); the bytes on the wire equal the counted ones, and the clear run's estimate equals them too."""
+    flags = ["run", "--dataset", "credit", "--method", "secureboost", "--parties", "4", "--train-missing", "mcar:0.5",
+             "--test-missing", "none,mcar:0.5", "--seed", "0", "--method-opt", "trees=2", "--method-opt",
+             "encryption=ou", "--train-samples", "2000", "--threads", "2", "--quiet"]  # fmt: skip
+    out = {}
+    for rt in ("inprocess", "processes"):
+        r = runner.invoke(app, [*flags, "--runtime", rt, "--out", str(tmp_path / rt)])
+        assert r.exit_code == 0, r.output
+        (out[rt],) = list((tmp_path / rt).iterdir())
+    one, many = (pd.read_csv(out[rt] / "results.csv") for rt in ("inprocess", "processes"))
+    pd.testing.assert_frame_equal(one, many[one.columns])
+    man = json.loads((out["processes"] / "manifest.json").read_text())
+    assert man["runtime"]["measured_equals_accounted"]
+    est = man["secureboost"]["ou_estimate"]
+    train = man["secureboost"]["bytes_by_kind"]["train"]
+    assert est["bytes_up"] == sum(sum(v) for k, v in train.items() if k.endswith("_up"))
 
 
 # ----------------------------------------------------------------------------- binning against XGBoost's
@@ -573,13 +660,14 @@ def test_paillier_grows_the_partition_splits_of_the_clear_protocol():
     x, held = x[:, :4], held[:, :2]
     params = BoostParams(trees=2, max_depth=3, max_bin=8, max_cat_bin=16, max_cat_threshold=4)
     models = []
-    for enc in ("none", "paillier"):
+    for enc in ("none", "paillier", "ou"):
         parties = [FeatureParty(j, x[:, 2 * j : 2 * j + 2], np.arange(300), [1] if j == 0 else []) for j in range(2)]
-        label = LabelParty(LocalLink(parties, lambda *a: None), held, [0, 2], Protocol(params, enc, 1024))
+        label = LabelParty(LocalLink(parties, lambda *a: None), held, [0, 2], Protocol(params, enc, TEST_BITS[enc]))
         models.append(label.fit(y, np.ones(len(y)), 2))
     assert any(t.cats for t in models[0].trees)
-    for a, b in zip(*(m.trees for m in models), strict=True):
-        assert a.structure() == b.structure()
+    for other in models[1:]:
+        for a, b in zip(models[0].trees, other.trees, strict=True):
+            assert a.structure() == b.structure()
 
 
 # ----------------------------------------------------------------------------- what Paillier sends, by the numbers
@@ -615,27 +703,34 @@ def _oracle(party: FeatureParty, g_int, h_int, nodes):
     return G, H, N
 
 
-@pytest.mark.parametrize("classes", [2, 3])
-def test_decrypted_bin_sums_equal_the_clear_sums_exactly(classes):
+@pytest.mark.parametrize("scheme,classes", [("paillier", 2), ("paillier", 3), ("ou", 2), ("ou", 5)])
+def test_decrypted_bin_sums_equal_the_clear_sums_exactly(scheme, classes):
     """n = 2,400 rows, parties missing 20% of their blocks, code columns split by levels, 2 and 3 classes (one packed
     plaintext a row with every class's g and h): after a tree, each party is asked for the histograms of every leaf
     its rows are in, and the label party's decryption gives (G, H, count) of every bin equal to the sums of the
     rows' integer g and h and their count, computed apart. (A packing that shifted each g sum by its row count grew
-    the same trees before this test: the trees alone cannot tell.)"""
+    the same trees before this test: the trees alone cannot tell.) OU's small key with five classes splits them into
+    two lanes (two plaintexts a row, each with its count)."""
     x, y, held, _ = _categorical_table(n=2400, p_missing=0.2)
     if classes == 3:
         y = y + (x[:, 0] > 0.8).astype(int) * (2 - y)
+    if classes == 5:
+        y = y + 2 * (x[:, 0] > 0.5).astype(int) + (x[:, 2] > 0).astype(int)
     params = BoostParams(trees=2, max_depth=3, max_bin=8, max_cat_bin=16, max_cat_threshold=4)
     parties = _cat_parties(x, held)
-    label = LabelParty(LocalLink(parties, lambda *a: None), held, [0, 2, 4], Protocol(params, "paillier", 1024))
+    label = LabelParty(
+        LocalLink(parties, lambda *a: None), held, [0, 2, 4], Protocol(params, scheme, TEST_BITS[scheme])
+    )
     label.fit(y, np.ones(len(y)), classes)
     g_int, h_int = label.gh
-    assert g_int.shape[1] == (1 if classes == 2 else 3) and label.packing.outputs == g_int.shape[1]
+    assert g_int.shape[1] == (1 if classes == 2 else classes) and label.packing.outputs == g_int.shape[1]
+    assert label.packing.lanes == (2 if classes == 5 else 1)
     checked = 0
     for k, party in enumerate(parties):
         nodes = sorted(set(party.node_of.tolist()))
         _, f = label.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
-        G, H, N = label._decrypted(f["cts"], len(nodes), k)
+        G, H, N = label._decrypted(f["at"], label.he.decrypt(label.he.from_bytes(f["cts"])), len(nodes), k)
+        assert len(f["at"]) == int((N > 0).sum())  # it names its filled bins, and only those
         Go, Ho, No = _oracle(party, g_int, h_int, nodes)
         np.testing.assert_array_equal(N, No)
         np.testing.assert_array_equal(G, Go)
@@ -644,45 +739,59 @@ def test_decrypted_bin_sums_equal_the_clear_sums_exactly(classes):
     assert checked > 100  # non-empty bins compared (every empty one is compared too: zeros)
 
 
-def test_a_feature_party_receives_the_same_plaintext_fields_whatever_the_labels():
-    """The g/h a feature party is sent under Paillier carry plaintext fields (the packing, the compression): for two
-    label vectors of different priors (18.7% and 60% positive) every one of them is the same, in every tree's message
-    (the offset no longer says the largest |g|, nor its first tree the label prior)."""
+def test_a_feature_party_receives_the_same_plaintext_fields_whatever_the_labels_and_the_same_under_ou():
+    """The g/h a feature party is sent under encryption carry plaintext fields (the packing, the compression): for
+    two label vectors of different priors (18.7% and 60% positive) every one of them is the same, in every tree's
+    message (the offset no longer says the largest |g|, nor its first tree the label prior). Under OU a party is
+    sent the same messages with the same fields: only the public key's integers (OU's n, G, H for Paillier's N, h_s)
+    and the capacity that follows from the key's size differ, so it learns from OU what it learns from Paillier."""
     x, y, held, _ = _table(n=600, k=2, dk=3, seed=4)
     rng = np.random.default_rng(0)
     labels = [(rng.random(600) < 0.18667).astype(int), (rng.random(600) < 0.6).astype(int)]
-    seen = []
-    for yy in labels:
-        parties = [FeatureParty(j, x[held[:, j], 3 * j : 3 * j + 3], np.flatnonzero(held[:, j])) for j in range(2)]
-        got: list[dict] = []
-        real = parties[1].handle
+    seen, kinds = {}, {}
+    for scheme in ("paillier", "ou"):
+        for yy in labels:
+            parties = [FeatureParty(j, x[held[:, j], 3 * j : 3 * j + 3], np.flatnonzero(held[:, j])) for j in range(2)]
+            got: list[dict] = []
+            every: list[tuple] = []
+            real = parties[1].handle
 
-        def spy(data, real=real, got=got):
-            kind, f = decode(data)
-            if kind in ("setup", "gh"):
-                got.append({n: v for n, v in f.items() if n not in ("cts", "public_n")})
-            return real(data)
+            def spy(data, real=real, got=got, every=every):
+                kind, f = decode(data)
+                every.append((kind, tuple(n for n in sorted(f) if not n.startswith("pk_"))))
+                if kind in ("setup", "gh"):
+                    got.append({n: v for n, v in f.items() if n != "cts" and not n.startswith("pk_")})
+                return real(data)
 
-        parties[1].handle = spy
-        label = LabelParty(
-            LocalLink(parties, lambda *a: None),
-            held,
-            [0, 3],
-            Protocol(BoostParams(trees=3, max_depth=2, max_bin=8), "paillier", 512),
-        )
-        w = np.where(yy == 1, len(yy) / (2 * yy.sum()), len(yy) / (2 * (len(yy) - yy.sum())))  # class-balanced
-        label.fit(yy, w, 2)
-        seen.append(got)
-    assert len(seen[0]) == 4 and seen[0] == seen[1]  # setup and three trees' g/h: the same fields, the same values
-    assert seen[0][1]["offset"] == Packing.public(600).offset
+            parties[1].handle = spy
+            label = LabelParty(
+                LocalLink(parties, lambda *a: None),
+                held,
+                [0, 3],
+                Protocol(BoostParams(trees=3, max_depth=2, max_bin=8), scheme, TEST_BITS[scheme]),
+            )
+            w = np.where(yy == 1, len(yy) / (2 * yy.sum()), len(yy) / (2 * (len(yy) - yy.sum())))  # class-balanced
+            label.fit(yy, w, 2)
+            seen.setdefault(scheme, []).append(got)
+            kinds.setdefault(scheme, []).append(every)
+        a, b = seen[scheme]
+        assert len(a) == 4 and a == b  # setup and three trees' g/h: the same fields, the same values
+        assert a[1]["offset"] == Packing.public(600).offset
+    # the same kinds of message with the same field names, in the same order, under both schemes
+    assert kinds["paillier"][0] == kinds["ou"][0]
+    for p, o in zip(seen["paillier"][0], seen["ou"][0], strict=True):
+        assert {k: v for k, v in p.items() if k not in ("capacity", "encryption")} == {
+            k: v for k, v in o.items() if k not in ("capacity", "encryption")
+        }
 
 
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
 @pytest.mark.parametrize("features", ["continuous", "few_levels", "mixed"])
-def test_the_paillier_estimate_of_a_clear_run_is_what_the_paillier_run_sends(features):
-    """The clear run's estimate counts every message as the Paillier run encodes it (every bin of every feature
-    packed, the g/h of every held row, the key in the setup): its ciphertexts and bytes equal what the Paillier run
-    of the same data counts, on continuous features, 5-level features and a mix (so it is an upper bound, with
-    equality)."""
+def test_the_encryption_estimate_of_a_clear_run_is_what_the_encrypted_run_sends(features, scheme):
+    """The clear run's estimate counts every message as the encrypted run encodes it (the filled bins of every
+    feature packed, the g/h of every held row, the key in the setup): its ciphertexts and bytes equal what the
+    Paillier and the OU run of the same data count, on continuous features, 5-level features and a mix (so it is an
+    upper bound, with equality)."""
     rng = np.random.default_rng(1)
     n, k, dk = 500, 2, 3
     cont = rng.standard_normal((n, k * dk))
@@ -691,15 +800,15 @@ def test_the_paillier_estimate_of_a_clear_run_is_what_the_paillier_run_sends(fea
     y = (x[:, 0] + x[:, 4] + 0.5 * rng.standard_normal(n) > 0.5).astype(int)
     held = rng.random((n, k)) >= 0.25
     params = BoostParams(trees=2, max_depth=3, max_bin=16)
-    from vflbench.methods.secureboost import paillier_estimate
+    from vflbench.methods.secureboost import encryption_estimate
 
     out = {}
-    for enc in ("none", "paillier"):
-        model, label, parties, link, _ = _federated(x, y, held, dk, params, encryption=enc, key_bits=512)
+    for enc in ("none", scheme):
+        model, label, parties, link, _ = _federated(x, y, held, dk, params, encryption=enc)
         out[enc] = (label, link)
     clear_label, clear_link = out["none"]
-    est = paillier_estimate(clear_link, clear_label, n, 1, 512)
-    label, link = out["paillier"]
+    est = encryption_estimate(clear_link, clear_label, n, 1, scheme, TEST_BITS[scheme])
+    label, link = out[scheme]
     by = link.traffic["train"].by_kind
     sent_down = sum(sum(v) for kind, v in by.items() if kind.endswith("_down"))
     sent_up = sum(sum(v) for kind, v in by.items() if kind.endswith("_up"))
@@ -709,7 +818,7 @@ def test_the_paillier_estimate_of_a_clear_run_is_what_the_paillier_run_sends(fea
     )
     assert (est["bytes_down"], est["bytes_up"]) == (sent_down, sent_up)
     if features == "few_levels":  # 5 bins a feature, not 16: what is packed follows the feature's own bins
-        assert est["ciphertexts_up"] < sum(m for _, m in clear_label.builds) * dk * 16 / est["capacity"]
+        assert est["ciphertexts_up"] < sum(m for _, m, _ in clear_label.builds) * dk * 16 / est["capacity"]
 
 
 @pytest.mark.parametrize("method", ["gbdt", "secureboost"])
@@ -743,3 +852,87 @@ def test_secureboost_bins_a_small_categorical_as_wide_as_its_codes_with_the_numb
         man = json.loads(next((tmp_path / tag).rglob("manifest.json")).read_text())
         assert man["extras"]["trees_grown"] == 8
     assert vals["auto"] == vals["wide"]
+
+
+@pytest.mark.parametrize(
+    "opts,message",
+    [
+        (["encryption=rsa"], "encryption"),
+        (["encryption=paillier", "key_bits=1024"], ">= 2048"),
+        (["encryption=paillier", "key_bits=2049"], "must be even"),
+        (["encryption=ou", "ou_key_bits=2048"], "multiple of 3"),
+        (["encryption=ou", "ou_key_bits=1536"], ">= 2049"),
+        (["encryption=ou", "exp_bits=128"], ">= 224"),
+    ],
+)
+def test_bad_encryption_options_get_one_line_and_exit_2(opts, message, tmp_path):
+    """An unknown scheme, a key below the documented floor (Paillier: 2,048 bits; OU: 2,049), an OU key whose bits
+    are not three times its primes', and a short exponent below 2 x 112 bits: one line naming the fix, exit 2,
+    nothing written."""
+    args = ["run", "--dataset", "synthetic", "--method", "secureboost", "--out", str(tmp_path / "never")]
+    for o in opts:
+        args += ["--method-opt", o]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert len([ln for ln in r.output.strip().splitlines() if ln.strip()]) <= 2, r.output
+    assert not (tmp_path / "never").exists()
+
+
+def test_chained_bin_sums_are_each_features_bins_with_fewer_products():
+    """A party's chains (:mod:`vflbench.trees.he.bin_sums`) give every filled bin of every feature the product of
+    exactly its rows' values (checked against a loop over rows), the missing code in no bin, and take fewer products
+    than one pass a feature on correlated few-level columns (as many at worst)."""
+    from gmpy2 import mpz
+
+    from vflbench.trees.he.bin_sums import chain_sums, install_party, load_cts, plan_chains
+
+    rng = np.random.default_rng(0)
+    n, missing = 3000, 32
+    base = rng.integers(0, 5, n)
+    codes = np.stack(
+        [base, np.minimum(base + rng.integers(0, 2, n), 5), rng.integers(0, 3, n), rng.integers(0, 33, n)], 1
+    )
+    codes[rng.random(codes.shape) < 0.05] = missing
+    m = mpz(2**127 - 1)  # a prime: a product of values is what the party's sum is
+    vals = [mpz(int(v)) for v in rng.integers(2, 2**62, n)]
+    raw = np.frombuffer(b"".join(int(v).to_bytes(16, "big") for v in vals), np.uint8).reshape(n, 16)
+    for most in (None, 1):  # chains as planned, and one pass a feature
+        chains = plan_chains(codes) if most is None else [[j] for j in range(codes.shape[1])]
+        state: dict = {}
+        install_party(state, "p", codes, missing, chains)
+        load_cts(state, "p", raw, 1, m)
+        rows = np.flatnonzero(rng.random(n) < 0.6)
+        out, muls = chain_sums(state, "p", rows, list(range(len(chains))))
+        assert sorted(f for f, _, _ in out) == [0, 1, 2, 3]
+        for f, bins, sums in out:
+            present = sorted(set(codes[rows, f].tolist()) - {missing})
+            assert bins.tolist() == present
+            for b, s in zip(bins.tolist(), sums[0], strict=True):
+                acc = mpz(1)
+                for i in rows[codes[rows, f] == b]:
+                    acc = acc * vals[i] % m
+                assert acc == s
+        if most is None:
+            planned = muls
+            assert any(len(c) > 1 for c in chains)
+        else:
+            assert planned < 0.75 * muls
+
+
+def test_a_worker_error_comes_back_with_its_traceback_and_results_keep_their_order():
+    from vflbench.trees.he.pool import Pool, WorkerError
+
+    pool = Pool(2)
+    try:
+        assert pool.map(_square_or_fail, [(i,) for i in range(12)]) == [i * i for i in range(12)]
+        with pytest.raises(WorkerError, match="ValueError: no 13"):
+            pool.map(_square_or_fail, [(i,) for i in (1, 13, 2)])
+        assert pool.map(_square_or_fail, [(3,)]) == [9]  # the pool goes on
+    finally:
+        pool.close()
+
+
+def _square_or_fail(state, i):
+    if i == 13:
+        raise ValueError("no 13")
+    return i * i

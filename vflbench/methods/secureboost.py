@@ -3,12 +3,14 @@ party; each party bins its own columns, sums the g/h it is sent into histograms,
 it wins in its lookup table and routes its own rows; a block a party lacks for a sample sends the sample the
 learned default way (:mod:`vflbench.trees.secureboost`).
 
-``encryption=none`` (the default) sends g and h in clear: the same trees as under Paillier (tested), at a fraction
-of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier would
-send for the same run (``secureboost.paillier_estimate``). ``encryption=paillier`` encrypts them (python-paillier
-keys, gmpy2 arithmetic, every class's g/h and the count packed in one plaintext, cipher compression, re-randomised
-histograms) and records the time of every operation. With every party in one process the trees equal the central
-algorithm's node for node.
+``encryption=none`` (the default) sends g and h in clear: the same trees as under encryption (tested), at a
+fraction of the cost, and insecure (the first tree's g reveal the labels); the manifest also records what Paillier
+and OU would send for the same run (``secureboost.paillier_estimate``, ``secureboost.ou_estimate``).
+``encryption=paillier`` (Damgård-Jurik-Nielsen's obfuscator) and ``encryption=ou`` (Okamoto-Uchiyama) encrypt them
+(vflbench.trees.he: gmpy2 arithmetic with fixed-base tables, the label party's side through the CRT, the g/h and the
+count packed in one plaintext, filled bins packed into few ciphertexts and re-randomised, every batch on the run's
+``--threads`` processes) and record the count and seconds of every operation. With every party in one process the
+trees equal the central algorithm's node for node.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import torch
 
 from ..trees.binning import BINNINGS, DEFAULT_BINNING
 from ..trees.booster import BoostParams
+from ..trees.he import EXP_BITS, SCHEMES
+from ..trees.he import ou as ou_scheme
+from ..trees.he import paillier as paillier_scheme
+from ..trees.he.packing import Packing, capacity
+from ..trees.he.scheme import usable_bits, wire_width
 from ..trees.links import LocalLink, RemoteLink, serve
 from ..trees.messages import encoded_size
-from ..trees.paillier import Packing
-from ..trees.secureboost import FeatureParty, LabelParty, Protocol, bin_layout
+from ..trees.secureboost import FeatureParty, LabelParty, Protocol
 from .base import METHODS, Batch, Option
 from .boosting import TREE_OPTIONS, TreeMethod
 
@@ -43,9 +49,10 @@ class SecureBoost(TreeMethod):
             "encryption",
             str,
             "none",
-            "none: g/h in clear (insecure: they reveal the labels; what Paillier would cost is in the manifest) | "
-            "paillier: encrypted, packed, summed homomorphically (any number of classes: one plaintext a row)",
-            choices=("none", "paillier"),
+            "none: g/h in clear (insecure: they reveal the labels; what Paillier and OU would cost is in the "
+            "manifest) | paillier: Paillier with DJN's obfuscator (key_bits) | ou: Okamoto-Uchiyama (ou_key_bits; "
+            "smaller ciphertexts, a less studied assumption: docs/TREES.md)",
+            choices=("none", *SCHEMES),
         ),
         Option(
             "binning",
@@ -80,7 +87,31 @@ class SecureBoost(TreeMethod):
             "the most levels on the smaller side of a partition split (XGBoost's max_cat_threshold)",
             check=lambda v: None if v >= 1 else "must be >= 1",
         ),
-        Option("key_bits", int, 2048, "the Paillier modulus' bits", check=lambda v: None if v >= 512 else ">= 512"),
+        Option(
+            "key_bits",
+            int,
+            paillier_scheme.KEY_BITS_FLOOR,
+            "the Paillier modulus N's bits (2,048: 112-bit security, NIST SP 800-57)",
+            check=lambda v: (
+                None
+                if v >= paillier_scheme.KEY_BITS_FLOOR and v % 2 == 0
+                else f"must be even and >= {paillier_scheme.KEY_BITS_FLOOR} (112-bit security: docs/TREES.md)"
+            ),
+        ),
+        Option(
+            "ou_key_bits",
+            int,
+            ou_scheme.KEY_BITS_FLOOR,
+            "the OU modulus n = p^2 q's bits, 3 x |p| (2,049: 683-bit p and q, 112-bit security)",
+            check=ou_scheme.check_key_bits,
+        ),
+        Option(
+            "exp_bits",
+            int,
+            EXP_BITS,
+            "bits of the short random exponent of every obfuscator (224: twice the 112-bit security level)",
+            check=lambda v: None if v >= EXP_BITS else f"must be >= {EXP_BITS} (2 x 112: docs/TREES.md)",
+        ),
     )
     assumptions = (
         "the label party (server) holds no block; it sees each built node's per-bin sums and the winning feature "
@@ -96,7 +127,7 @@ class SecureBoost(TreeMethod):
 
     @classmethod
     def behaviour_components(cls, options):
-        return ["method.secureboost.paillier"] if options.get("encryption") == "paillier" else []
+        return ["method.secureboost.paillier"] if options.get("encryption", "none") != "none" else []
 
     @classmethod
     def libraries(cls, options):
@@ -110,7 +141,14 @@ class SecureBoost(TreeMethod):
         return None
 
     def default_bin(self) -> int:
-        return PAILLIER_BINS if self.options["encryption"] == "paillier" else 256
+        return PAILLIER_BINS if self.encrypted else 256
+
+    @property
+    def encrypted(self) -> bool:
+        return self.options["encryption"] != "none"
+
+    def key_size(self) -> int:
+        return int(self.options["ou_key_bits" if self.options["encryption"] == "ou" else "key_bits"])
 
     def params(self) -> BoostParams:
         o = self.options
@@ -142,13 +180,23 @@ class SecureBoost(TreeMethod):
             me = transport.rank - 1
             self.me = me
             self.party = FeatureParty(
-                me, blocks[me][observed[:, me]], np.flatnonzero(observed[:, me]), self.categorical_columns(me)
+                me,
+                blocks[me][observed[:, me]],
+                np.flatnonzero(observed[:, me]),
+                self.categorical_columns(me),
+                torch.get_num_threads(),
             )
             serve(self.party, transport, hooks=self._party_hooks())
             return []
         if transport is None:
             self.parties = [
-                FeatureParty(k, blocks[k][observed[:, k]], np.flatnonzero(observed[:, k]), self.categorical_columns(k))
+                FeatureParty(
+                    k,
+                    blocks[k][observed[:, k]],
+                    np.flatnonzero(observed[:, k]),
+                    self.categorical_columns(k),
+                    torch.get_num_threads(),
+                )
                 for k in range(self.k)
             ]
             self.link = LocalLink(self.parties, self._book)
@@ -156,19 +204,21 @@ class SecureBoost(TreeMethod):
             self.parties = []
             self.link = RemoteLink(transport, self.k, self._book)
         offsets = np.cumsum([0, *self.ctx.widths])[:-1].tolist()
-        # the label party encrypts in --threads processes (one by default)
-        proto = Protocol(params, self.options["encryption"], int(self.options["key_bits"]), torch.get_num_threads())
+        # the label party encrypts and decrypts in --threads processes (one by default), each party sums and packs in
+        # as many
+        o = self.options
+        proto = Protocol(params, o["encryption"], self.key_size(), torch.get_num_threads(), int(o["exp_bits"]))
         self.label = LabelParty(self.link, observed, offsets, proto)
         self.label.faults = self.faults
         if self.faults is not None:
             self.faults.unit = "tree"
         watchers = [t for t in self.channel.taps if getattr(t, "surface", None) == "secureboost"]
-        if self.options["encryption"] == "paillier" and any(getattr(w, "needs_clear_gh", False) for w in watchers):
+        if self.encrypted and any(getattr(w, "needs_clear_gh", False) for w in watchers):
             from ..core.errors import VFLBenchError
 
             raise VFLBenchError(
-                "--attack gradients reads the g a party is sent in clear; under encryption=paillier a party sees "
-                "ciphertexts only (attack the instance spaces with leaves)"
+                f"--attack gradients reads the g a party is sent in clear; under encryption={o['encryption']} a party "
+                "sees ciphertexts only (attack the instance spaces with leaves)"
             )
 
         def tree_done(t: int, loss: float) -> None:
@@ -182,7 +232,12 @@ class SecureBoost(TreeMethod):
         self._stop_parties()
         self.nodes = sum(t.n_nodes for t in self.model.trees)
         outputs = 1 if self.c == 2 else self.c
-        self._estimate = paillier_estimate(self.link, self.label, len(y), outputs, int(self.options["key_bits"]))
+        self._estimates = {
+            scheme: encryption_estimate(
+                self.link, self.label, len(y), outputs, scheme, int(o[option]), int(o["exp_bits"])
+            )
+            for scheme, option in (("paillier", "key_bits"), ("ou", "ou_key_bits"))
+        }
         return list(self.model.history)
 
     def cat_bins(self) -> int:
@@ -193,7 +248,7 @@ class SecureBoost(TreeMethod):
             return 0
         if int(self.options["max_cat_bin"]):
             return int(self.options["max_cat_bin"])
-        if self.options["encryption"] == "paillier":
+        if self.encrypted:
             return self.max_bin
         widest = max(
             int(rows) for k in range(self.k) for _, rows, _ in (self.ctx.embedded[k] if self.ctx.embedded else [])
@@ -325,15 +380,16 @@ class SecureBoost(TreeMethod):
         return out
 
     def manifest_extras(self) -> dict:
-        """The protocol's record: bytes by message kind and party, every Paillier operation's count and seconds, and
-        (in clear) what Paillier would have sent."""
+        """The protocol's record: bytes by message kind and party, every homomorphic operation's count and seconds,
+        and what Paillier and OU would send for the same run (equal to what an encrypted run sends: tested)."""
         out = {
             "encryption": self.options["encryption"],
             "max_bin": self.max_bin,
             "bytes_by_kind": {ph: t.by_kind for ph, t in self.link.traffic.items()},
             # (across processes each party's seconds stay in its process)
             "party_seconds": {f"party {p.k}": {k: round(v, 3) for k, v in p.seconds.items()} for p in self.parties},
-            "paillier_estimate": self._estimate,
+            "paillier_estimate": self._estimates["paillier"],
+            "ou_estimate": self._estimates["ou"],
         }
         he = self.label.he
         if he is not None:
@@ -344,52 +400,66 @@ class SecureBoost(TreeMethod):
                         "ops": dict(p.he.ops),
                         "seconds": {k: round(v, 3) for k, v in p.he.seconds.items()},
                     }
-            out["paillier"] = {"key_bits": int(self.options["key_bits"]), **ops}
+            out[self.options["encryption"]] = {
+                "key_bits": self.key_size(),
+                "exp_bits": int(self.options["exp_bits"]),
+                **ops,
+            }
+            # the worker processes beside this one (their peaks summed: an upper bound on what they held at once);
+            # across processes, this process's own only
+            peaks = {"label party": int(self.label.workers_peak_rss)}
+            peaks.update({f"party {p.k}": int(p.workers_peak_rss) for p in self.parties})
+            out["workers_peak_rss_bytes"] = {**peaks, "total": sum(peaks.values())}
         return out
 
 
-def paillier_estimate(link, label: LabelParty, n: int, outputs: int, key_bits: int) -> dict:
-    """What this run would send in training under Paillier with a ``key_bits`` key: the same messages, with each
-    party's g/h as one ciphertext per held row per tree (the public packing of ``n`` rows, :class:`Packing`), each
-    histogram as every bin of every feature of each built node packed ``capacity`` sums a ciphertext (what
-    :meth:`FeatureParty._encrypted_sums` sends: empty bins too), and the key in the setup. Every message is sized as
+def encryption_estimate(
+    link, label: LabelParty, n: int, outputs: int, scheme: str, key_bits: int, exp_bits: int = EXP_BITS
+) -> dict:
+    """What this run would send in training under ``scheme`` with a ``key_bits`` key: the same messages, with each
+    party's g/h as one ciphertext per held row, lane and tree (the public packing of ``n`` rows, :class:`Packing`),
+    each histogram as its filled bins (``at``, as the clear run names them) packed ``capacity`` sums a ciphertext
+    (what :meth:`FeatureParty._encrypted_sums` sends), and the public key in the setup. Every message is sized as
     :func:`encode` makes it, so the count is what crosses, not an approximation: ``bytes_down``/``bytes_up`` are the
-    training bytes the Paillier run counts (tests/test_trees.py compares them)."""
-    pk = Packing.public(n, outputs)
-    capacity = max(1, (key_bits - 2) // pk.bits)
-    width = (2 * key_bits + 7) // 8  # a ciphertext below N^2, sent at N^2's width
-    fields = {"offset": pk.offset, "bg": pk.bg, "bh": pk.bh, "bc": pk.bc, "capacity": capacity, "outputs": pk.outputs}
-    gh_cts = sum(rows for _, rows in label.gh_rows)
-    gh_bytes = sum(encoded_size("gh", fields, {"cts": (np.uint8, (rows, width))}) for _, rows in label.gh_rows)
+    training bytes the encrypted run counts (tests/test_trees.py compares them)."""
+    usable, width = usable_bits(scheme, key_bits), wire_width(scheme, key_bits)
+    pk = Packing.public(n, outputs, usable)
+    cap = capacity(usable, pk.bits)
+    fields = {**pk.fields(), "capacity": cap}
+    gh_cts = sum(rows for _, rows in label.gh_rows) * pk.lanes
+    gh_bytes = sum(
+        encoded_size("gh", fields, {"cts": (np.uint8, (rows * pk.lanes, width))}) for _, rows in label.gh_rows
+    )
     up_cts, hist_bytes = 0, 0
-    for k, m in label.builds:
-        c = math.ceil(m * bin_layout(label.n_cuts_of[k])[1] / capacity)
+    for _, _, filled in label.builds:
+        c = math.ceil(filled * pk.lanes / cap)
         up_cts += c
-        hist_bytes += encoded_size("hist", {}, {"cts": (np.uint8, (c, width))})
+        hist_bytes += encoded_size("hist", {}, {"at": (np.int32, (filled,)), "cts": (np.uint8, (c, width))})
     setup = label.setup_fields
-    key_len = (key_bits + 7) // 8
-    setup_paillier = encoded_size(
+    rest = {k: v for k, v in setup.items() if k != "max_bin"}
+    setup_encrypted = encoded_size(
         "setup",
-        {"max_bin": setup["max_bin"], "encryption": "paillier"} | {k: v for k, v in setup.items() if k != "max_bin"},
-        {"public_n": (np.uint8, (key_len,))},
+        {"max_bin": setup["max_bin"], "encryption": scheme, "exp_bits": int(exp_bits), **rest},
+        {f"pk_{name}": (np.uint8, (width,)) for name in SCHEMES[scheme].public_names},
     )
     t = link.traffic.get("train")
     by = t.by_kind if t is not None else {}
     total = {d: sum(sum(v) for kind, v in by.items() if kind.endswith(f"_{d}")) for d in ("down", "up")}
     clear_gh, clear_hist = sum(by.get("gh_down", [])), sum(by.get("hist_up", []))
     clear_setup = sum(by.get("setup_down", []))
-    down = total["down"] - clear_gh - clear_setup + gh_bytes + setup_paillier * label.k
+    down = total["down"] - clear_gh - clear_setup + gh_bytes + setup_encrypted * label.k
     up = total["up"] - clear_hist + hist_bytes
     return {
         "key_bits": int(key_bits),
         "ciphertext_bytes": width,
         "packed_bits": pk.bits,
-        "capacity": capacity,
+        "lanes": pk.lanes,
+        "capacity": cap,
         "ciphertexts_down": int(gh_cts),
         "ciphertexts_up": int(up_cts),
         "bytes_down": int(down),
         "bytes_up": int(up),
         "bytes": int(down + up),
-        "encryptions": int(n * len(label.owner)),
+        "encryptions": int(n * pk.lanes * len(label.owner)),
         "decryptions": int(up_cts),
     }

@@ -75,12 +75,14 @@ COMPONENTS: dict[str, Component] = {
         "a secureboost run whose encoded table holds an embedded categorical column",
     ),
     "method.secureboost.paillier": Component(
-        2,
+        3,
         (
             "2 (2026-11-28): the g/h packing is public (from the row count alone) and a histogram packs every bin of "
             "every feature and only those: the trees are the same, the bytes sent and the Paillier timings move",
+            "3 (2026-11-29): Paillier with DJN's obfuscator (its public key holds h_s), a histogram names and packs "
+            "its filled bins only, encryption=ou: the trees are the same, the bytes sent and the timings move",
         ),
-        "a secureboost run with encryption=paillier",
+        "a secureboost run with encryption=paillier or ou",
     ),
     "method.gbdt.embedded": Component(
         2,

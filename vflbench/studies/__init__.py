@@ -2,7 +2,18 @@
 ``registry``), rebuilt by `vflbench report results/STUDY` from the study's runs. A study reads results and methods'
 names; only the command line imports this folder."""
 
-from . import attacks, big_tables, communication, false_controlled, faults, scalability, serving, trees, wan  # noqa: F401
+from . import (  # noqa: F401
+    attacks,
+    big_tables,
+    communication,
+    encrypted,
+    false_controlled,
+    faults,
+    scalability,
+    serving,
+    trees,
+    wan,
+)
 from .registry import REPORTS, study_of, write_report
 
 __all__ = ["REPORTS", "study_of", "write_report"]

@@ -77,6 +77,44 @@ class Link:
 
     tell = ask
 
+    def ask_all(self, ks: list[int], kind: str, each: list[dict] | None = None, **fields) -> list:
+        """A request to each party of ``ks`` (the lost ones skipped): ``fields``, and ``each[i]``'s for the i-th of
+        ``ks``. Their replies in that order, exchanged at once where the link can (:meth:`exchange_all`), so the
+        parties compute side by side as they would on machines of their own, and counted in that order as
+        :meth:`ask` counts them (a party gone stops the count there, as one request after another would)."""
+        each = each or [{}] * len(ks)
+        pairs = [(k, e) for k, e in zip(ks, each, strict=True) if k not in self.lost]
+        ks = [k for k, _ in pairs]
+        datas = [encode(kind, **fields, **e) for _, e in pairs]
+        t = self.traffic.setdefault(self.phase, Traffic(self.k))
+        out = []
+        for k, data, back in zip(ks, datas, self.exchange_all(ks, datas, kind in REPLIES), strict=False):
+            if isinstance(back, PartyGone):
+                if back.sent:
+                    t.add(kind, "down", k, len(data))
+                    self.book(k, 0, len(data))
+                raise back
+            t.add(kind, "down", k, len(data))
+            self.book(k, 0 if back is None else len(back), len(data))
+            if back is None:
+                out.append(None)
+                continue
+            got = decode(back)
+            t.add(got[0], "up", k, len(back))
+            out.append(got)
+        return out
+
+    def exchange_all(self, ks: list[int], datas: list[bytes], reply: bool) -> list:
+        """Each party's reply (or the PartyGone that ended it), one exchange after another."""
+        out: list = []
+        for k, data in zip(ks, datas, strict=True):
+            try:
+                out.append(self.exchange(k, data, reply))
+            except PartyGone as e:
+                out.append(e)
+                break
+        return out
+
 
 class LocalLink(Link):
     """Every party in this process: a message is handed to the party, and its reply comes back."""
@@ -87,6 +125,24 @@ class LocalLink(Link):
 
     def exchange(self, k: int, data: bytes, reply: bool) -> bytes | None:
         return self.parties[k].handle(data)
+
+    def exchange_all(self, ks: list[int], datas: list[bytes], reply: bool) -> list:
+        """The parties handle the request in threads of this process: their work runs in their worker processes
+        (vflbench.trees.he.pool), so they compute side by side while the threads wait."""
+        if len(ks) < 2:
+            return super().exchange_all(ks, datas, reply)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(ks)) as ex:
+            futures = [ex.submit(self.parties[k].handle, data) for k, data in zip(ks, datas, strict=True)]
+        out: list = []
+        for f in futures:
+            e = f.exception()
+            if isinstance(e, PartyGone):
+                out.append(e)
+                break
+            out.append(f.result())
+        return out
 
 
 class RemoteLink(Link):
@@ -107,6 +163,30 @@ class RemoteLink(Link):
         if cause := self.transport.lost(k):  # it stopped before it answered
             raise PartyGone(k, cause, sent=True)
         return back
+
+    def exchange_all(self, ks: list[int], datas: list[bytes], reply: bool) -> list:
+        """Every request sent first, then every reply read: the party processes compute side by side."""
+        out: list = []
+        sent = []
+        for k, data in zip(ks, datas, strict=True):
+            self.transport.to_party(k, data)
+            if cause := self.transport.lost(k):
+                out.append(PartyGone(k, cause, sent=False))
+                break
+            sent.append(k)
+        replies: list = []
+        for k in sent:
+            if not reply:
+                replies.append(None)
+                continue
+            back = self.transport.from_party(k)
+            if cause := self.transport.lost(k):
+                replies.append(PartyGone(k, cause, sent=True))
+                break
+            replies.append(back)
+        if replies and isinstance(replies[-1], PartyGone):  # gone while answering: nothing after it counts
+            return replies
+        return replies + out  # (out: the party found gone as its request left, if one was)
 
 
 def serve(party: RequestHandler, transport, until: str = "stop", hooks: dict[str, Callable] | None = None) -> None:

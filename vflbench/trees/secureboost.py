@@ -2,7 +2,8 @@
 at the server (the label party, which holds no block).
 
 The label party computes g and h (as integers, :class:`~.booster.FixedPoint`), sends each party those of its own
-rows (in clear with ``encryption=none``, or as Paillier ciphertexts of the packed (g, h, 1): :mod:`.paillier`), and
+rows (in clear with ``encryption=none``, or as ciphertexts of the packed (g, h, 1) under Paillier or
+Okamoto-Uchiyama: :mod:`.he`), and
 grows each tree with :func:`~.booster.grow`: it asks every party for the histograms of the nodes it builds (the
 party sums its rows' values per node, feature and bin, vectorised: no loop over rows or bins in plaintext), finds
 the best split over all parties' candidates, and asks the winning party to apply it. The owner keeps the
@@ -29,17 +30,21 @@ import numpy as np
 
 from .binning import DEFAULT_BINNING, Cuts, fit_cuts
 from .booster import BoostParams, FixedPoint, Model, Split, Tree, boost, filled_bin_sums, grow, split_left
+from .he import EXP_BITS, SCHEMES, Scheme
+from .he.bin_sums import chain_sums, install_party, load_cts, plan_chains
+from .he.packing import Packing, capacity, unpack_compressed
+from .he.pool import Pool
 from .links import REPLIES, Link, LocalLink, PartyGone, RemoteLink, Traffic, serve  # noqa: F401  (re-exported)
 from .messages import decode, encode, encoded_size, pack_bits, unpack_bits  # noqa: F401  (re-exported)
-from .paillier import Packing, Paillier, unpack_compressed
 
 # ----------------------------------------------------------------------------- a feature party
 
 
 def bin_layout(n_cuts: np.ndarray) -> tuple[np.ndarray, int]:
-    """Where each feature's bins start in a node's flat run of bin sums under Paillier, and the run's length: feature
-    j has ``n_cuts[j] + 1`` bins (codes 0 .. n_cuts[j]; a missing cell is in none). Both sides derive it from the
-    cut counts the party announces at setup."""
+    """Where each feature's bins start in a node's flat run of bins, and the run's length: feature j has
+    ``n_cuts[j] + 1`` bins (codes 0 .. n_cuts[j]; a missing cell is in none). Both sides derive it from the cut
+    counts the party announces at setup; a histogram message names its filled bins by their place in the run of
+    its nodes (``at``)."""
     sizes = np.asarray(n_cuts, dtype=np.int64) + 1
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64), int(sizes.sum())
 
@@ -49,8 +54,9 @@ class FeatureParty:
     are (``rows``); it bins them, keeps the g/h it is sent, sums histograms, applies the splits it wins (its lookup
     table) and answers prediction queries. Every request is a message (:meth:`handle`)."""
 
-    def __init__(self, k: int, x: np.ndarray, rows: np.ndarray, categorical=()):
+    def __init__(self, k: int, x: np.ndarray, rows: np.ndarray, categorical=(), workers: int = 1):
         self.k = k
+        self.workers = max(1, int(workers))  # processes for its homomorphic sums and packing
         self.x = np.asarray(x, dtype=np.float64)
         self.rows = np.asarray(rows, dtype=np.int64)
         self.categorical = sorted(int(j) for j in categorical)  # its columns of level codes (split by level sets)
@@ -61,8 +67,9 @@ class FeatureParty:
         self.node_of = np.zeros(len(self.rows), dtype=np.int64)
         self.g: np.ndarray | None = None
         self.h: np.ndarray | None = None
-        self.cts: list[int] | None = None
-        self.he: Paillier | None = None
+        self.he: Scheme | None = None
+        self.pool: Pool | None = None
+        self.workers_peak_rss = 0  # its worker processes' peak resident sets, summed (bytes)
         self.packing: Packing | None = None
         self.capacity = 1
         # record id -> (feature, bin, rule: a threshold or (levels, others), default left, left bins): the party's alone
@@ -78,9 +85,11 @@ class FeatureParty:
         self,
         max_bin: int,
         encryption: str,
-        public_n: np.ndarray | None = None,
         binning: str = DEFAULT_BINNING,
         cat_bins: int = 0,
+        exp_bits: int = 0,
+        public_n=None,
+        **public_key,
     ) -> bytes:
         # its own columns, on its own rows: nothing crosses
         self.cuts = fit_cuts(self.x, int(max_bin), binning, self.categorical, int(cat_bins))
@@ -88,17 +97,25 @@ class FeatureParty:
         self.codes = self.cuts.codes(self.x)
         self.bins = bin_layout(self.cuts.n_cuts)
         self.encryption = encryption
-        if encryption == "paillier":
-            self.he = Paillier.public(int.from_bytes(np.asarray(public_n, np.uint8).tobytes(), "big"))
+        if encryption != "none":
+            self._start_encrypted(SCHEMES[encryption].from_public_fields(public_key, int(exp_bits)))
         kinds = {"categorical": self.cuts.categorical} if self.categorical else {}  # said only where there are some
         return encode("cuts", n_cuts=self.cuts.n_cuts.astype(np.int32), **kinds)
 
-    def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1, outputs=1) -> None:
+    def _start_encrypted(self, he: Scheme) -> None:
+        """Its workers: the public key, its bin codes and the chains its sums follow (:mod:`.he.bin_sums`)."""
+        self.he, self.pool = he, Pool(self.workers)
+        he.attach(self.pool)
+        self.chains = plan_chains(self.codes)
+        self.pool_id = f"party-{self.k}-{he.key_id}"
+        self.pool.broadcast(install_party, self.pool_id, self.codes, self.max_bin, self.chains)
+
+    def on_gh(self, g=None, h=None, cts=None, offset=0, bg=0, bh=0, bc=0, capacity=1, outputs=1, lanes=1) -> None:
         self.node_of[:] = 0
         if cts is not None:
-            self.cts = self.he.from_bytes(cts)
-            self.packing = Packing(int(offset), int(bg), int(bh), int(bc), int(outputs))
+            self.packing = Packing(int(offset), int(bg), int(bh), int(bc), int(outputs), int(lanes))
             self.capacity = int(capacity)
+            self.pool.broadcast(load_cts, self.pool_id, np.asarray(cts, dtype=np.uint8), int(lanes), self.he.modulus)
         else:
             self.g, self.h = np.asarray(g, dtype=np.int64), np.asarray(h, dtype=np.int64)
         return None
@@ -106,39 +123,44 @@ class FeatureParty:
     def on_build(self, nodes: np.ndarray) -> bytes:
         t0 = time.perf_counter()
         nodes = [int(v) for v in nodes]
-        if self.cts is None:  # the non-empty bins' sums (their positions, then g and h: the label party needs no count)
+        if self.he is None:  # the non-empty bins' sums (their positions, then g and h: the label party needs no count)
             at, G, H, _ = filled_bin_sums(self.codes, self.g, self.h, nodes, self.node_of, self.max_bin + 1)
             out = encode("hist", at=at.astype(np.int32), G=G, H=H)
         else:
-            out = encode("hist", cts=self.he.to_bytes(self._encrypted_sums(nodes)))
+            at, cts = self._encrypted_sums(nodes)
+            out = encode("hist", at=at.astype(np.int32), cts=self.he.to_bytes(cts))
         self.seconds["histograms"] += time.perf_counter() - t0
         return out
 
-    def _encrypted_sums(self, nodes: list[int]) -> list[int]:
-        """Per (node, feature, bin) the homomorphic sum of its rows' ciphertexts, packed ``capacity`` a ciphertext.
-        Every bin a feature has is sent, empty or not (an empty one is a zero: which bins are empty is the party's
-        to keep), and only those: feature j has ``n_cuts[j] + 1`` bins, which the label party knows from setup
-        (:func:`bin_layout`), so what is sent is the same count for every node, whatever the data."""
+    def _encrypted_sums(self, nodes: list[int]) -> tuple[np.ndarray, list]:
+        """The filled bins of each of ``nodes`` and their homomorphic sums, packed ``capacity`` sums a ciphertext
+        (every lane of a bin in turn) and re-randomised. ``at``: each filled bin's place in the nodes' run of bins
+        (:func:`bin_layout`: node, then feature, then bin), ascending. The label party learns which bins are filled
+        from their decrypted counts anyway, so naming them tells it nothing more, and an empty bin costs nothing."""
         starts, per_node = self.bins
-        slot_of = np.full(max(int(self.node_of.max(initial=0)), max(nodes, default=0)) + 1, -1, dtype=np.int64)
-        slot_of[np.asarray(nodes, dtype=np.int64)] = np.arange(len(nodes))
-        slot = slot_of[self.node_of]
-        rows = np.flatnonzero(slot >= 0)
-        codes = self.codes[rows].astype(np.int64)
-        key = slot[rows, None] * per_node + starts[None, :] + codes
-        key = np.where(codes < self.max_bin, key, -1).ravel()  # a missing cell is in no bin
-        row_of = np.repeat(rows, codes.shape[1])
-        keep = key >= 0
-        key, row_of = key[keep], row_of[keep]
-        order = np.argsort(key, kind="stable")
-        key_sorted = key[order]
-        bounds = np.flatnonzero(np.diff(key_sorted)) + 1
-        starts_g = np.concatenate([[0], bounds, [len(key_sorted)]])
-        groups = self.he.sum_groups(self.cts, row_of[order], starts_g)
-        sums: list[int | None] = [None] * (len(nodes) * per_node)
-        for k, c in zip(key_sorted[starts_g[:-1]].tolist(), groups, strict=True):
-            sums[k] = c
-        return self.he.compress(sums, self.packing.bits, self.capacity)
+        t0 = time.perf_counter()
+        order = np.argsort(self.node_of, kind="stable")
+        sorted_nodes = self.node_of[order]
+        tasks, slots = [], []
+        for s, v in enumerate(nodes):
+            lo, hi = np.searchsorted(sorted_nodes, [v, v + 1])
+            rows = order[lo:hi]
+            if len(rows):
+                for c in range(len(self.chains)):
+                    tasks.append((self.pool_id, rows, [c]))
+                    slots.append(s)
+        results = self.pool.map(chain_sums, tasks)
+        pos, sums, muls = [], [], 0
+        for s, (out, m) in zip(slots, results, strict=True):
+            muls += m
+            for feature, bins, lanes in out:
+                pos.append(s * per_node + starts[feature] + np.asarray(bins, dtype=np.int64))
+                sums.extend(zip(*lanes, strict=True))  # per bin, its lanes' sums
+        at = np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64)
+        ranked = np.argsort(at, kind="stable")
+        flat = [c for i in ranked.tolist() for c in sums[i]]
+        self.he._count("add", muls, t0)
+        return at[ranked], self.he.compress(flat, self.packing.bits, self.capacity)
 
     def on_split(
         self, node: int, feature: int, bin: int, default_left: bool, left: int, right: int, bins=None
@@ -161,6 +183,11 @@ class FeatureParty:
         return encode("left", record=record, bits=pack_bits(go_left))
 
     def on_stop(self) -> None:
+        """The end of a phase: its workers end with training (nothing after is encrypted)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.workers_peak_rss = sum(self.pool.peak_rss)
+            self.pool = None
         return None
 
     def on_leave(self, tree: int) -> None:
@@ -212,9 +239,10 @@ class Protocol:
     """What a SecureBoost run's label party and parties agree on."""
 
     params: BoostParams
-    encryption: str = "none"  # none | paillier
-    key_bits: int = 2048
-    workers: int = 1  # processes for the label party's encryptions (the trees do not depend on it)
+    encryption: str = "none"  # none | a scheme of he.SCHEMES (paillier, ou)
+    key_bits: int = 2048  # the scheme's key size (Paillier: N's bits; OU: n's, 3 x |p|)
+    workers: int = 1  # processes for the label party's encryptions and decryptions (the trees do not depend on it)
+    exp_bits: int = EXP_BITS  # a short random exponent's bits (every obfuscator)
 
 
 class LabelParty:
@@ -226,24 +254,27 @@ class LabelParty:
         self.k = self.held.shape[1]
         self.now_held = self.held  # less the lost parties' blocks
         self.offsets = list(offsets)  # each party's first global feature
-        self.he: Paillier | None = None
+        self.he: Scheme | None = None
+        self.pool: Pool | None = None
+        self.workers_peak_rss = 0  # its worker processes' peak resident sets, summed (bytes)
         self.owner: list[list[tuple[int, int]]] = []  # per tree, per node: (party, record id) of a split, else (-1, -1)
         self.seconds: dict[str, float] = {}
         # the run's party losses (vflbench.runs.faults.PartyFaults; None: no party can be lost): one tree is one epoch
         # of its schedule; a lost party is asked nothing, its features split no node and its rows take the defaults
         self.faults = None
         self.redone = 0  # trees begun again without a party found lost while they grew
-        self.builds: list[tuple[int, int]] = []  # every histogram request: (party, nodes asked for)
+        self.builds: list[tuple[int, int, int]] = []  # every histogram request: (party, nodes asked for, filled bins)
         self.gh_rows: list[tuple[int, int]] = []  # every g/h message: (party, rows sent)
         self.gh: tuple[np.ndarray, np.ndarray] | None = None  # the last tree's g and h (integers)
 
     def setup(self) -> None:
         p = self.proto
-        pub = None
-        if p.encryption == "paillier":
-            self.he = Paillier.generate(p.key_bits)
-            self.he.workers = max(1, int(p.workers))
-            pub = np.frombuffer(self.he.n.to_bytes((self.he.n.bit_length() + 7) // 8, "big"), dtype=np.uint8)
+        pub = {"public_n": None}  # (in clear: the field as it always was, so a clear run's bytes do not move)
+        if p.encryption != "none":
+            self.he = SCHEMES[p.encryption].generate(p.key_bits, p.exp_bits)
+            self.pool = Pool(p.workers)
+            self.he.attach(self.pool)
+            pub = {"exp_bits": int(p.exp_bits), **self.he.public_fields()}
         n_cuts, kinds = [], []
         # the binning is said only when it is not the default
         named = {} if p.params.binning == DEFAULT_BINNING else {"binning": p.params.binning}
@@ -251,7 +282,7 @@ class LabelParty:
             named["cat_bins"] = p.params.max_cat_bin
         self.setup_fields = {"max_bin": p.params.max_bin, **named}  # (beside encryption and the public key)
         for k in range(self.k):
-            _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, public_n=pub, **named)
+            _, f = self.link.ask(k, "setup", max_bin=p.params.max_bin, encryption=p.encryption, **pub, **named)
             n_cuts.append(np.asarray(f["n_cuts"], dtype=np.int64))
             kinds.append(np.asarray(f.get("categorical", np.zeros(len(f["n_cuts"]), dtype=bool)), dtype=bool))
         self.categorical = np.concatenate(kinds) if kinds else np.zeros(0, dtype=bool)
@@ -262,7 +293,13 @@ class LabelParty:
 
     def fit(self, y: np.ndarray, w: np.ndarray, n_classes: int, progress=None) -> Model:
         self.setup()
-        return boost(y, w, n_classes, self.proto.params, self._grow_tree, progress)
+        try:
+            return boost(y, w, n_classes, self.proto.params, self._grow_tree, progress)
+        finally:
+            if self.pool is not None:  # its workers end with training (nothing after is encrypted)
+                self.pool.close()
+                self.workers_peak_rss = sum(self.pool.peak_rss)
+                self.pool = None
 
     # -- one tree
     def _grow_tree(self, g_int: np.ndarray, h_int: np.ndarray, fp: FixedPoint) -> tuple[Tree, np.ndarray]:
@@ -325,72 +362,82 @@ class LabelParty:
                 rows = np.flatnonzero(self.now_held[:, k])
                 self.link.tell(k, "gh", g=g_int[rows], h=h_int[rows])
             return
-        self.packing = Packing.public(len(g_int), g_int.shape[1])  # from the row count alone (nothing of the labels)
-        if self.packing.bits > self.he.usable_bits:
-            raise ValueError(f"a packed g/h sum needs {self.packing.bits} bits; the key holds {self.he.usable_bits}")
+        n = len(g_int)
+        # from the row count, the outputs and the key's size alone (nothing of the labels)
+        self.packing = Packing.public(n, g_int.shape[1], self.he.usable_bits)
         self.packing.check(g_int, h_int)
-        self.capacity = max(1, self.he.usable_bits // self.packing.bits)
+        self.capacity = capacity(self.he.usable_bits, self.packing.bits)
         self.gh = (g_int, h_int)
-        cts = self.he.encrypt(self.packing.pack(g_int, h_int))  # each row once, whoever holds it
-        for k in range(self.k):
-            rows = np.flatnonzero(self.now_held[:, k])
-            self.link.tell(k, "gh", cts=self.he.to_bytes([cts[i] for i in rows]), **self.gh_fields())
+        cts = self.he.encrypt(self.packing.pack(g_int, h_int))  # each row once (a plaintext a lane), whoever holds it
+        lanes = np.arange(self.packing.lanes)[:, None] * n
+        wire = self.he.to_bytes(cts)
+        ks = list(range(self.k))
+        # each party's rows, lane-major as packed; every party takes its in at once (its workers read them in)
+        each = [{"cts": wire[(lanes + np.flatnonzero(self.now_held[:, k])[None, :]).ravel()]} for k in ks]
+        self.link.ask_all(ks, "gh", each, **self.gh_fields())
 
     def gh_fields(self) -> dict[str, int]:
-        """The plaintext fields of a ``gh`` message under Paillier: the packing and the compression, all public
+        """The plaintext fields of an encrypted ``gh`` message: the packing and the compression, all public
         (functions of the row count, the outputs and the key's size: the same for any labels)."""
-        pk = self.packing
-        return {
-            "offset": pk.offset,
-            "bg": pk.bg,
-            "bh": pk.bh,
-            "bc": pk.bc,
-            "capacity": self.capacity,
-            "outputs": pk.outputs,
-        }
+        return {**self.packing.fields(), "capacity": self.capacity}
 
     def _histograms(self, nodes: list[int], node_of: np.ndarray):
         """Every party's histograms of ``nodes``, side by side in party order: G, H [len(nodes), d, B, outputs] (a lost
-        party's features: zeros, no candidates)."""
+        party's features: zeros, no candidates). Under encryption every party is asked at once (they sum side by
+        side) and their replies are decrypted in one batch."""
         shape = (len(nodes), len(self.party_of), self.proto.params.width, self.outputs)
         G, H = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
-        for k in range(self.k):
-            if k in self.link.lost:  # asked nothing: its features have no candidates in this tree
-                continue
-            _, f = self.link.ask(k, "build", nodes=np.asarray(nodes, dtype=np.int32))
-            self.builds.append((k, len(nodes)))
+        ks = [k for k in range(self.k) if k not in self.link.lost]  # a lost one is asked nothing: no candidates
+        asked = np.asarray(nodes, dtype=np.int32)
+        if self.he is None:
+            replies = [self.link.ask(k, "build", nodes=asked) for k in ks]
+        else:
+            replies = self.link.ask_all(ks, "build", nodes=asked)
+        for k, (_, f) in zip(ks, replies, strict=True):
+            self.builds.append((k, len(nodes), len(f["at"])))
+        if self.he is not None:
+            plain = self.he.decrypt([c for _, f in replies for c in self.he.from_bytes(f["cts"])])
+        for k, (_, f) in zip(ks, replies, strict=True):
             first = sum(self.widths[:k])
             mine = slice(first, first + self.widths[k])
             if self.he is None:  # its sent non-empty bins, in place
                 at = np.unravel_index(np.asarray(f["at"], dtype=np.int64), shape[:1] + (self.widths[k],) + shape[2:3])
                 G[:, mine][at], H[:, mine][at] = f["G"], f["H"]
             else:
-                G[:, mine], H[:, mine] = self._decrypted(f["cts"], len(nodes), k)[:2]
+                mine_plain, plain = plain[: len(f["cts"])], plain[len(f["cts"]) :]
+                G[:, mine], H[:, mine] = self._decrypted(f["at"], mine_plain, len(nodes), k)[:2]
         return G, H, None
 
-    def _decrypted(self, cts: np.ndarray, m: int, k: int):
+    def _decrypted(self, at: np.ndarray, plain: list[int], m: int, k: int):
         """Party k's sent histogram decrypted: G, H [m, d_k, B, outputs] and the count N [m, d_k, B] of every bin
-        (zeros beyond a feature's bins)."""
-        b, outputs = self.proto.params.width, self.packing.outputs
+        (zeros in the bins it did not name: empty ones, and beyond a feature's bins). ``at``: the named bins' places
+        in the nodes' run of bins (:func:`bin_layout`), ascending; their sums come in that order, every lane of a
+        bin in turn; ``plain``: its ciphertexts decrypted."""
+        b, pk = self.proto.params.width, self.packing
         starts, per_node = bin_layout(self.n_cuts_of[k])
-        plain = self.he.decrypt(self.he.from_bytes(cts))
-        sums = unpack_compressed(plain, m * per_node, self.capacity, self.packing.bits)
-        if len(sums) != m * per_node:
-            raise ValueError(f"party {k} sent {len(sums)} bin sums for {m} nodes; {m * per_node} were asked for")
+        at = np.asarray(at, dtype=np.int64)
+        if len(at) and (at[0] < 0 or at[-1] >= m * per_node or (np.diff(at) <= 0).any()):
+            raise ValueError(f"party {k} named bins outside its {m * per_node} or out of order")
+        sums = unpack_compressed(plain, len(at) * pk.lanes, self.capacity, pk.bits)
+        if len(sums) != len(at) * pk.lanes:
+            raise ValueError(f"party {k} sent {len(sums)} bin sums for {len(at)} named bins")
         d = len(starts)
-        G = np.zeros((m, d, b, outputs), dtype=np.int64)
-        H = np.zeros((m, d, b, outputs), dtype=np.int64)
+        G = np.zeros((m, d, b, pk.outputs), dtype=np.int64)
+        H = np.zeros((m, d, b, pk.outputs), dtype=np.int64)
         N = np.zeros((m, d, b), dtype=np.int64)
         sizes = np.asarray(self.n_cuts_of[k], dtype=np.int64) + 1
-        node_i = np.repeat(np.arange(m), per_node)
-        feat_i = np.tile(np.repeat(np.arange(d), sizes), m)
-        bin_i = np.tile(np.concatenate([np.arange(s) for s in sizes]) if d else np.zeros(0, np.int64), m)
-        for i, s in enumerate(sums):
-            if s:
-                g, h, c = self.packing.unpack(s)
-                G[node_i[i], feat_i[i], bin_i[i]] = g
-                H[node_i[i], feat_i[i], bin_i[i]] = h
-                N[node_i[i], feat_i[i], bin_i[i]] = c
+        feat_of = np.repeat(np.arange(d), sizes)
+        bin_of = np.concatenate([np.arange(s) for s in sizes]) if d else np.zeros(0, np.int64)
+        node_i, within = np.divmod(at, per_node)
+        lanes = [pk.lane_outputs(lane) for lane in range(pk.lanes)]
+        for i, (v, f, j) in enumerate(
+            zip(node_i.tolist(), feat_of[within].tolist(), bin_of[within].tolist(), strict=True)
+        ):
+            for lane, cols in enumerate(lanes):
+                g, h, c = pk.unpack(sums[i * pk.lanes + lane], lane)
+                G[v, f, j, cols.start : cols.stop] = g
+                H[v, f, j, cols.start : cols.stop] = h
+                N[v, f, j] = c
         return G, H, N
 
     def _route(self, node: int, s: Split, rows: np.ndarray, lc: int, rc: int) -> np.ndarray:
