@@ -3,6 +3,7 @@ thread, medians of the rounds and their ratio): docs/SPEED.md, "Encrypted Secure
 
     python scripts/he_speed.py primitives            # microseconds an operation, 2,048-bit Paillier and OU
     python scripts/he_speed.py sums --data ../shared/data   # products of one tree's root on Credit's four parties
+    python scripts/he_speed.py runs --data ../shared/data   # whole runs: each technique switched off, then on
 
 ``primitives``: the label party's encryption (vflbench before: (1 + m N) r^N mod N^2 with a full 2,048-bit r; DJN's
 short exponent h_s^r without and with fixed-base tables; the tables through the CRT), a feature party's
@@ -169,12 +170,81 @@ def sums(data: str | None) -> None:
             )
 
 
+# whole runs: Credit, 4 parties, every block, OU, 5 trees; each variant switches one technique off
+RUN = ["run", "--dataset", "credit", "--parties", "4", "--method", "secureboost", "--method-opt", "encryption=ou",
+       "--method-opt", "trees=5", "--test-missing", "none", "--seed", "0", "--quiet"]  # fmt: skip
+VARIANTS = {
+    "now": ("all of it, --threads 2", ["--threads", "2"]),
+    "one_pass": ("one pass a feature (no chains), --threads 2", ["--threads", "2"]),
+    "in_turn": ("parties asked one after another, --threads 2", ["--threads", "2"]),
+    "one_thread": ("--threads 1", ["--threads", "1"]),
+}
+
+
+def _switch_off(variant: str) -> None:
+    """Patch one technique out of this process before the run starts."""
+    if variant == "one_pass":
+        from vflbench.trees import secureboost
+
+        secureboost.plan_chains = lambda codes, **_: [[j] for j in range(codes.shape[1])]
+    if variant == "in_turn":
+        from vflbench.trees.links import Link, LocalLink
+
+        LocalLink.exchange_all = Link.exchange_all
+
+
+def one(variant: str, out: str) -> None:
+    from vflbench.cli.app import app
+
+    _switch_off(variant)
+    try:
+        app([*RUN, *VARIANTS[variant][1], "--out", out])
+    except SystemExit as e:
+        if e.code:
+            raise
+
+
+def runs(data: str | None, rounds: int = 2) -> None:
+    """A B A B: every variant against "now", each a fresh process; medians of the training seconds."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    env = {**os.environ, **({"VFLBENCH_DATA_MIRROR": data} if data else {})}
+    seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for v in VARIANTS:
+                out = os.path.join(tmp, f"{v}{r}")
+                subprocess.run([sys.executable, __file__, "_one", v, out], env=env, check=True)
+                (m,) = [json.load(open(os.path.join(out, d, "manifest.json"))) for d in os.listdir(out)]
+                seconds[v].append(m["timings"]["train_s"])
+    now = statistics.median(seconds["now"])
+    print("| switched off | train (s), median | with it (s) | with / without |")
+    print("|---|---:|---:|---:|")
+    for v, (label, _) in VARIANTS.items():
+        if v != "now":
+            off = statistics.median(seconds[v])
+            print(f"| {label} | {off:.1f} | {now:.1f} | {now / off:.3f} |")
+    print(f"(rounds: {seconds})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("primitives", "sums"))
-    ap.add_argument("--data", default=None, help="the data mirror (VFLBENCH_DATA_MIRROR) for sums")
+    ap.add_argument("what", choices=("primitives", "sums", "runs", "_one"))
+    ap.add_argument("rest", nargs="*")
+    ap.add_argument("--data", default=None, help="the data mirror (VFLBENCH_DATA_MIRROR) for sums and runs")
     a = ap.parse_args()
-    primitives() if a.what == "primitives" else sums(a.data)
+    if a.what == "primitives":
+        primitives()
+    elif a.what == "sums":
+        sums(a.data)
+    elif a.what == "runs":
+        runs(a.data)
+    else:
+        one(*a.rest)
 
 
 if __name__ == "__main__":

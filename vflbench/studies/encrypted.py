@@ -93,17 +93,21 @@ def table(folder: Path) -> list[str]:
         ops = _ops(m)
         key = sb[enc]
         lines += [
-            f"**{_label(m)}** ({key.get('key_bits')}-bit key, {key.get('exp_bits')}-bit exponents): every operation "
-            "(wall seconds of its batches on the run's threads; parties side by side, so theirs overlap)",
+            f"**{_label(m)}** ({key.get('key_bits')}-bit key, {key.get('exp_bits')}-bit exponents): every operation, "
+            "its count and the wall seconds of its batches on the run's threads. The label party's are its own; the "
+            "parties' are summed over the four, who work side by side, so theirs overlap and a wall microsecond an "
+            "operation is not theirs to give (one thread's: docs/SPEED.md, `python scripts/he_speed.py primitives`).",
             "",
-            "| operation | count | seconds | us each |",
-            "|---|---:|---:|---:|",
+            "| operation | who | count | wall seconds | wall us each |",
+            "|---|---|---:|---:|---:|",
         ]
-        for op in ("encrypt", "add", "pack", "rerandomise", "decrypt"):
+        for op, who in (("encrypt", "label party"), ("add", "parties"), ("pack", "parties"),
+                        ("rerandomise", "parties"), ("decrypt", "label party")):  # fmt: skip
             if op in ops:
                 n, s = ops[op]
-                each = f"{s / n * 1e6:,.1f}" if n and s else "-"
-                lines.append(f"| {op} | {n:,} | {s:,.1f} | {each} |")
+                each = f"{s / n * 1e6:,.1f}" if n and s and who == "label party" else "-"
+                wall = f"{s:,.1f}" if s else "(in pack)"
+                lines.append(f"| {op} | {who} | {n:,} | {wall} | {each} |")
         lines += ["", "| party | ciphertexts received | ciphertexts sent | bytes received (MB) | bytes sent (MB) |"]
         lines.append("|---|---:|---:|---:|---:|")
         train_by = sb.get("bytes_by_kind", {}).get("train", {})
