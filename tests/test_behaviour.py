@@ -107,12 +107,13 @@ NEURAL = [
     "results/loans_example/runs/csv-loans_laser_*",
 ]
 # the trees: XGBoost, vflbench's booster on Credit's continuous columns (whose cuts a binning change moves) under both
-# binnings, and the Paillier path (results/trees/guard/README.md)
+# binnings, and the encrypted paths, Paillier and OU (results/trees/guard/README.md)
 TREES = [
     "results/trees/phishing/runs/phishing_gbdt_K5_*",
     "results/tuned/credit_trees/tuned/runs/credit_secureboost_K4_*",
     "results/trees/guard/runs/credit_gbdt_K4_*",
-    "results/trees/guard/runs/credit_secureboost_K4_mcar-0.3_s0_d57186753f3e",  # encryption=paillier
+    "results/trees/guard/runs/credit_secureboost_K4_mcar-0.3_s0_a03b83f7210c",  # encryption=paillier
+    "results/trees/guard/runs/credit_secureboost_K4_mcar-0.3_s0_0cdc9e8ea080",  # encryption=ou
     "results/trees/guard/runs/credit_secureboost_K4_mcar-0.3_s0_e0a2257df946",  # binning=quantile
 ]
 GOLDEN = [*NEURAL, *TREES]
