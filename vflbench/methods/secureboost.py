@@ -369,12 +369,16 @@ class SecureBoost(TreeMethod):
             for p in self.parties:
                 for k, v in (p.he.seconds if p.he else {}).items():
                     party_ops[k] = party_ops.get(k, 0.0) + v
+            # across processes a party's seconds stay in its process: blank, not a false zero
+            here = any(p.he is not None for p in self.parties)
             out.update(
                 {
                     "he_encrypt_s": round(he.seconds.get("encrypt", 0.0), 3),
                     "he_decrypt_s": round(he.seconds.get("decrypt", 0.0), 3),
-                    "he_sum_s": round(party_ops.get("add", 0.0), 3),
-                    "he_pack_s": round(party_ops.get("pack", 0.0) + party_ops.get("rerandomise", 0.0), 3),
+                    "he_sum_s": round(party_ops.get("add", 0.0), 3) if here else None,
+                    "he_pack_s": round(party_ops.get("pack", 0.0) + party_ops.get("rerandomise", 0.0), 3)
+                    if here
+                    else None,
                 }
             )
         return out
