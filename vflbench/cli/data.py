@@ -97,9 +97,16 @@ def masks(
     aligned: int = typer.Option(0, help="fully aligned reserve inside the labeled set"),
     data_opt: list[str] | None = DATA_OPT,
     part_opt: list[str] | None = PART_OPT,
+    corrupt: str = typer.Option(
+        "none", help="blocks present but corrupted, as --train-corrupt: gauss:RATE:SEVERITY, stuck:RATE, scale:RATE:F"
+    ),
+    misalign: str = typer.Option(
+        "none", help="blocks present but misaligned, as --train-misalign: permute:RATE, near:RATE"
+    ),
     fmt: str = typer.Option("table", "--format", help="table | json"),
 ):
-    """Draw masks exactly as a run would and print their realised statistics."""
+    """Draw masks exactly as a run would and print their realised statistics; with --corrupt or --misalign, also which
+    rows and parties have a block present but wrong (drawn as a run draws them for that split)."""
     if fmt not in ("table", "json"):
         raise VFLBenchError(f"Unknown format '{fmt}'. Choices: table, json.")
     if split not in ("train", "test"):
@@ -120,6 +127,8 @@ def masks(
         all_missing,
         labeled,
         aligned,
+        corrupt,
+        misalign,
     )
     if fmt == "json":
         print(json.dumps(stats, indent=2))
@@ -146,6 +155,31 @@ def masks(
     for p in stats["top_patterns"]:
         pt.add_row(p["pattern"], str(p["count"]), f"{p['fraction']:.4f}")
     console.print(pt)
+    if "wrong" in stats:
+        _print_wrong(stats["wrong"], prep.partition.party_names)
+
+
+def _print_wrong(w: dict, names: list[str]) -> None:
+    t = Table(title=f"blocks present but wrong: corrupt {w['corrupt']}, misalign {w['misalign']} (rate per party)")
+    t.add_column("")
+    for name in names:
+        t.add_column(name, justify="right")
+    t.add_row("corrupted", *[f"{r:.4f}" for r in w["corrupted_rate_per_block"]])
+    t.add_row("misaligned", *[f"{r:.4f}" for r in w["misaligned_rate_per_block"]])
+    t.add_row("wrong and observed", *[f"{r:.4f}" for r in w["wrong_and_observed_rate_per_block"]])
+    console.print(t)
+    console.print(f"rows with a wrong block: {w['rows_with_a_wrong_block']}")
+    if "near_key" in w:
+        console.print(
+            f"near-miss key: the label party's feature {w['near_key']['column']} ({w['near_key']['levels']} values)"
+        )
+    ft = Table(title="first affected rows")
+    for c in ("row", "corrupted parties", "misaligned parties <- source row"):
+        ft.add_column(c)
+    for r in w["first_rows"]:
+        mis = ", ".join(f"{p} <- {src}" for p, src in r["misaligned"].items())
+        ft.add_row(str(r["row"]), ", ".join(map(str, r["corrupted"])) or "-", mis or "-")
+    console.print(ft)
 
 
 @app.command()

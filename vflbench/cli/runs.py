@@ -124,11 +124,18 @@ def _print_run(resolved, rows: list[dict], manifest: dict, run_dir) -> None:
     for m in metrics:
         t.add_column(m, justify="right", overflow="fold")  # a narrow console wraps a metric's name, never cuts it
     t.add_column("counted", justify="right")
-    for s in resolved.test_missing:
-        vals = {r["metric"]: r for r in rows if r["test_missing"] == s}
+    settings = dict.fromkeys(
+        (r["test_missing"], r.get("test_corrupt", "none"), r.get("test_misalign", "none")) for r in rows
+    )
+    for s, c, a in settings:  # each missingness, crossed with the wrong blocks where the run has them
+        vals = {
+            r["metric"]: r
+            for r in rows
+            if (r["test_missing"], r.get("test_corrupt", "none"), r.get("test_misalign", "none")) == (s, c, a)
+        }
         t.add_row(
-            s,
-            *[f"{vals[m]['value']:.2f}" for m in metrics],
+            s + ("" if (c, a) == ("none", "none") else f" | corrupt {c} | misalign {a}"),
+            *[f"{vals[m]['value']:.2f}" if m in vals else "-" for m in metrics],
             f"{vals[metrics[0]]['n_counted']}/{vals[metrics[0]]['n_test']}",
         )
     console.print(t)

@@ -21,6 +21,7 @@ from .missingness import (
     parse_mechanism,
 )
 from .partitioners import Partition, default_partitioner, make_partition
+from .wrong_blocks import Wrong, WrongSpec, apply_wrong
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Prepared:
     partition: Partition
     streams: Streams
     _stats: dict[str, tuple[np.ndarray, np.ndarray]]
+    clean_train: np.ndarray | None = None  # the training rows as loaded, once a run's training blocks are made wrong
 
     def permute_rows(self, rng: np.random.Generator) -> None:
         """Permute train and test rows once (the authors' HAPT loader); block statistics follow."""
@@ -38,6 +40,15 @@ class Prepared:
         if getattr(d, "structural", None) is not None:  # which blocks each row has follows its row
             d.structural = {"train": d.structural["train"][ptr], "test": d.structural["test"][pte]}
         self._stats.clear()
+
+    def spread(self) -> np.ndarray:
+        """Each feature's standard deviation over the (clean) training rows, flattened: what Gaussian corruption
+        scales by."""
+        if "spread" not in self._stats:
+            clean = self.data.x_train if self.clean_train is None else self.clean_train
+            x = np.asarray(clean, dtype=np.float64).reshape(len(clean), -1)
+            self._stats["spread"] = (x.std(0), x.std(0))
+        return self._stats["spread"][0]
 
     def block_stats(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         if split not in self._stats:
@@ -130,3 +141,21 @@ def draw_masks(
         m.labeled = lab
         m.reserve = res
     return m
+
+
+def wrong_blocks(prep: Prepared, corrupt: WrongSpec, misalign: WrongSpec, split: str) -> tuple[np.ndarray, Wrong]:
+    """The split's features with the blocks ``corrupt`` and ``misalign`` make wrong (a copy; the dataset is
+    untouched), and the record of which rows and parties they affect; each family from its own named stream
+    (``wrong/<split>/corrupt/<spec>``), so every method of a seed sees the same wrong blocks."""
+    x = prep.data.x_train if split == "train" else prep.data.x_test
+    return apply_wrong(
+        x,
+        prep.partition,
+        corrupt,
+        misalign,
+        prep.streams.numpy(f"wrong/{split}/corrupt/{corrupt}"),
+        prep.streams.numpy(f"wrong/{split}/misalign/{misalign}"),
+        prep.spread(),
+        prep.data.x_train if prep.clean_train is None else prep.clean_train,
+        frozenset(prep.data.embedded),
+    )

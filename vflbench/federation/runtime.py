@@ -118,7 +118,8 @@ def place(inputs, rank: int, labels_at_parties: bool = False) -> None:
     """Keep only this process's share of the data: a party its own block (and no label, unless the
     method's parties train alone on the labels: Local, Ensemble), the server the labels (no feature)."""
     keep = rank - 1  # -1 for the server: no block
-    for data in (inputs.train.blocks, inputs.test, inputs.val):
+    wrong = [d for d, _ in getattr(inputs, "test_wrong", {}).values()]  # the test blocks made wrong, per setting
+    for data in (inputs.train.blocks, inputs.test, inputs.val, *wrong):
         if data is None:
             continue
         for k in range(data.x.shape[0]):

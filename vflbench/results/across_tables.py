@@ -37,10 +37,28 @@ def scores(df: pd.DataFrame) -> pd.DataFrame:
         df = df[df["epoch"] == last]
     binary = df[df["metric"] == "auprc"].groupby("dataset")["value"].apply(lambda v: v.notna().any())
     metric_of = {d: ("auprc" if binary.get(d, False) else "accuracy") for d in df["dataset"].unique()}
-    keep = df[df["metric"] == df["dataset"].map(metric_of)]
+    df = with_wrong_blocks(df)
+    screened = df[df["metric"] == df["dataset"].map(metric_of) + "@screen"].copy()  # --screen: a variant of its method
+    screened["method"], screened["metric"] = screened["method"] + "+screen", screened["metric"].str[: -len("@screen")]
+    keep = pd.concat([df[df["metric"] == df["dataset"].map(metric_of)], screened])
     out = keep[["dataset", "method", "train_missing", "test_missing", "seed", "metric", "value"]].copy()
     out["value"] = out["value"].astype(float)
     return out.drop_duplicates(["dataset", "method", "train_missing", "test_missing", "seed"])
+
+
+def with_wrong_blocks(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of runs with blocks present but wrong (vflbench.data.wrong_blocks) name their condition by everything
+    that made a block absent or wrong: ``train_missing`` and ``test_missing`` become ``mcar:0.2``, ``gauss:0.5:3``,
+    ``mcar:0.2+permute:0.2`` ... (``none`` where nothing did). Other rows are as they were."""
+    if "test_corrupt" not in df:
+        return df
+    df = df.copy()
+    for side in ("train", "test"):
+        parts = [df[f"{side}_missing"].astype(str)]
+        parts += [df[f"{side}_{c}"].fillna("none").astype(str) for c in ("corrupt", "misalign") if f"{side}_{c}" in df]
+        joined = ["+".join(v for v in vals if v != "none") or "none" for vals in zip(*parts, strict=True)]
+        df[f"{side}_missing"] = joined
+    return df
 
 
 @dataclass

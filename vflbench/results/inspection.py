@@ -145,8 +145,15 @@ def mask_report(
     all_missing: str,
     labeled: int | None,
     aligned: int,
+    corrupt: str = "none",
+    misalign: str = "none",
 ):
-    """(statistics, masks, prepared data) of the masks a run with these settings draws."""
+    """(statistics, masks, prepared data) of the masks a run with these settings draws; with ``corrupt`` or
+    ``misalign``, also which rows and parties have a block present but wrong (``stats["wrong"]``), drawn as the run
+    draws them."""
+    from ..data.wrong_blocks import corrupt_spec, misalign_spec
+
+    corrupt, misalign = corrupt_spec(corrupt), misalign_spec(misalign)  # validate before loading data
     from ..data.missingness import mask_stats, parse_mechanism
     from ..data.preparation import draw_masks, prepare
 
@@ -166,7 +173,42 @@ def mask_report(
     stats["info"] = m.info
     stats["partition"] = {k: v for k, v in prep.partition.describe().items() if k != "blocks"}
     stats["parties"] = prep.partition.party_names
+    if not (corrupt.none and misalign.none):
+        stats["wrong"] = wrong_report(prep, corrupt, misalign, split, m.observed)
     return stats, m, prep
+
+
+def wrong_report(prep, corrupt, misalign, split: str, observed, first: int = 10) -> dict[str, Any]:
+    """Which rows and parties ``corrupt`` and ``misalign`` make wrong in ``split`` (as a run draws them): the rate a
+    party, the rows with a wrong block, those a model reads (wrong and observed), and the first rows affected with
+    their wrong parties and, for a misaligned block, the row it came from."""
+    import numpy as np
+
+    from ..data.preparation import wrong_blocks
+
+    k = prep.partition.n_parties
+    for spec in (corrupt, misalign):
+        if not spec.none:
+            spec.eligible(k)
+    _, w = wrong_blocks(prep, corrupt, misalign, split)
+    rows = np.flatnonzero(w.affected.any(1))[:first]
+    return {
+        "corrupt": str(corrupt),
+        "misalign": str(misalign),
+        "corrupted_rate_per_block": w.corrupted.mean(0).round(4).tolist(),
+        "misaligned_rate_per_block": w.misaligned.mean(0).round(4).tolist(),
+        "rows_with_a_wrong_block": int(w.affected.any(1).sum()),
+        "wrong_and_observed_rate_per_block": (w.affected & observed).mean(0).round(4).tolist(),
+        "first_rows": [
+            {
+                "row": int(r),
+                "corrupted": np.flatnonzero(w.corrupted[r]).tolist(),
+                "misaligned": {int(p): int(w.source[r, p]) for p in np.flatnonzero(w.misaligned[r])},
+            }
+            for r in rows
+        ],
+        **({"near_key": w.info["near_key"]} if "near_key" in w.info else {}),
+    }
 
 
 def party_loss(c) -> str:

@@ -4,6 +4,7 @@ validation samples of a protocol that asks for them (:func:`prepare`)."""
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -12,8 +13,9 @@ import torch
 
 from ..core.errors import VFLBenchError
 from ..data.missingness import Masks
-from ..data.preparation import Prepared, draw_masks
+from ..data.preparation import Prepared, draw_masks, wrong_blocks
 from ..data.preparation import prepare as prepare_data
+from ..data.wrong_blocks import Wrong
 from ..runs.config import ResolvedRun
 from ..runs.devices import choose_device
 from .trainer import BlockData, TrainSet
@@ -40,6 +42,17 @@ class RunInputs:
     # the validation rows' training masks (the training mechanism on them, as drawn for every training row): what
     # early stopping scores, so the model it keeps is chosen for the missingness it is trained under
     val_train_obs: torch.Tensor | None = None
+    # blocks present but wrong (vflbench.data.wrong_blocks): the training rows' record (None: clean), and per test
+    # (corruption, misalignment) pair other than (none, none) its test blocks and their record
+    train_wrong: Wrong | None = None
+    test_wrong: dict[tuple[str, str], tuple[BlockData, Wrong]] = field(default_factory=dict)
+    screen: object | None = None  # the fitted --screen (vflbench.training.screening.Screen), once evaluated
+
+    clean_tested: bool = True  # (none, none) is among the test (corruption, misalignment) pairs
+
+    def wrong_settings(self) -> list[tuple[str, str]]:
+        """Every test (corruption, misalignment) pair of the run, the clean one first where it is one."""
+        return [("none", "none")] * self.clean_tested + list(self.test_wrong)
 
 
 def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
@@ -74,10 +87,8 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
         )
         for s in run.test_missing
     }
-    structural = getattr(data, "structural", None)
-    if (
-        structural is not None
-    ):  # parties' own files: a block the party does not hold is missing (vflbench.data.alignment)
+    structural = getattr(data, "structural", None)  # parties' own files: a block a party does not hold is missing
+    if structural is not None:
         train_masks.observed = train_masks.observed & structural["train"]
         for m in test_masks.values():
             m.observed = m.observed & structural["test"]
@@ -96,6 +107,8 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
             f"The training mask '{run.train_missing}' observes no block of any sample, so nothing can be trained; "
             "lower the missing probability."
         )
+    train_wrong = wrong_training_rows(run, prep)
+    data = prep.data
     keep = np.arange(len(data.y_train))
     val = y_val = val_train_obs = None
     val_masks: dict[str, Masks] = {}
@@ -122,6 +135,7 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
         labeled,
     )
     test = BlockData(data.x_test, prep.partition, dev)
+    test_wrong = wrong_test_blocks(run, prep, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
     return RunInputs(
         prep,
@@ -137,7 +151,36 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
         val_masks,
         why,
         val_train_obs=val_train_obs,
+        train_wrong=train_wrong,
+        test_wrong=test_wrong,
+        clean_tested="none" in run.settings.get("test_corrupt", ("none",))
+        and "none" in run.settings.get("test_misalign", ("none",)),
     )
+
+
+def wrong_training_rows(run: ResolvedRun, prep: Prepared) -> Wrong | None:
+    """``--train-corrupt`` / ``--train-misalign``: the training rows' blocks arrive wrong, so every later use (the
+    training set, its validation rows, the trees' bins) reads them so; the loaded dataset stays clean (a cached table
+    is shared) and its rows are kept on ``prep.clean_train``. None when both are ``none``."""
+    tc, tm = run.settings.get("train_corrupt", "none"), run.settings.get("train_misalign", "none")
+    if tc == "none" and tm == "none":
+        return None
+    x_wrong, wrong = wrong_blocks(prep, tc, tm, "train")
+    prep.clean_train = prep.data.x_train
+    prep.data = copy.copy(prep.data)
+    prep.data.x_train = x_wrong
+    return wrong
+
+
+def wrong_test_blocks(run: ResolvedRun, prep: Prepared, dev) -> dict[tuple[str, str], tuple[BlockData, Wrong]]:
+    """Every test (corruption, misalignment) pair other than (none, none): its test blocks and their record."""
+    out = {}
+    for c in run.settings.get("test_corrupt", ("none",)):
+        for a in run.settings.get("test_misalign", ("none",)):
+            if c != "none" or a != "none":
+                x_wrong, w = wrong_blocks(prep, c, a, "test")
+                out[(str(c), str(a))] = (BlockData(x_wrong, prep.partition, dev), w)
+    return out
 
 
 def hold_out_validation(run: ResolvedRun, prep: Prepared, train_masks: Masks, dev):

@@ -223,10 +223,11 @@ def record(
     if method.faults is not None:  # every row of a run that can lose a party says whether it did
         extras["parties_lost"] = method.faults.column()
     metrics = [*METRICS, *(f"{n}@{v}" for v in method.eval_variants for n in METRICS), *(f"val_{n}" for n in METRICS)]
+    metrics += [*(f"{n}@screen" for n in METRICS), "screen_auroc", "screen_flagged"]  # --screen (absent without)
     total = sum(h.epochs for h in run.stage_hp.values())
     budgets = {ep: ev for cb in callbacks if isinstance(cb, BudgetEvaluator) for ep, ev in cb.results.items()}
     rows = [
-        row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch)
+        row(run, e.setting, metric, e.metrics[metric], e.metrics, extras, epoch, e.wrong)
         for epoch, evs in [*sorted(budgets.items()), (total, evals)]
         for e in evs
         for metric in metrics
@@ -235,7 +236,9 @@ def record(
     rows += attack_rows(run, inputs, callbacks, extras)
     prep = inputs.prep
     mask_info = {"train": {**inputs.train_masks.info, **mask_summary(inputs.train_masks.observed)}}
-    mask_info.update({f"test/{e.setting}": e.masks for e in evals})
+    mask_info.update({f"test/{e.key}": e.masks for e in evals})
+    if inputs.train_wrong is not None:
+        mask_info["train"].update(inputs.train_wrong.info)
     mcls = type(method)
     manifest = {
         "run_id": run.run_id,
@@ -287,6 +290,8 @@ def record(
         manifest["alignment"] = prep.data.preprocessing["alignment"]  # intersection sizes (vflbench.data.alignment)
     if method.faults is not None:
         manifest["party_losses"] = method.faults.manifest()
+    if inputs.screen is not None:  # --screen: the score, what it reads, the thresholds and where they were chosen
+        manifest["screen"] = inputs.screen.record()
     manifest.update(privacy_manifest(run, method, extras, callbacks))
     if own := method.manifest_extras():
         manifest[mcls.name] = own
@@ -547,7 +552,20 @@ def row(
     met: dict[str, Any],
     extras: dict[str, Any],
     epoch: int | None = None,
+    wrong: tuple[str, str] = ("none", "none"),
 ) -> dict[str, Any]:
+    st = r.settings
+    wrong_cols = (
+        {
+            "train_corrupt": str(st["train_corrupt"]),
+            "train_misalign": str(st["train_misalign"]),
+            "test_corrupt": wrong[0],
+            "test_misalign": wrong[1],
+        }
+        if any(str(st.get(n, "none")) != "none" for n in ("train_corrupt", "train_misalign"))
+        or any(tuple(map(str, st.get(n, ("none",)))) != ("none",) for n in ("test_corrupt", "test_misalign"))
+        else {}
+    )  # fmt: skip  (blocks present but wrong: columns only in the runs that have them, so earlier rows keep theirs)
     return {
         "run_id": r.run_id,
         "run_key": r.key,
@@ -561,6 +579,7 @@ def row(
         "p_miss_train": p_key(r.train_missing),
         "test_missing": test_missing,
         "p_miss_test": p_key(test_missing),
+        **wrong_cols,
         "seed": r.seed,
         "epochs": sum(h.epochs for h in r.stage_hp.values()) if r.stage_hp else r.hp.epochs,  # every stage's epochs
         **({"stage_epochs": ";".join(f"{k}:{h.epochs}" for k, h in r.stage_hp.items())} if len(r.stage_hp) > 1 else {}),

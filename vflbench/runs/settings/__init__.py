@@ -4,6 +4,7 @@ the CLI, the experiment-file keys, the run key and the manifest is :mod:`vflbenc
 - ``run``: the run's seed, parties, missingness, preset, labelled and aligned samples, target and evaluated epochs;
 - ``boundary``: the mechanism and secure aggregation at the party-to-server boundary, compression, local steps;
 - ``runtime``: processes, restarts, the emulated network, the parties' noise source, injected failures;
+- ``wrong``: blocks present but wrong (corrupted, misaligned) at training and test, and screening them as missing;
 - ``threats``: attacks and label defenses;
 - ``fields``: the structure of a run (dataset, method, partitioner, protocol, option dicts, hyper-parameters, model).
 
@@ -47,5 +48,5 @@ from .fields import TABLE_OPTIONS  # noqa: F401
 from .run import share_epoch  # noqa: F401
 
 # the declarations, in the order of the CLI's options and the manifest's settings (fields last)
-for _concept in ("run", "boundary", "runtime", "threats", "fields"):
+for _concept in ("run", "wrong", "boundary", "runtime", "threats", "fields"):
     import_module(f"{__name__}.{_concept}")
