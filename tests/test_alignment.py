@@ -259,6 +259,24 @@ def test_psi_alignment_across_processes_equals_the_joined_table_in_one_process(p
     assert mb["runtime"]["measured_equals_accounted"]
 
 
+@pytest.mark.integration  # `make test-slow`: PSI between party processes, blocks present but wrong
+def test_wrong_blocks_after_psi_across_processes_are_those_of_one_process(party_files, tmp_path):
+    """Blocks are made wrong where the parties are aligned: after the intersection (PSI across processes, plain in
+    one process) every process draws the same corrupted and misaligned rows, so the rows and the masks' records
+    agree."""
+    spec, _ = party_files
+    flags = ["--party-data", spec, "--id-column", "ID", "--data-opt", "target=label", "--parties", "3", "--method",
+             "laser", "--epochs", "2", "--seed", "0", "--train-corrupt", "gauss:0.2:3", "--train-misalign",
+             "near:0.1", "--test-corrupt", "none,stuck:0.3", "--test-misalign", "permute:0.3", "--quiet"]  # fmt: skip
+    (ra, ma), (rb, mb) = _plain_in_one_process_and_psi_across_processes(flags, tmp_path)
+    assert ra["value"].tolist() == rb["value"].tolist() and ma["history"]["loss"] == mb["history"]["loss"]
+    assert set(ra["test_misalign"]) == {"permute:0.3"} and set(ra["test_corrupt"]) == {"none", "stuck:0.3"}
+    for key, rec in ma["masks"].items():
+        for rate in ("corrupted_rate_per_block", "misaligned_rate_per_block"):
+            assert rec.get(rate) == mb["masks"][key].get(rate), (key, rate)
+    assert ma["masks"]["train"]["misaligned_rate_per_block"][1:] == [0.1, 0.1]
+
+
 def test_inspect_reports_each_party_file_and_the_intersection_before_training(party_files):
     spec, truth = party_files
     r = runner.invoke(

@@ -129,16 +129,15 @@ def test_a_misaligned_block_is_the_real_block_of_another_row_and_permute_is_a_de
 def test_a_near_miss_takes_the_block_of_another_row_with_the_same_key():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4000, 20)).astype(np.float32)
-    x[:, 0] = rng.integers(1940, 2000, 4000)  # the label party's coarse attribute: a birth year (60 values)
+    for p in range(4):  # each party's coarse attribute: a birth year (60 values) in its block's second column
+        x[:, 5 * p + 1] = rng.integers(1940, 2000, 4000)
     out, w = _apply(x, misalign="near:0.25")
-    assert w.info["near_key"]["column"] == 0
+    assert {p: v["column"] for p, v in w.info["near_key"].items()} == {1: 6, 2: 11, 3: 16}
     for p in (1, 2, 3):
         rows = np.flatnonzero(w.misaligned[:, p])
-        src = w.source[rows, p]
-        assert (src != rows).all() and (x[src, 0] == x[rows, 0]).all()  # another row, the same year
-        np.testing.assert_array_equal(
-            out[np.ix_(rows, np.arange(p * 5, p * 5 + 5))], x[np.ix_(src, np.arange(p * 5, p * 5 + 5))]
-        )
+        src, year, cols = w.source[rows, p], 5 * p + 1, np.arange(p * 5, p * 5 + 5)
+        assert (src != rows).all() and (x[src, year] == x[rows, year]).all()  # another row, the same year
+        np.testing.assert_array_equal(out[np.ix_(rows, cols)], x[np.ix_(src, cols)])
 
 
 # ----------------------------------------------------------------------------- specs and bad input

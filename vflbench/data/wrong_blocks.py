@@ -15,9 +15,9 @@ test (``--test-corrupt``, ``--test-misalign``, comma lists):
                          feature centred at its training mean)
 ``permute:RATE``         misaligned: the affected rows of a party exchange that party's block among themselves by a
                          derangement (no row keeps its own; MARS-VFL's permutation)
-``near:RATE``            misaligned, near miss: an affected row gets the block of another row that shares its *key*, the
-                         label party's coarse attribute that fuzzy matching confuses (module :func:`key_column`); a row
-                         that shares it with no other gets the row of the nearest key value
+``near:RATE``            misaligned, near miss: an affected row gets the party's block of another row that shares its
+                         *key*, the party's own coarse attribute that its fuzzy record linkage confuses
+                         (:func:`key_column`); a row that shares it with no other gets the row of the nearest key value
 =======================  ==============================================================================================
 
 ``RATE`` is the share of rows affected, exactly ``round(RATE * n)`` rows drawn without replacement **per party**
@@ -222,7 +222,7 @@ def block_columns(partition, shape: tuple[int, ...]) -> list[np.ndarray]:
 
 
 def key_column(x_label: np.ndarray, n: int) -> int:
-    """The near-miss key: of the label party's columns, the one with the most distinct values among those with at
+    """The near-miss key: of a party's columns, the one with the most distinct values among those with at
     least 2 and at most ``sqrt(n)`` of them (a coarse attribute such as a birth year or a region, which a fuzzy
     identifier shares with its neighbours); the column of fewest distinct values (at least 2) if none is that
     coarse; -1 when every column is constant."""
@@ -284,20 +284,26 @@ def apply_wrong(
     info: dict[str, Any] = {}
     if not misalign.none:
         clean = flat.copy()
-        key = None
-        if misalign.kind == "near":
-            lab = clean[:, cols[LABEL_PARTY]]
-            j = key_column(lab, n)
-            key = lab[:, j] if j >= 0 else np.zeros(n)
-            info["near_key"] = {"party": LABEL_PARTY, "column": int(cols[LABEL_PARTY][j]) if j >= 0 else None,
-                                "levels": int(len(np.unique(key)))}  # fmt: skip
+        keys = {}
+        # a near miss draws from one stream a party (spawned, so independent of what another party's draws consumed:
+        # a party process knows only its own block, and how many draws a near miss takes depends on its keys); a
+        # permutation's draws depend on the row counts alone, from the one stream
+        party_rng = rng_misalign.spawn(k) if misalign.kind == "near" else None
         for p in range(k):
             rows = np.flatnonzero(misaligned[:, p])
+            if not len(rows):
+                continue
             if len(rows) < 2 and misalign.kind == "permute":
                 misaligned[rows, p] = False  # one row cannot be deranged
                 continue
-            src = rows[_derangement(len(rows), rng_misalign)] if misalign.kind == "permute" else _near_sources(
-                rows, key, rng_misalign)  # fmt: skip
+            if misalign.kind == "near":  # the party's own coarse attribute: what its record linkage confuses
+                own = clean[:, cols[p]]
+                j = key_column(own, n)
+                key = own[:, j] if j >= 0 else np.zeros(n)
+                keys[p] = {"column": int(cols[p][j]) if j >= 0 else None, "levels": int(len(np.unique(key)))}
+                src = _near_sources(rows, key, party_rng[p])
+            else:
+                src = rows[_derangement(len(rows), rng_misalign)]
             source[rows, p] = src
             flat[np.ix_(rows, cols[p])] = clean[np.ix_(src, cols[p])]
     corrupted = draw_affected(corrupt, n, k, rng_corrupt)
@@ -318,6 +324,8 @@ def apply_wrong(
             else:  # stuck: one training row's block, drawn once per party
                 at = stuck_from[int(rng_corrupt.integers(len(stuck_from)))].reshape(-1)
                 flat[np.ix_(rows, c)] = at[c][None, :]
+    if not misalign.none and misalign.kind == "near":
+        info["near_key"] = keys
     info.update({
         "corrupt": str(corrupt), "misalign": str(misalign),
         "corrupted_rate_per_block": corrupted.mean(0).round(4).tolist() if n else [],
