@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     encrypted,
     false_controlled,
     faults,
+    robustness,
     scalability,
     serving,
     trees,

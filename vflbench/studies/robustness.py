@@ -1,0 +1,167 @@
+"""results/robustness/summary.md: blocks present but wrong (corrupted, misaligned) beside missing ones, on the suite's
+tables, and screening a suspect block as missing (issue "blocks that are present but wrong").
+
+Each sub-folder is one sweep (``clean``: experiments/robustness.yaml, trained with clean blocks; ``trained``:
+experiments/robustness_trained.yaml, trained at rate 0.2 of every kind). The report reads each run's seven *pure* test
+settings (every block; MCAR, Gaussian corruption at severity 3 and permutation misalignment, each at 0.2 and 0.5 alone)
+through the project's ranking (:mod:`vflbench.results.across_tables`: a table's metric, mean over seeds, ranks over
+tables, Friedman) and answers:
+
+1. **Does the ranking under missing blocks carry over to wrong blocks?** Spearman's rho between the methods' mean
+   ranks under MCAR at a rate and under corruption (misalignment) at the same rate, with its p-value, and the method
+   ranked first under each.
+2. **What does screening as missing gain or cost?** Per method, the paired gap screened minus plain (points), its
+   median over tables and a Wilcoxon signed-rank test over the tables' means, on clean test blocks and on wrong ones,
+   and how well the score finds the wrong blocks (median AUROC over tables).
+3. **Which method degrades most gracefully?** Per method, the median over tables of the drop from every block to each
+   wrong setting at rate 0.5, and their mean.
+
+and the cost: the runs' summed hours and the largest peak RSS (:func:`vflbench.results.across_tables.costs`).
+
+    vflbench sweep experiments/robustness.yaml --out results/robustness/clean --workers 2
+    vflbench report results/robustness
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..results.across_tables import condition, costs, scores
+from ..results.loading import load_results
+from ..results.outputs import is_sweep_folder
+from .registry import register
+
+KINDS = {"missing": "mcar:{r}", "corrupted": "gauss:{r}:3", "misaligned": "permute:{r}"}
+RATES = ("0.2", "0.5")
+TRAINED = {"clean": "none", "trained": "mcar:0.2+gauss:0.2:3+permute:0.2"}
+
+
+def _fmt(v: float, d: int = 1) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:+.{d}f}"
+
+
+def _spearman(a: pd.Series, b: pd.Series) -> tuple[float, float]:
+    from scipy import stats
+
+    common = sorted(set(a.index) & set(b.index))
+    if len(common) < 3:
+        return float("nan"), float("nan")
+    r = stats.spearmanr(a[common].to_numpy(), b[common].to_numpy())
+    return float(r.statistic), float(r.pvalue)
+
+
+def _carry_over(sc: pd.DataFrame, train: str) -> list[str]:
+    plain = sc[~sc["method"].str.endswith("+screen")]
+    lines = [
+        "| rate | kind | tables | first | Spearman rho with the ranks under MCAR at the same rate | p |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for r in RATES:
+        base = condition(plain, train, KINDS["missing"].format(r=r))
+        for kind in ("missing", "corrupted", "misaligned"):
+            c = condition(plain, train, KINDS[kind].format(r=r))
+            if c.ranks.empty:
+                continue
+            rho, p = _spearman(base.ranks, c.ranks) if kind != "missing" else (1.0, 0.0)
+            lines.append(
+                f"| {r} | {kind} | {c.tables} | {c.ranks.index[0]} ({c.ranks.iloc[0]:.2f}) | "
+                f"{rho:.2f} | {'-' if kind == 'missing' else f'{p:.2g}'} |"
+            )
+    return lines
+
+
+def _screening(sc: pd.DataFrame, raw: pd.DataFrame, train: str) -> list[str]:
+    from scipy import stats
+
+    lines = [
+        "| method | test | tables | median gap, screened - plain (points) | Wilcoxon p | median AUROC of the score |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    auroc = raw[raw["metric"] == "screen_auroc"] if "metric" in raw else raw.iloc[0:0]
+    methods = sorted(m[: -len("+screen")] for m in set(sc["method"]) if m.endswith("+screen"))
+    for m in methods:
+        for test in ("none", *(KINDS[k].format(r="0.5") for k in ("missing", "corrupted", "misaligned"))):
+            c = sc[(sc["train_missing"] == train) & (sc["test_missing"] == test)]
+            plain = c[c["method"] == m].groupby("dataset")["value"].mean()
+            screened = c[c["method"] == f"{m}+screen"].groupby("dataset")["value"].mean()
+            common = sorted(set(plain.index) & set(screened.index))
+            if not common:
+                continue
+            gap = screened[common] - plain[common]
+            p = float(stats.wilcoxon(gap.to_numpy()).pvalue) if len(common) >= 5 and (gap != 0).any() else float("nan")
+            a = auroc[(auroc["method"] == m) & (auroc["test_missing"] == test)]
+            med = float(a.groupby("dataset")["value"].mean().median()) if len(a) else float("nan")
+            lines.append(
+                f"| {m} | {test} | {len(common)} | {_fmt(float(gap.median()), 2)} | "
+                f"{'-' if not np.isfinite(p) else f'{p:.2g}'} | {'-' if not np.isfinite(med) else f'{med:.1f}'} |"
+            )
+    return lines
+
+
+def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
+    plain = sc[(sc["train_missing"] == train) & ~sc["method"].str.endswith("+screen")]
+    means = plain.groupby(["dataset", "method", "test_missing"])["value"].mean().unstack("test_missing")
+    if "none" not in means:
+        return []
+    lines = ["| method | drop, missing 0.5 | drop, corrupted 0.5 | drop, misaligned 0.5 | mean drop |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    rows = []
+    for m, g in means.groupby(level="method"):
+        drops = [float((g["none"] - g[KINDS[k].format(r="0.5")]).median()) if KINDS[k].format(r="0.5") in g else
+                 float("nan") for k in ("missing", "corrupted", "misaligned")]  # fmt: skip
+        rows.append((m, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
+    for m, drops, mean in sorted(rows, key=lambda r: r[2]):
+        lines.append(f"| {m} | " + " | ".join(_fmt(d, 2) for d in drops) + f" | {_fmt(mean, 2)} |")
+    return lines
+
+
+def section(folder: Path) -> list[str]:
+    raw = load_results(folder)
+    sc = scores(raw)
+    from ..results.across_tables import with_wrong_blocks
+
+    raw = with_wrong_blocks(raw)
+    train = TRAINED.get(folder.name, sorted(set(sc["train_missing"]))[0])
+    total, top = costs(folder)
+    seeds = sorted(set(sc["seed"]))
+    methods = {m for m in sc["method"] if not m.endswith("+screen")}
+    lines = [
+        f"## {folder.name}: trained {train}",
+        "",
+        f"{sc['dataset'].nunique()} tables, {len(methods)} methods, seeds {', '.join(map(str, seeds))}; "
+        f"{total.get('runs', 0)} runs, {total.get('run_hours', 0)} run-hours, largest peak RSS "
+        f"{total.get('peak_rss_gb', float('nan'))} GB.",
+        "",
+        "### 1. Does the ranking under missing blocks carry over to wrong blocks?",
+        "",
+        *_carry_over(sc, train),
+        "",
+        "### 2. Screening as missing (`--screen auto`): gain or cost",
+        "",
+        *_screening(sc, raw, train),
+        "",
+        "### 3. Degradation from every block (median over tables, points; smaller is more graceful)",
+        "",
+        *_degradation(sc, train),
+        "",
+    ]
+    return lines
+
+
+@register("robustness", "summary.md: missing vs corrupted vs misaligned blocks, ranks, screening and degradation")
+def build(folder: Path) -> dict[str, str]:
+    subs = sorted(p for p in Path(folder).iterdir() if p.is_dir() and is_sweep_folder(p))
+    lines = [
+        "# Blocks present but wrong",
+        "",
+        "Written by `vflbench report results/robustness` from the sweeps below (vflbench/studies/robustness.py says "
+        "how each figure is computed). A table's metric is AUPRC for a binary target, accuracy otherwise (x 100); "
+        "`METHOD+screen` is the same run's predictions with the flagged blocks missing.",
+        "",
+    ]
+    for sub in subs:
+        lines += section(sub)
+    return {"summary.md": "\n".join(lines) + "\n"}
