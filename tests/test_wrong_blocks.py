@@ -174,6 +174,10 @@ def test_bad_wrong_block_flags_get_one_line_and_exit_2_with_nothing_written(tmp_
         r = runner.invoke(app, [*base, *extra])
         assert r.exit_code == 2, (extra, r.output)
         assert words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = runner.invoke(app, [*base, "--method", "pbm", "--screen", "cross"])  # its own mechanism releases the reps
+    assert r.exit_code == 2 and "own privacy mechanism" in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, [*base, "--mechanism", "ldp:sigma=1", "--method", "laser", "--screen", "auto"])
+    assert r.exit_code == 2 and "with --mechanism use --screen density" in r.output
     assert not (tmp_path / "o").exists()
 
 

@@ -12,8 +12,8 @@ Scores (``--screen SCORE[:FPR][@PARTIES]``):
 * ``density``: the party's own representation against its training distribution (a Gaussian: the Mahalanobis
   distance a dimension, with a ridge). Needs no other party; a misaligned block is a real block, so this score
   cannot see misalignment by construction.
-* ``auto``: ``cross`` where the method has one representation a party (``Method.party_representations``) and two or
-  more parties, else ``density``.
+* ``auto``: ``cross`` where the method has one representation a party (``Method.party_representations``), two or
+  more parties and no privacy mechanism at its boundary (PBM-VFL's own, or ``--mechanism``), else ``density``.
 
 The representation is what the party sends across the boundary (its bottom model's output) where the method has one;
 else (trees, Local) the party's own block, which it scores itself (``density`` only). A party's threshold is the
@@ -102,10 +102,16 @@ class Screen:
         dropped at random (the predictor must answer with fewer blocks at test), and its thresholds are chosen per
         count of other observed blocks (a prediction from fewer blocks errs more): ``thresholds`` [K, K], by party
         and count."""
+        guarded = getattr(method, "boundary", None) is not None  # a privacy mechanism releases the representations
+        if guarded and self.spec.score == "cross":
+            raise VFLBenchError(
+                f"--screen cross reads the parties' representations as computed; {method.display}'s boundary releases "
+                "them through a privacy mechanism. Use --screen density (each party scores its own block)."
+            )
         z, self.source = _features(method, train, self.batch_size)
         score = self.spec.score
         if score == "auto":
-            score = "cross" if self.source == "representations" and self.k >= 2 else "density"
+            score = "cross" if self.source == "representations" and self.k >= 2 and not guarded else "density"
         if score == "cross" and (self.source != "representations" or self.k < 2):
             why = "the run has one party" if self.k < 2 else f"{method.display} has no representation a party"
             raise VFLBenchError(f"--screen cross: {why}; use --screen density.")

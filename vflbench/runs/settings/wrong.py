@@ -104,6 +104,11 @@ def _check(values: dict[str, Any], mcls) -> None:
             f"--screen {values['screen'].score} reads the parties' representations as computed, not as the mechanism "
             "releases them; with --mechanism use --screen density (each party scores its own block, a flag crosses)."
         )
+    if values.get("screen") is not None and getattr(mcls, "draws_noise", False) and values["screen"].score == "cross":
+        raise VFLBenchError(
+            f"--screen cross reads the parties' representations as computed; {mcls.display} releases them through its "
+            "own privacy mechanism. Use --screen density (each party scores its own block) or auto."
+        )
     if values.get("screen") is not None and k:
         values["screen"].screened(k)
         if mcls is not None and getattr(mcls, "local_only", False) and values["screen"].score == "cross":
