@@ -137,25 +137,12 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     test = BlockData(data.x_test, prep.partition, dev)
     test_wrong = wrong_test_blocks(run, prep, dev)
     timings["masks_and_tensors_s"] = time.perf_counter() - t
-    return RunInputs(
-        prep,
-        dev,
-        train,
-        test,
-        data.y_test,
-        train_masks,
-        test_masks,
-        timings,
-        val,
-        y_val,
-        val_masks,
-        why,
-        val_train_obs=val_train_obs,
-        train_wrong=train_wrong,
-        test_wrong=test_wrong,
-        clean_tested="none" in run.settings.get("test_corrupt", ("none",))
-        and "none" in run.settings.get("test_misalign", ("none",)),
+    inputs = RunInputs(
+        prep, dev, train, test, data.y_test, train_masks, test_masks, timings, val, y_val, val_masks, why
     )
+    inputs.val_train_obs, inputs.train_wrong, inputs.test_wrong = val_train_obs, train_wrong, test_wrong
+    inputs.clean_tested = all("none" in run.settings.get(n, ("none",)) for n in ("test_corrupt", "test_misalign"))
+    return inputs
 
 
 def wrong_training_rows(run: ResolvedRun, prep: Prepared) -> Wrong | None:
