@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 
@@ -562,32 +563,36 @@ def test_party_processes_end_when_the_server_is_killed_or_fails_to_start(saved, 
     import socket
     import subprocess
     import sys
-    import tempfile
 
-    before = set(Path(tempfile.gettempdir()).glob("vflbench-serve-*"))
+    # the server's temporary folder is looked for in a folder of this test's own (TMPDIR), so that another test
+    # (or pytest worker) serving at the same time cannot add a folder to the count
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    before = set(tmp.glob("vflbench-serve-*"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "vflbench", "serve", str(saved), "--runtime", "processes", "--port", str(port)]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     line = server.stdout.readline()  # "serving ..." once every party is up
     assert "serving" in line, line
     parties = _children(server.pid)
     assert len(parties) == 4
-    assert len(set(Path(tempfile.gettempdir()).glob("vflbench-serve-*")) - before) == 1
+    assert len(set(tmp.glob("vflbench-serve-*")) - before) == 1
     server.send_signal(signal.SIGKILL)
     server.wait()
     assert _gone(parties, 10), "party processes outlived a killed server"
-    assert not (set(Path(tempfile.gettempdir()).glob("vflbench-serve-*")) - before)
+    assert not (set(tmp.glob("vflbench-serve-*")) - before)
     # a port already taken: the server fails to start, and stops its parties
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         cmd[-1] = str(taken.getsockname()[1])
-        failed = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        failed = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         out = failed.communicate(timeout=300)[0]
     assert failed.returncode == 2 and "could not listen" in out, out
-    assert not (set(Path(tempfile.gettempdir()).glob("vflbench-serve-*")) - before)
+    assert not (set(tmp.glob("vflbench-serve-*")) - before)
     assert not _parties_of(failed.pid)
 
 
