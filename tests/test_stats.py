@@ -20,19 +20,33 @@ from vflbench.results.stats import critical_difference, holm, paired_p, t_interv
 runner = CliRunner()
 
 
-def test_the_paired_t_test_is_its_formula_below_six_seeds_and_wilcoxon_from_six():
-    a = np.array([80.0, 81.5, 79.0, 82.0, 80.5])
-    b = np.array([78.0, 80.0, 78.5, 79.0, 80.0])
+def test_the_paired_test_is_nadeau_and_bengios_corrected_resampled_t_test():
+    """t = mean(d) / sqrt((1/R + n_test/n_train) var(d)), R - 1 degrees of freedom, by hand; the plain paired t (the
+    old test) is anti-conservative over repeated splits and gives a smaller p on the same differences."""
+    a = np.array([80.0, 81.5, 79.0, 82.0, 80.5, 83.0])
+    b = np.array([78.0, 80.0, 78.5, 79.0, 80.0, 80.0])
     d = a - b
-    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
-    p_by_hand = 2 * sps.t.sf(abs(t), len(d) - 1)
-    p, test = paired_p(a, b)
-    assert test == "paired t" and p == pytest.approx(p_by_hand, rel=1e-12)
-    a6, b6 = np.append(a, 83.0), np.append(b, 80.0)
-    p6, test6 = paired_p(a6, b6)
-    # six positive differences: the exact two-sided signed-rank p is 2 / 2**6
-    assert test6 == "wilcoxon" and p6 == pytest.approx(2 / 2**6)
+    t = d.mean() / math.sqrt((1 / len(d) + 0.25) * d.var(ddof=1))
+    p, test = paired_p(a, b, 0.25)
+    assert test == "corrected t" and p == pytest.approx(2 * sps.t.sf(abs(t), len(d) - 1), rel=1e-12)
+    assert p > sps.ttest_rel(a, b).pvalue and p > sps.wilcoxon(a, b).pvalue
+    t2 = d.mean() / math.sqrt((1 / len(d) + 0.5) * d.var(ddof=1))  # a larger test share widens it further
+    assert paired_p(a, b, 0.5)[0] == pytest.approx(2 * sps.t.sf(abs(t2), len(d) - 1), rel=1e-12)
     assert paired_p(a, a) == (1.0, "identical") and math.isnan(paired_p(a[:1], b[:1])[0])
+
+
+def test_a_constant_gap_below_the_margin_is_a_tie_and_one_seed_is_not_tested():
+    """The old rule called any constant nonzero gap significant (p = 0): a constant 0.00001-point gap was a win. Now a
+    gap inside the practical margin is a tie however consistent, a constant gap outside it is decided by the margin,
+    and one seed is "not tested", never a tie."""
+    from vflbench.results.stats import MARGIN, decide
+
+    a = np.array([70.0, 71.0, 72.0, 73.0, 74.0])
+    p, test = paired_p(a + 0.00001, a)
+    assert test == "constant gap" and decide(0.00001, p, 5) == "tie"
+    assert decide(0.6, paired_p(a + 0.6, a)[0], 5) == "win" and decide(-0.6, 0.0, 5) == "loss"
+    assert MARGIN == 0.5 and decide(0.49, 0.0001, 5) == "tie" and decide(3.0, 0.2, 5) == "tie"
+    assert decide(3.0, float("nan"), 1) == "not tested"
 
 
 def test_holm_is_the_step_down_rule():
@@ -154,7 +168,7 @@ def _paired_gap_script():
 
 def test_paired_gap_pairs_results_from_two_sources_by_seed(tmp_path, capsys):
     """scripts/paired_gap.py (the per-seed tables of results/tuned/README.md): the gap is taken seed by seed
-    over the seeds both sources ran, its p-value is the paired test's, and each column's mean is over its own
+    over the seeds both sources ran, its p-value is the corrected resampled t-test's, and each column's mean is over its own
     seeds."""
     base = dict(dataset="isolet", parties=8, train_missing="mcar:0.2", metric="accuracy")
     a = [80.0, 81.5, 79.0, 82.0, 80.5]
@@ -168,7 +182,8 @@ def test_paired_gap_pairs_results_from_two_sources_by_seed(tmp_path, capsys):
     assert mod.main([f"{tmp_path / 'b.csv'}:false2=F", f"{tmp_path / 'a.csv'}:laser=L"]) == 0
     out = capsys.readouterr().out.splitlines()
     d = np.array(a[:4]) - np.array(b)
-    p = sps.ttest_rel(a[:4], b).pvalue
+    t = d.mean() / math.sqrt((1 / 4 + 0.25) * d.var(ddof=1))  # the corrected resampled t-test, n_test/n_train 0.25
+    p = 2 * sps.t.sf(abs(t), 3)
     assert out[0].startswith("| test | F | L | L - F (per-seed range) | p | Holm p |")
     assert out[2] == (
         f"| 0.0 | {np.mean(b):.1f} | {np.mean(a):.1f} | {d.mean():+.1f} ({d.min():+.1f} to {d.max():+.1f}; 4 seeds) "

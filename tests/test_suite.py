@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats as sps
 from typer.testing import CliRunner
 
 from vflbench.cli import app
@@ -224,6 +225,57 @@ def test_ranks_and_the_comparison_with_the_yardstick_by_hand():
     assert c.versus.loc["A"].tolist()[:3] == [2, 1, 0] and c.versus.loc["A", "median_gap"] == pytest.approx(2.0)
     assert c.versus.loc["B"].tolist()[:3] == [0, 1, 2] and c.versus.loc["B", "median_gap"] == pytest.approx(-5.0)
     assert 0 <= c.friedman_p <= 1
+
+
+def test_holm_over_the_tables_turns_raw_wins_into_ties_and_the_margin_a_constant_tiny_gap_into_a_tie():
+    """Three tables where A leads xgboost by about 1 point with some noise: each raw corrected-t p is below 0.05 (0.035
+    to 0.045), Holm over the tables lifts them above it; a table where A leads by a constant 0.00001 is a tie (the old rule
+    said p = 0, a win). The old code counted four wins."""
+    from vflbench.results.across_tables import condition, scores
+
+    v = {}
+    base = [60.0, 61.0, 62.0, 63.0, 64.0]
+    leads = {"t1": [1.0, 1.5, 0.45, 1.5, 0.6], "t2": [0.9, 1.6, 0.5, 1.4, 0.6], "t3": [1.1, 1.5, 0.5, 1.5, 0.5]}
+    for ds, lead in leads.items():
+        v[(ds, "xgboost")] = base
+        v[(ds, "A")] = [b + d for b, d in zip(base, lead, strict=True)]
+    v[("tiny", "xgboost")], v[("tiny", "A")] = base, [b + 0.00001 for b in base]
+    c = condition(scores(_suite_rows(v)), "none", "none")
+    t = c.per_table.set_index("dataset")
+    assert (t.loc[["t1", "t2", "t3"], "p"] < 0.05).all() and (t.loc[["t1", "t2", "t3"], "p_holm"] >= 0.05).all()
+    assert t.loc["tiny", "test"] == "constant gap" and t.loc["tiny", "decision"] == "tie"
+    assert c.versus.loc["A"].tolist()[:3] == [0, 4, 0]
+    assert (t.loc[["t1", "t2", "t3"], "gap"] >= 0.5).all()  # without Holm, three wins
+
+
+def test_rank_with_two_methods_gives_the_pairwise_test_and_no_empty_diagram(tmp_path):
+    """Two methods over six tables: no critical-difference figure (autorank drew an empty one), the Wilcoxon test over
+    the tables in its place; a table with one seed is "not tested", not a tie; a method of the results with no run in
+    a condition is named."""
+    from vflbench.cli import app
+
+    v = {}
+    for i in range(6):
+        v[(f"t{i}", "xgboost")] = [60.0 + i, 61.0 + i, 62.0 + i]
+        v[(f"t{i}", "laser")] = [63.0 + i, 64.5 + i, 64.0 + i]
+    v[("one", "xgboost")], v[("one", "laser")] = [50.0], [70.0]
+    df = _suite_rows(v)
+    extra = df[(df["dataset"] == "t0") & (df["method"] == "laser")].assign(method="plug", test_missing="mcar:0.5")
+    extra = pd.concat([extra, extra.assign(method="xgboost")])
+    pd.concat([df, extra]).to_csv(tmp_path / "results.csv", index=False)
+    r = CliRunner().invoke(app, ["rank", str(tmp_path / "results.csv"), "--out", str(tmp_path / "rank")])
+    assert r.exit_code == 0, r.output
+    assert not list((tmp_path / "rank").glob("cd_*.png"))
+    md = (tmp_path / "rank" / "across_tables.md").read_text()
+    assert "Two methods: the pairwise tests below decide" in md
+    assert "No run in this condition: PlugVFL" in md
+    vs = pd.read_csv(tmp_path / "rank" / "versus_xgboost.csv").set_index(["test_missing", "method"])
+    laser = vs.loc[("none", "laser")]
+    assert laser["not_tested"] == 1 and laser["wins"] + laser["ties"] + laser["losses"] == 6
+    # over the 7 tables' means: six gaps of 17/6 and one of 20 (the one-seed table's mean counts in the ranks)
+    assert laser["wilcoxon_p"] == pytest.approx(sps.wilcoxon([17 / 6] * 6 + [20.0]).pvalue)
+    tables = pd.read_csv(tmp_path / "rank" / "versus_xgboost_tables.csv")
+    assert tables.set_index(["test_missing", "dataset"]).loc[("none", "one"), "decision"] == "not tested"
 
 
 def test_gbdt_reads_an_embedded_column_as_levels_or_as_codes(tmp_path):

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import VFLBenchError
-from .stats import ALPHA, paired_p
+from .stats import ALPHA, MARGIN, decide, holm, paired_p, test_over_train
 
 REFERENCE = "xgboost"
 
@@ -41,7 +41,8 @@ def scores(df: pd.DataFrame) -> pd.DataFrame:
     screened = df[df["metric"] == df["dataset"].map(metric_of) + "@screen"].copy()  # --screen: a variant of its method
     screened["method"], screened["metric"] = screened["method"] + "+screen", screened["metric"].str[: -len("@screen")]
     keep = pd.concat([df[df["metric"] == df["dataset"].map(metric_of)], screened])
-    out = keep[["dataset", "method", "train_missing", "test_missing", "seed", "metric", "value"]].copy()
+    sizes = [c for c in ("n_train", "n_test") if c in keep]  # the corrected t-test's n_test / n_train
+    out = keep[["dataset", "method", "train_missing", "test_missing", "seed", "metric", "value", *sizes]].copy()
     out["value"] = out["value"].astype(float)
     return out.drop_duplicates(["dataset", "method", "train_missing", "test_missing", "seed"])
 
@@ -69,10 +70,32 @@ class Condition:
     ranks: pd.Series  # method -> mean rank over the complete tables
     friedman_p: float
     tables: int  # tables where every method ran (the ranks' and the test's)
-    versus: pd.DataFrame  # method -> wins, ties, losses, median_gap, tables (against the reference)
+    versus: pd.DataFrame  # method -> wins, ties, losses, not_tested, median_gap, ... (against the reference)
+    per_table: pd.DataFrame = None  # one row per method and table: gap, splits, p, p_holm, decision
+    critical_difference: float = float("nan")  # Nemenyi's CD at alpha over the complete tables (3+ methods)
+    absent: tuple = ()  # methods of the results with no run in this condition
+    partial: dict = None  # method -> tables it misses in this condition (left out of the ranks' tables)
 
 
-def condition(sc: pd.DataFrame, train: str, test: str, reference: str = REFERENCE, alpha: float = ALPHA) -> Condition:
+def nemenyi_cd(k: int, n: int, alpha: float = ALPHA) -> float:
+    """Nemenyi's critical difference of mean ranks (Demšar 2006): q_alpha sqrt(k (k + 1) / (6 N)), q_alpha the
+    studentized range quantile over sqrt(2), for k methods over N tables."""
+    from scipy import stats
+
+    if k < 2 or n < 1:
+        return float("nan")
+    q = float(stats.studentized_range.ppf(1 - alpha, k, np.inf)) / np.sqrt(2)
+    return q * float(np.sqrt(k * (k + 1) / (6.0 * n)))
+
+
+def condition(
+    sc: pd.DataFrame, train: str, test: str, reference: str = REFERENCE, alpha: float = ALPHA, margin: float = MARGIN
+) -> Condition:
+    """One condition's ranks over the tables (Friedman, Nemenyi's CD) and each method against ``reference``: per
+    table the corrected resampled t-test over the paired seeds (:func:`vflbench.results.stats.paired_p`), Holm over
+    the tables, and a win or a loss only with a gap of at least ``margin`` points (:func:`~.stats.decide`); over the
+    tables, the Wilcoxon signed-rank test of the tables' mean scores, Holm over the methods set against the
+    reference."""
     from scipy import stats
 
     c = sc[(sc["train_missing"] == train) & (sc["test_missing"] == test)]
@@ -82,35 +105,61 @@ def condition(sc: pd.DataFrame, train: str, test: str, reference: str = REFERENC
     p = float("nan")
     if complete.shape[0] >= 2 and complete.shape[1] >= 3:
         p = float(stats.friedmanchisquare(*[complete[m].to_numpy() for m in complete.columns]).pvalue)
+    cd = nemenyi_cd(complete.shape[1], complete.shape[0], alpha) if complete.shape[1] >= 3 else float("nan")
+    absent = tuple(sorted(set(sc["method"]) - set(c["method"])))
+    partial = {m: sorted(means.index[means[m].isna()]) for m in means.columns if means[m].isna().any()}
+    per_table = _per_table(c, reference, margin, alpha)
+    rows = []
+    for m, g in per_table.groupby("method", sort=True) if len(per_table) else ():
+        decided = g["decision"].value_counts()
+        gaps = g["gap"].to_numpy()
+        both = means[[m, reference]].dropna()
+        w = float("nan")
+        if len(both) >= 2 and not np.allclose(both[m] - both[reference], 0):
+            w = float(stats.wilcoxon(both[m], both[reference]).pvalue)
+        rows.append(
+            {
+                "method": m,
+                "wins": int(decided.get("win", 0)),
+                "ties": int(decided.get("tie", 0)),
+                "losses": int(decided.get("loss", 0)),
+                "median_gap": float(np.median(gaps)),
+                "tables": len(g),
+                "not_tested": int(decided.get("not tested", 0)),
+                "min_gap": float(gaps.min()),
+                "max_gap": float(gaps.max()),
+                "wilcoxon_p": w,
+            }
+        )
+    versus = pd.DataFrame(rows).set_index("method") if rows else pd.DataFrame()
+    if len(versus):
+        versus["wilcoxon_p_holm"] = holm(versus["wilcoxon_p"].tolist())
+    return Condition(train, test, means, ranks, p, int(complete.shape[0]), versus, per_table, cd, absent, partial)
+
+
+def _per_table(c: pd.DataFrame, reference: str, margin: float, alpha: float) -> pd.DataFrame:
+    """Every method against ``reference`` on each table of one condition: mean gap over the paired seeds, the
+    corrected resampled t-test's p, Holm over the tables (per method), and the decision."""
     rows = []
     for m in sorted(set(c["method"]) - {reference}):
-        w = t = lo = 0
-        gaps = []
-        for _, g in c.groupby("dataset"):
+        for ds, g in c.groupby("dataset"):
             a = g[g["method"] == m].set_index("seed")["value"]
             b = g[g["method"] == reference].set_index("seed")["value"]
             seeds = sorted(set(a.index) & set(b.index))
             if not seeds:
                 continue
-            diff = float((a[seeds] - b[seeds]).mean())
-            gaps.append(diff)
-            pv, _ = paired_p(a[seeds].to_numpy(), b[seeds].to_numpy())
-            if len(seeds) >= 2 and pv < alpha:
-                w, lo = w + (diff > 0), lo + (diff < 0)
-            else:
-                t += 1
-        rows.append(
-            {
-                "method": m,
-                "wins": w,
-                "ties": t,
-                "losses": lo,
-                "median_gap": float(np.median(gaps)) if gaps else float("nan"),
-                "tables": len(gaps),
-            }
-        )
-    versus = pd.DataFrame(rows).set_index("method") if rows else pd.DataFrame()
-    return Condition(train, test, means, ranks, p, int(complete.shape[0]), versus)
+            ratio = test_over_train(g[g["method"].isin([m, reference])])
+            pv, test = paired_p(a[seeds].to_numpy(), b[seeds].to_numpy(), ratio)
+            gap = float((a[seeds] - b[seeds]).mean())
+            rows.append({"method": m, "dataset": ds, "gap": gap, "splits": len(seeds), "test": test, "p": pv})
+    out = pd.DataFrame(rows, columns=["method", "dataset", "gap", "splits", "test", "p"])
+    out["p_holm"] = np.nan
+    for _, g in out.groupby("method"):
+        out.loc[g.index, "p_holm"] = holm(g["p"].tolist())
+    out["decision"] = [
+        decide(r.gap, r.p_holm, r.splits, margin, alpha) for r in out.itertuples()
+    ]  # fmt: skip
+    return out
 
 
 def conditions(sc: pd.DataFrame, reference: str = REFERENCE) -> list[Condition]:
@@ -150,12 +199,14 @@ def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
 def report(
     results: Path, out: Path, reference: str = REFERENCE, display=lambda m: m, methods: list[str] | None = None
 ) -> str:
-    """Write ``ranks.csv``, ``versus_<reference>.csv``, ``scores.csv`` and one critical-difference diagram per
-    condition under ``out``; return the Markdown of the ranks and of the comparison with the reference."""
+    """Write ``ranks.csv``, ``versus_<reference>.csv`` (counts per method and condition),
+    ``versus_<reference>_tables.csv`` (every table's gap, p, Holm p and decision), ``scores.csv`` and one
+    critical-difference diagram per condition (three methods or more, five tables or more) under ``out``; return the
+    Markdown of the ranks and of the comparison with the reference."""
     from .loading import load_results
     from .stats import critical_difference
 
-    sc = scores(load_results(results))
+    sc = scores(with_train_rows(load_results(results), results))
     if methods:
         unknown = sorted(set(methods) - set(sc["method"]))
         if unknown:
@@ -169,44 +220,86 @@ def report(
         raise VFLBenchError(f"{results}: no run of the reference method {reference!r}; give --reference METHOD.")
     out.mkdir(parents=True, exist_ok=True)
     sc.to_csv(out / "scores.csv", index=False)
-    lines, rank_rows, vs_rows = [], [], []
+    lines = [
+        f"A win or a loss against {display(reference)} on a table: the corrected resampled t-test over the paired "
+        f"seeds (Nadeau & Bengio 2003), Holm over the tables, p < {ALPHA}, and a mean gap of at least {MARGIN} "
+        "points; otherwise a tie; one seed: not tested. Across tables: Wilcoxon signed-rank over the tables' means "
+        "(Holm over the methods set against the reference), Friedman over every method and Nemenyi's critical "
+        "difference (CD) of mean ranks.",
+        "",
+    ]
+    rank_rows, vs_rows, table_rows = [], [], []
     for cond in conditions(sc, reference):
-        tag = f"train {cond.train}, test {cond.test}"
-        ranked = ", ".join(f"{display(m)} {r:.2f}" for m, r in cond.ranks.items())
-        lines.append(f"### {tag}: {cond.tables} tables with every method")
-        lines.append("")
-        lines.append(f"Mean rank (1 = best): {ranked}. Friedman p = {cond.friedman_p:.2g}.")
-        lines.append("")
-        if not cond.versus.empty:
-            lines.append(
-                f"| method | wins / ties / losses against {display(reference)} | median gap (points) | tables |"
-            )
-            lines.append("|---|---|---|---|")
-            for m, r in cond.versus.sort_values("median_gap", ascending=False).iterrows():
-                wtl = f"{int(r.wins)} / {int(r.ties)} / {int(r.losses)}"
-                lines.append(f"| {display(m)} | {wtl} | {r.median_gap:+.1f} | {int(r.tables)} |")
-            lines.append("")
+        lines += _condition_lines(cond, reference, display)
         slug = f"train-{cond.train}_test-{cond.test}".replace(":", "").replace(".", "")
-        if cond.tables >= 5:
-            complete = cond.means.dropna(axis=0, how="any")
+        complete = cond.means.dropna(axis=0, how="any")
+        if cond.tables >= 5 and complete.shape[1] >= 3:
             complete.columns = [display(m) for m in complete.columns]
-            paths, _ = critical_difference(complete, out / f"cd_{slug}")
-            lines.append(f"![critical differences, {tag}](cd_{slug}.png)")
-            lines.append("")
+            critical_difference(complete, out / f"cd_{slug}")
+            lines += [f"![critical differences, train {cond.train}, test {cond.test}](cd_{slug}.png)", ""]
         rank_rows += [
-            {"train_missing": cond.train, "test_missing": cond.test, "method": m, "mean_rank": r, "tables": cond.tables}
+            {"train_missing": cond.train, "test_missing": cond.test, "method": m, "mean_rank": r, "tables": cond.tables,
+             "critical_difference": cond.critical_difference}
             for m, r in cond.ranks.items()
-        ]
+        ]  # fmt: skip
         vs_rows += [
             {"train_missing": cond.train, "test_missing": cond.test, "method": m, **r.to_dict()}
             for m, r in cond.versus.iterrows()
         ]
-    total, costliest = costs(results)
-    lines.append(
-        f"### Cost: {total['runs']} runs, {total.get('run_hours', 0)} hours of run time summed, the largest peak RSS "
-        f"{total.get('peak_rss_gb', 0)} GB"
+        table_rows.append(cond.per_table.assign(train_missing=cond.train, test_missing=cond.test))
+    lines += _cost_lines(results, display)
+    pd.DataFrame(rank_rows).to_csv(out / "ranks.csv", index=False)
+    pd.DataFrame(vs_rows).to_csv(out / f"versus_{reference}.csv", index=False)
+    per_table = pd.concat(table_rows) if table_rows else pd.DataFrame()
+    lead = ["train_missing", "test_missing", "method", "dataset"]
+    per_table[lead + [c for c in per_table.columns if c not in lead]].to_csv(
+        out / f"versus_{reference}_tables.csv", index=False
     )
+    text = "\n".join(lines)
+    (out / "across_tables.md").write_text(text + "\n")
+    return text
+
+
+def _condition_lines(cond: Condition, reference: str, display) -> list[str]:
+    lines = [f"### train {cond.train}, test {cond.test}: {cond.tables} tables with every method", ""]
+    ranked = ", ".join(f"{display(m)} {r:.2f}" for m, r in cond.ranks.items())
+    if len(cond.ranks) >= 3:
+        lines.append(
+            f"Mean rank (1 = best): {ranked}. Friedman p = {cond.friedman_p:.2g}; Nemenyi's CD = "
+            f"{cond.critical_difference:.2f} (two mean ranks closer than this are not told apart)."
+        )
+    else:  # two methods: their ranks and the pairwise test below; no Friedman, no CD diagram
+        lines.append(f"Mean rank (1 = best): {ranked}. Two methods: the pairwise tests below decide.")
+    if cond.absent:
+        lines.append(f"No run in this condition: {', '.join(display(m) for m in cond.absent)}.")
+    for m, missing in (cond.partial or {}).items():
+        lines.append(
+            f"{display(m)} has no run on {len(missing)} table(s) ({', '.join(missing)}): those tables are left out of "
+            "the ranks."
+        )
     lines.append("")
+    if not cond.versus.empty:
+        lines.append(
+            f"| method | wins / ties / losses against {display(reference)} | not tested | median gap (range), points "
+            "| Wilcoxon p (Holm) | tables |"
+        )
+        lines.append("|---|---|---|---|---|---|")
+        for m, r in cond.versus.sort_values("median_gap", ascending=False).iterrows():
+            wtl = f"{int(r.wins)} / {int(r.ties)} / {int(r.losses)}"
+            gap = f"{r.median_gap:+.1f} ({r.min_gap:+.1f} to {r.max_gap:+.1f})"
+            wp = "-" if np.isnan(r.wilcoxon_p_holm) else f"{r.wilcoxon_p_holm:.2g}"
+            lines.append(f"| {display(m)} | {wtl} | {int(r.not_tested)} | {gap} | {wp} | {int(r.tables)} |")
+        lines.append("")
+    return lines
+
+
+def _cost_lines(results: Path, display) -> list[str]:
+    total, costliest = costs(results)
+    lines = [
+        f"### Cost: {total['runs']} runs, {total.get('run_hours', 0)} hours of run time summed, the largest peak RSS "
+        f"{total.get('peak_rss_gb', 0)} GB",
+        "",
+    ]
     if len(costliest):
         lines.append("| costliest runs | method | training | seconds | peak RSS (GB) |")
         lines.append("|---|---|---|---|---|")
@@ -215,8 +308,18 @@ def report(
                 f"| {r.dataset} | {display(r.method)} | {r.train_missing} | {r.seconds:.0f} | {r.peak_rss_gb:.2f} |"
             )
         lines.append("")
-    pd.DataFrame(rank_rows).to_csv(out / "ranks.csv", index=False)
-    pd.DataFrame(vs_rows).to_csv(out / f"versus_{reference}.csv", index=False)
-    text = "\n".join(lines)
-    (out / "across_tables.md").write_text(text + "\n")
-    return text
+    return lines
+
+
+def with_train_rows(df: pd.DataFrame, results: Path) -> pd.DataFrame:
+    """The results' rows with ``n_train``, each run's training rows from its manifest (the corrected t-test's
+    n_test / n_train), where the manifests are there."""
+    if "n_train" in df or "run_id" not in df:
+        return df
+    from .outputs import sweep_manifests
+
+    try:
+        n = {m["run_id"]: (m.get("data") or {}).get("n_train") for m in sweep_manifests(Path(results))}
+    except (OSError, ValueError):
+        return df
+    return df.assign(n_train=df["run_id"].map(n))

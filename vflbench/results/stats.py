@@ -1,16 +1,20 @@
-"""Which differences in a table are real: paired tests over seeds against each condition's best method,
-Holm-corrected over the table, with 95% confidence intervals (``vflbench table --stats``), and the
-critical-difference ranking across datasets and conditions (``vflbench plot cd``).
+"""Which differences in a table are real: paired tests over seeds (splits) against each condition's best method,
+Holm-corrected over the table, with a practical margin and 95% confidence intervals (``vflbench table --stats``),
+and the critical-difference ranking across datasets and conditions (``vflbench plot cd``).
 
 Every method of a sweep shares its seed's split, partition and masks (the named streams of
 :mod:`vflbench.core.rng`), so the seeds pair the methods: a method is compared with the condition's best on
-the seeds both ran. The test is scipy's paired t-test (``ttest_rel``) below 6 pairs and the Wilcoxon
-signed-rank test (``wilcoxon``) from 6 on (with 5 or fewer pairs the signed-rank test cannot reach
-p < 0.05 two-sided); the p-values of one table (one dataset and metric) are Holm-corrected together
-(statsmodels' ``multipletests``). A method is *best* (the highest mean), *tied* with the best (Holm
-p >= alpha) or *worse* (Holm p < alpha). The intervals are t intervals of each method's mean over its
-seeds. The critical-difference diagram is autorank's (Friedman with Nemenyi's post-hoc test on the
-conditions' means)."""
+the seeds both ran. The test is the corrected resampled t-test of Nadeau & Bengio (2003, Machine Learning 52;
+Bouckaert & Frank 2004): over R paired differences d, t = mean(d) / sqrt((1/R + n_test/n_train) var(d)), R - 1
+degrees of freedom. The plain paired t-test ignores that repeated splits share rows and is anti-conservative; on a
+split that does not move with the seed the correction is conservative. A gap counts only when it is both
+significant and practical (a region of practical equivalence, Benavoli et al. 2017, JMLR 18): a mean gap inside
++-``MARGIN`` points (x 100) is a tie however consistent it is, and a constant gap (no variance: the test is
+undefined) is decided by the margin alone. One seed is *not tested*, never a tie. The p-values of one table (one
+dataset and metric) are Holm-corrected together (statsmodels' ``multipletests``). A method is *best* (the
+highest mean), *tied* with the best or *worse* (Holm p < alpha and at least ``MARGIN`` below). The intervals are t
+intervals of each method's mean over its seeds. The critical-difference diagram is autorank's (Friedman with
+Nemenyi's post-hoc test on the conditions' means; three methods or more)."""
 
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import pandas as pd
 from ..core.errors import VFLBenchError
 
 ALPHA = 0.05
-WILCOXON_FROM = 6  # pairs: the signed-rank test from here on, the paired t-test below
+MARGIN = 0.5  # points (metric x 100): a mean gap inside +-MARGIN is a tie, however consistent (practical equivalence)
+TEST_OVER_TRAIN = 0.25  # n_test / n_train where a result does not say (an 80/20 split)
 
 
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -37,20 +42,34 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return m - half, m + half
 
 
-def paired_p(a: np.ndarray, b: np.ndarray) -> tuple[float, str]:
-    """Two-sided p-value of the paired difference ``a - b`` (seeds aligned) and the test's name."""
+def paired_p(a: np.ndarray, b: np.ndarray, test_over_train: float = TEST_OVER_TRAIN) -> tuple[float, str]:
+    """Two-sided p-value of the paired difference ``a - b`` (seeds aligned) by the corrected resampled t-test
+    (Nadeau & Bengio 2003): t = mean(d) / sqrt((1/R + n_test/n_train) var(d, ddof=1)), R - 1 degrees of freedom;
+    and the test's name. One pair: NaN ("none (one seed)"). No variance: the test is undefined, p is 0 for a nonzero
+    constant gap and 1 for none, and :func:`decide`'s margin settles it."""
     from scipy import stats
 
     d = np.asarray(a, float) - np.asarray(b, float)
     if len(d) < 2:
         return float("nan"), "none (one seed)"
-    if np.allclose(d, 0):
+    if np.allclose(d, 0, rtol=0, atol=1e-12):
         return 1.0, "identical"
-    if len(d) >= WILCOXON_FROM:
-        return float(stats.wilcoxon(a, b).pvalue), "wilcoxon"
-    if np.allclose(d, d[0]):  # a constant nonzero difference: the t statistic is infinite
-        return 0.0, "paired t"
-    return float(stats.ttest_rel(a, b).pvalue), "paired t"
+    if np.allclose(d, d[0], rtol=0, atol=1e-12):  # the t statistic is infinite: the margin decides
+        return 0.0, "constant gap"
+    if not test_over_train > 0:
+        raise VFLBenchError(f"n_test / n_train must be positive, got {test_over_train}.")
+    t = d.mean() / np.sqrt((1 / len(d) + test_over_train) * d.var(ddof=1))
+    return float(2 * stats.t.sf(abs(t), len(d) - 1)), "corrected t"
+
+
+def decide(gap: float, p_holm: float, n: int, margin: float = MARGIN, alpha: float = ALPHA) -> str:
+    """A paired comparison's verdict: ``win`` when the mean gap is at least ``margin`` points and the (Holm) p below
+    ``alpha``, ``loss`` symmetrically, ``tie`` otherwise; ``not tested`` with fewer than two seeds."""
+    if n < 2 or np.isnan(p_holm):
+        return "not tested"
+    if p_holm < alpha and abs(gap) >= margin:
+        return "win" if gap > 0 else "loss"
+    return "tie"
 
 
 def holm(p: list[float]) -> list[float]:
@@ -65,11 +84,12 @@ def holm(p: list[float]) -> list[float]:
     return out.tolist()
 
 
-def compare(raw: pd.DataFrame, agg: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+def compare(raw: pd.DataFrame, agg: pd.DataFrame, alpha: float = ALPHA, margin: float = MARGIN) -> pd.DataFrame:
     """``agg`` (one row per dataset, metric, method, train and test; :func:`vflbench.results.report.aggregate`) with
     ``ci_low``/``ci_high``, the paired test against the condition's best (``test``, ``n_pairs``, ``p``,
-    ``p_holm``; Holm over each dataset and metric) and ``verdict`` (best | tied | worse | untested)."""
-    rows = []
+    ``p_holm``; Holm over each dataset and metric) and ``verdict`` (best | tied | worse | untested): worse needs Holm
+    p < ``alpha`` and a gap of at least ``margin`` points (a metric in [0, 1] is read x 100)."""
+    rows, ratios = [], []
     for _, r in agg.iterrows():
         h = raw[
             (raw["dataset"] == r["dataset"])
@@ -79,10 +99,11 @@ def compare(raw: pd.DataFrame, agg: pd.DataFrame, alpha: float = ALPHA) -> pd.Da
             & (raw["test_missing"] == r["test_missing"])
         ].drop_duplicates(subset=["seed"], keep="last")
         rows.append(h.set_index("seed")["value"].astype(float))
+        ratios.append(test_over_train(h))
     out = agg.copy().reset_index(drop=True)
     lo, hi = zip(*(t_interval(s.to_numpy()) for s in rows), strict=True) if rows else ((), ())
     out["ci_low"], out["ci_high"] = list(lo), list(hi)
-    out["test"], out["n_pairs"], out["p"] = "", 0, np.nan
+    out["test"], out["n_pairs"], out["p"], out["gap"] = "", 0, np.nan, np.nan
     out["verdict"] = ""
     for _, g in out.groupby(["dataset", "metric", "train_missing", "test_missing"], sort=False):
         best = g["mean"].idxmax()
@@ -91,17 +112,41 @@ def compare(raw: pd.DataFrame, agg: pd.DataFrame, alpha: float = ALPHA) -> pd.Da
             if i == best:
                 continue
             both = rows[i].index.intersection(rows[best].index)
-            p, test = paired_p(rows[best][both].to_numpy(), rows[i][both].to_numpy())
+            p, test = paired_p(rows[best][both].to_numpy(), rows[i][both].to_numpy(), ratios[i])
             out.loc[i, ["p", "test", "n_pairs"]] = [p, test, len(both)]
+            gap = float((rows[best][both] - rows[i][both]).mean()) if len(both) else float("nan")
+            out.loc[i, "gap"] = gap
     out["p_holm"] = np.nan
     for _, g in out.groupby(["dataset", "metric"], sort=False):
         out.loc[g.index, "p_holm"] = holm(g["p"].tolist())
     untested = out["p_holm"].isna() & (out["verdict"] != "best")
     out.loc[untested, "verdict"] = "untested"
-    out.loc[~untested & (out["verdict"] != "best"), "verdict"] = np.where(
-        out.loc[~untested & (out["verdict"] != "best"), "p_holm"] < alpha, "worse", "tied"
-    )
+    rest = ~untested & (out["verdict"] != "best")
+    margins = out.loc[rest, "metric"].map(lambda m: margin if in_points(m) else 0.0)
+    worse = (out.loc[rest, "p_holm"] < alpha) & (out.loc[rest, "gap"] >= margins)
+    out.loc[rest, "verdict"] = np.where(worse, "worse", "tied")
     return out
+
+
+def in_points(metric: str) -> bool:
+    """A metric recorded in points (x 100: accuracy, F1, AUPRC and their validation, screened and exact variants),
+    where the practical margin applies; other metrics (bytes, epsilons, attack scores) are compared without one."""
+    from ..training.metrics import METRICS
+
+    base = str(metric).split("@", 1)[0]
+    base = base[4:] if base.startswith("val_") else base
+    return base in METRICS
+
+
+def test_over_train(rows: pd.DataFrame) -> float:
+    """n_test / n_train of a method's runs where the rows say (``n_test`` and ``n_train`` columns), else
+    :data:`TEST_OVER_TRAIN`: the corrected t-test's share of the training rows that a test set adds."""
+    if "n_test" in rows and "n_train" in rows:
+        r = pd.to_numeric(rows["n_test"], errors="coerce") / pd.to_numeric(rows["n_train"], errors="coerce")
+        r = r[np.isfinite(r) & (r > 0)]
+        if len(r):
+            return float(r.median())
+    return TEST_OVER_TRAIN
 
 
 def verdict_lines(g: pd.DataFrame, fmt: str) -> list[str]:
@@ -126,9 +171,10 @@ def verdict_lines(g: pd.DataFrame, fmt: str) -> list[str]:
         parts.append(f"{display(m)} {wins}/{len(conds)} ({ties} more best or tied, not significantly)")
     pre = "" if fmt == "md" else "% "
     return [
-        pre + "Significantly best (every other method worse, paired test over seeds, Holm over the table, "
-        f"alpha {ALPHA}): " + ", ".join(parts) + ".",
-        pre + "Cells: mean [95% t interval]; = tied with the best, ↓ significantly worse, ? untested (one seed).",
+        pre + "Significantly best (every other method worse: corrected resampled t-test over seeds, Holm over the "
+        f"table, alpha {ALPHA}, and at least {MARGIN} points behind): " + ", ".join(parts) + ".",
+        pre + f"Cells: mean [95% t interval]; = tied with the best (not significant, or within {MARGIN} points), "
+        "↓ significantly worse, ? untested (one seed).",
     ]
 
 

@@ -14,7 +14,7 @@ import torch
 from ..methods import Method
 from ..runs.config import ResolvedRun
 from .inputs import RunInputs
-from .metrics import compute_metrics
+from .metrics import METRICS, compute_metrics
 from .screening import Screen, detection
 from .trainer import BlockData, predict
 
@@ -42,7 +42,6 @@ class Evaluation:
         return self.setting if self.wrong == CLEAN else f"{self.setting} | {self.wrong[0]} | {self.wrong[1]}"
 
 
-METRICS = ("accuracy", "f1", "auprc")
 CLEAN = ("none", "none")
 
 

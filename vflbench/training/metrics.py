@@ -19,6 +19,7 @@ import numpy as np
 from ..core.errors import VFLBenchError
 
 F1_RULES = ("per_predictor_mean", "per_predictor_nonzero", "single")
+METRICS = ("accuracy", "f1", "auprc")  # every run's test metrics, in points (x 100)
 
 
 def accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
