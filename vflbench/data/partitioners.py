@@ -227,11 +227,21 @@ def columns(
     not_features = {prep.get("target"): "the target"} | {
         c: "dropped with drop=" for c in prep.get("dropped_columns", [])
     }
+    # columns the loader itself left out (constant, all missing, an ID; a group column that is not an input): a
+    # party that lists one loses it, with a warning, and only a party left with no column is refused
+    split = prep.get("split") or {}
+    left_out = {c: "dropped by the loader as useless" for c in prep.get("auto_dropped_columns", [])}
+    if split.get("group") and not split.get("group_input"):
+        left_out[split["group"]] = "the group column (the entity the split keeps on one side; not an input)"
     owner: dict[str, str] = {}
+    lost: dict[str, list[str]] = {}
     for party, pats in groups.items():
         for pat in pats:
             glob = any(ch in pat for ch in "*?[")
             hits = [c for c in cols if fnmatch.fnmatchcase(c, pat)] if glob else ([pat] if pat in cols else [])
+            if not hits and pat in left_out:
+                lost.setdefault(party, []).append(pat)
+                continue
             if not hits:
                 if pat in not_features:
                     raise VFLBenchError(
@@ -252,9 +262,16 @@ def columns(
                         "each column belongs to one party."
                     )
                 owner[c] = party
+    for party, cs in lost.items():
+        warnings.warn(
+            f"Parties file {file}: party '{party}' loses " + ", ".join(f"'{c}' ({left_out[c]})" for c in cs) + ".",
+            VFLBenchWarning,
+            stacklevel=2,
+        )
     for party in groups:
         if party not in owner.values():
-            raise VFLBenchError(f"Parties file {file}: party '{party}' ends up with no columns.")
+            why = f" (its columns {', '.join(lost[party])} were left out by the loader)" if party in lost else ""
+            raise VFLBenchError(f"Parties file {file}: party '{party}' ends up with no columns{why}.")
     unassigned = [c for c in cols if c not in owner]
     if unassigned:
         warnings.warn(

@@ -272,8 +272,13 @@ def resolve_partition(cfg: RunConfig, info, parties: int) -> tuple[str, dict[str
             raise VFLBenchError(
                 "Partitioner 'columns' needs a parties file: --part-opt file=parties.yaml (party name -> column names)."
             )
+        from ..data.datasets.suite import SUITE_DIR, partition_checksum
+
         read_parties_file(partition_options["file"], parties)
-        partition_options["file_sha256"] = sha256_file(user_path(partition_options["file"]))
+        path = user_path(partition_options["file"])
+        partition_options["file_sha256"] = (
+            partition_checksum(path) if path.resolve().parent == SUITE_DIR else sha256_file(path)
+        )
     return partitioner, partition_options
 
 

@@ -41,6 +41,9 @@ class Protocol:
     )
     # semi-supervised runs: share of the labeled samples outside the aligned reserve held out as a validation set
     val_split: float = 0.0
+    # how the validation rows are drawn from the training rows: "uniform" (as always) | "stratified" (each class in
+    # its share); a table with an entity column (data option group) always holds out whole entities
+    val_by: str = "uniform"
     # LASER-VFL's supervised epochs (0: the preset's); results/false/README.md's reading of the FALSE-VFL paper's LASER-
     # VFL
     laser_epochs: int = 0
@@ -78,6 +81,7 @@ class ResolvedProtocol:
     plug_p_drop: float = 0.0
     plug_active_missing: str = "skip"
     val_split: float = 0.0
+    val_by: str = "uniform"
     laser_epochs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,6 +171,7 @@ def get_protocol(name: str, overrides: dict[str, Any] | None = None) -> Protocol
         "svfl_incomplete": ("random", "zero"),
         "laser_heads": ("per_party", "one", "active"),
         "plug_active_missing": ("skip", "impute"),
+        "val_by": ("uniform", "stratified"),
     }
     for k, allowed in choices.items():
         if base[k] not in allowed:

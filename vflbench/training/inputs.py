@@ -174,7 +174,9 @@ def hold_out_validation(run: ResolvedRun, prep: Prepared, train_masks: Masks, de
     """The protocol's ``val_split``: (training rows kept, validation blocks, labels, their training masks, the test
     settings' masks on them, each from its own stream)."""
     data, proto = prep.data, run.protocol
-    keep, val_idx = validation_split(run, train_masks, prep.streams.numpy("validation"))
+    keep, val_idx = validation_split(
+        run, train_masks, prep.streams.numpy("validation"), data.y_train, getattr(data, "groups_train", None)
+    )
     val, y_val = BlockData(data.x_train[val_idx], prep.partition, dev), data.y_train[val_idx]
     val_train_obs = torch.as_tensor(train_masks.observed[val_idx], device=dev)
     val_masks: dict[str, Masks] = {}
@@ -231,19 +233,50 @@ def report_alignment(inputs: RunInputs) -> None:
         warnings.warn(w, VFLBenchWarning, stacklevel=2)
 
 
-def validation_split(run: ResolvedRun, masks: Masks, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def validation_split(
+    run: ResolvedRun, masks: Masks, rng: np.random.Generator, y=None, groups=None
+) -> tuple[np.ndarray, np.ndarray]:
     """(training rows kept, validation rows): ``val_split`` of the labeled samples (of every training
-    sample, in a supervised run) outside the aligned reserve, drawn uniformly from the ``validation``
-    stream, leave the training set entirely (neither
-    labeled nor unlabeled data for any stage)."""
+    sample, in a supervised run) outside the aligned reserve, drawn from the ``validation`` stream, leave the
+    training set entirely (neither labeled nor unlabeled data for any stage). Drawn uniformly (protocol ``val_by``
+    uniform, as always), or each class in its share (``stratified``); a table with an entity column (``groups``)
+    holds out whole entities, about ``val_split`` of them, so no entity is on both sides."""
     n = len(masks.observed)
     labeled = np.arange(n) if masks.labeled is None else np.asarray(masks.labeled)  # supervised: every sample
     rest = np.setdiff1d(labeled, masks.reserve if masks.reserve is not None else [])
-    n_val = int(round(run.protocol.val_split * len(rest)))
+    share = run.protocol.val_split
+    n_val = int(round(share * len(rest)))
     if n_val < 1:
         raise VFLBenchError(
             f"val_split={run.protocol.val_split} of {len(rest)} labeled samples outside the reserve holds out none; "
             "raise it."
         )
-    val = np.sort(rng.choice(rest, size=n_val, replace=False))
+    stratified = getattr(run.protocol, "val_by", "uniform") == "stratified" and y is not None
+    if groups is not None:
+        val = _held_out_groups(rest, np.asarray(groups), np.asarray(y) if stratified else None, share, rng)
+    elif stratified:
+        yr = np.asarray(y)[rest]
+        val = np.concatenate(
+            [rng.choice(rest[yr == c], size=int(round(share * (yr == c).sum())), replace=False) for c in np.unique(yr)]
+        )
+    else:
+        val = rng.choice(rest, size=n_val, replace=False)
+    val = np.sort(val)
     return np.setdiff1d(np.arange(n), val), val
+
+
+def _held_out_groups(rest: np.ndarray, groups: np.ndarray, y, share: float, rng: np.random.Generator) -> np.ndarray:
+    """Rows of whole groups, about ``share`` of the groups among ``rest``: drawn uniformly from the stream, or with
+    ``y``, scikit-learn's StratifiedGroupKFold (round(1 / share) folds, seeded from the stream), its first fold."""
+    g = groups[rest]
+    if y is not None:
+        from sklearn.model_selection import StratifiedGroupKFold
+
+        folds = max(2, int(round(1 / share)))
+        if len(np.unique(g)) >= folds:
+            cv = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=int(rng.integers(2**31 - 1)))
+            return rest[next(cv.split(rest, y[rest], g))[1]]
+    ids = np.unique(g)
+    k = max(1, int(round(share * len(ids))))
+    chosen = rng.choice(ids, size=min(k, len(ids) - 1) if len(ids) > 1 else 1, replace=False)
+    return rest[np.isin(g, chosen)]

