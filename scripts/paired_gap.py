@@ -6,8 +6,8 @@ Each SRC is what `vflbench table` reads (a sweep folder, a folder of runs, a res
 method key (`laser`, `false2`). Columns follow the arguments' order; after each column but the first
 comes its difference from the previous column: the mean over the seeds both ran, the per-seed range, and
 the two-sided p-value of vflbench's paired test over those seeds (vflbench.results.stats.paired_p: the corrected
-resampled t-test of Nadeau & Bengio, n_test/n_train 0.25), before any correction, and Holm's adjustment of that column's p-values
-over the table's conditions (vflbench.results.stats.holm). Every method of one seed shares that
+resampled t-test of Nadeau & Bengio, n_test/n_train 0.25), before any correction, and Holm's adjustment of
+that column's p-values over the table's conditions (vflbench.results.stats.holm). Every method of one seed shares that
 seed's partition and masks, so results with the same (dataset, train setting, seed) pair even when they
 come from different sweeps, such as a tuned and a default preset. The means are over each column's own
 seeds. The command behind the per-seed tables of results/tuned/README.md:

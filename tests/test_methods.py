@@ -233,6 +233,23 @@ def test_ensemble_majority_vote_and_random_ties():
     assert set(tie.unique().tolist()) == {0, 1} and abs((tie == 0).float().mean() - 0.5) < 0.05
 
 
+def test_ensemble_labels_by_the_vote_and_ranks_by_the_observed_parties_mean_probability():
+    """The label is the majority vote; the AUPRC score is the mean softmax probability of the positive class over
+    the observed parties, by hand (the vote share it replaced has at most K + 1 values)."""
+    m = METHODS.get("ensemble")(ctx(k=3, c=2))
+    obs = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 1, 1], [1, 1, 0]] * 50, dtype=torch.bool)
+    b = batch(torch.randn(3, 200, 4), obs)
+    pred = m.predict(b)
+    with torch.no_grad():
+        p1 = torch.softmax(m.logits(b.blocks, obs), -1)[..., 1]  # [K, B]
+    by_hand = torch.stack([p1[obs[i], i].mean() for i in range(200)])
+    assert torch.allclose(pred.scores[0], by_hand, atol=1e-6)
+    votes = (p1 > 0.5) & obs.T
+    clear = votes.sum(0) * 2 != obs.sum(1)  # no tie: the vote decides the label
+    assert (pred.preds[0][clear] == (votes.sum(0) * 2 > obs.sum(1)).long()[clear]).all()
+    assert len(torch.unique(pred.scores[0])) > 10
+
+
 def test_combinatorial_uses_exact_subset_predictor():
     m = METHODS.get("combinatorial")(ctx(k=3))
     assert m.head.h == 7 and m.ext.bank.m == 12  # 2^3-1 predictors, 3*2^2 extractors

@@ -168,8 +168,8 @@ def _paired_gap_script():
 
 def test_paired_gap_pairs_results_from_two_sources_by_seed(tmp_path, capsys):
     """scripts/paired_gap.py (the per-seed tables of results/tuned/README.md): the gap is taken seed by seed
-    over the seeds both sources ran, its p-value is the corrected resampled t-test's, and each column's mean is over its own
-    seeds."""
+    over the seeds both sources ran, its p-value is the corrected resampled t-test's, and each column's mean is over
+    its own seeds."""
     base = dict(dataset="isolet", parties=8, train_missing="mcar:0.2", metric="accuracy")
     a = [80.0, 81.5, 79.0, 82.0, 80.5]
     b = [78.0, 80.0, 78.5, 79.0]  # seed 4 missing

@@ -228,9 +228,9 @@ def test_ranks_and_the_comparison_with_the_yardstick_by_hand():
 
 
 def test_holm_over_the_tables_turns_raw_wins_into_ties_and_the_margin_a_constant_tiny_gap_into_a_tie():
-    """Three tables where A leads xgboost by about 1 point with some noise: each raw corrected-t p is below 0.05 (0.035
-    to 0.045), Holm over the tables lifts them above it; a table where A leads by a constant 0.00001 is a tie (the old rule
-    said p = 0, a win). The old code counted four wins."""
+    """Three tables where A leads xgboost by about 1 point with some noise: each raw corrected-t p is below 0.05
+    (0.035 to 0.045), Holm over the tables lifts them above it; a table where A leads by a constant 0.00001 is a tie
+    (the old rule said p = 0, a win). The old code counted four wins."""
     from vflbench.results.across_tables import condition, scores
 
     v = {}

@@ -228,9 +228,10 @@ class Method:
         return None
 
     @classmethod
-    def behaviour_components(cls, options: dict[str, Any]) -> list[str]:
+    def behaviour_components(cls, options: dict[str, Any], info=None) -> list[str]:
         """Behaviour components (vflbench.runs.behaviour) a run of this method uses beyond ``method.NAME``, by its
-        options (SecureBoost under Paillier: its packing)."""
+        options (SecureBoost under Paillier: its packing) and its dataset's ``info`` (Ensemble on a binary target:
+        its scores)."""
         return []
 
     @classmethod

@@ -126,7 +126,7 @@ class SecureBoost(TreeMethod):
     )
 
     @classmethod
-    def behaviour_components(cls, options):
+    def behaviour_components(cls, options, info=None):
         return ["method.secureboost.paillier"] if options.get("encryption", "none") != "none" else []
 
     @classmethod

@@ -64,6 +64,14 @@ COMPONENTS: dict[str, Component] = {
         ),
         "every secureboost run",
     ),
+    "method.ensemble.score": Component(
+        2,
+        (
+            "2 (2026-11-29): Ensemble's AUPRC ranks by the observed parties' mean probability of the positive class "
+            "(it ranked by the vote share, which has two to five values); its label is the majority vote, as before",
+        ),
+        "an ensemble run on a binary target",
+    ),
     "method.secureboost.embedded": Component(
         3,
         (

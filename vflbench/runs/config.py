@@ -297,7 +297,7 @@ def run_behaviour(cfg, mcls, options, info, data_options, partitioner, partition
         info.embeds,
         info.large_file,
         down_defended,
-        [*mcls.behaviour_components(options), *extra],
+        [*mcls.behaviour_components(options, info), *extra],
         mcls.libraries(options),
         natural_missing_blocks(cfg.dataset, data_options, partitioner, partition_options, settings),
     )
