@@ -89,3 +89,31 @@ def test_f1_and_average_precision_equal_scikit_learns_bit_for_bit():
             continue
         score = np.round(rng.random(n), int(rng.integers(1, 4))).astype(np.float32 if case % 2 else np.float64)
         assert average_precision_score(truth, score) == sk_ap(truth, score), case
+
+
+def test_balanced_accuracy_is_scikit_learns_for_one_predictor_and_separates_a_majority_guess():
+    """One answering predictor a sample: scikit-learn's balanced_accuracy_score (an independent implementation). On a
+    92.5%-majority target, always guessing the majority scores 92.5 accuracy and 33.3 balanced accuracy; a model that
+    finds half of each minority class scores 92.5 + 3.75 accuracy and 66.7 balanced accuracy."""
+    from sklearn.metrics import balanced_accuracy_score
+
+    from vflbench.training.metrics import balanced_accuracy, compute_metrics
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 500)
+    pred = np.where(rng.random(500) < 0.6, y, rng.integers(0, 4, 500))
+    valid, counted = np.ones((1, 500), bool), np.ones(500, bool)
+    assert balanced_accuracy(pred[None], valid, counted, y) == pytest.approx(100 * balanced_accuracy_score(y, pred))
+    y = np.array([0] * 925 + [1] * 37 + [2] * 38)
+    guess = np.zeros(1000, np.int64)
+    m = compute_metrics(guess[None], np.ones((1, 1000), bool), None, np.ones(1000, bool), y, rule="single",
+                        n_classes=3, positive_class=None)  # fmt: skip
+    assert m["accuracy"] == pytest.approx(92.5) and m["balanced_accuracy"] == pytest.approx(100 / 3)
+    half = guess.copy()
+    half[925:943], half[962:981] = 1, 2
+    m = compute_metrics(half[None], np.ones((1, 1000), bool), None, np.ones(1000, bool), y, rule="single",
+                        n_classes=3, positive_class=None)  # fmt: skip
+    assert m["balanced_accuracy"] == pytest.approx(100 * (1 + 18 / 37 + 19 / 38) / 3)
+    two = compute_metrics(guess[None], np.ones((1, 1000), bool), None, np.ones(1000, bool), (y > 0).astype(int),
+                          rule="single", n_classes=2, positive_class=1)  # fmt: skip
+    assert "balanced_accuracy" not in two  # a binary target is ranked by AUPRC

@@ -440,3 +440,19 @@ def test_a_suite_tables_parties_file_is_keyed_by_its_name_not_by_where_the_suite
     # a user's own parties file is keyed by its text as given
     assert keys.partition_options({"file": "parties.yaml"}) == {"file": "parties.yaml"}
     assert keys.partition_options({"file": str(tmp_path / "credit.yaml")}) == {"file": str(tmp_path / "credit.yaml")}
+
+
+def test_a_table_with_a_90_percent_majority_is_ranked_by_balanced_accuracy_where_it_was_recorded():
+    """covid's case: 3 classes, 92.5% majority. With balanced accuracy recorded, rank scores the table by it; without,
+    by accuracy (and the report says to re-run); a 60%-majority multiclass table stays on accuracy."""
+    from vflbench.results.across_tables import scores, table_metrics
+
+    v = {("multi", "xgboost"): [92.5, 92.6, 92.4], ("multi", "laser"): [92.4, 92.5, 92.6]}
+    df = _suite_rows(v)
+    balanced = df.assign(metric="balanced_accuracy", value=df["value"] - 50.0)
+    both = pd.concat([df, balanced])
+    assert table_metrics(both.assign(majority=0.925)) == {"multi": "balanced_accuracy"}
+    assert table_metrics(both.assign(majority=0.6)) == {"multi": "accuracy"}
+    assert table_metrics(df.assign(majority=0.925)) == {"multi": "accuracy"}
+    sc = scores(both.assign(majority=0.925))
+    assert set(sc["metric"]) == {"balanced_accuracy"} and sc["value"].max() < 50

@@ -1,7 +1,8 @@
 """Conclusions across tables (``vflbench rank RESULTS``): a suite's methods ranked over its tables, as Demšar (2006)
 ranks over datasets, and each method set against a reference method (the practitioner's yardstick, ``xgboost``).
 
-Each table is scored on one metric, the yardstick's: AUPRC for a binary target, accuracy otherwise (both x 100).
+Each table is scored on one metric, the yardstick's: AUPRC for a binary target; for more classes accuracy, or balanced
+accuracy where the largest class holds 90% of the rows or more (accuracy cannot separate methods there); x 100.
 Per condition (training x test missingness):
 
 * **ranks**: per table each method's mean over seeds, ranked (1 = best, ties averaged); each method's mean rank over
@@ -26,25 +27,46 @@ from .stats import ALPHA, MARGIN, decide, holm, paired_p, test_over_train
 REFERENCE = "xgboost"
 
 
+MAJORITY = 0.9  # a target whose largest class holds this share of the training rows: accuracy separates nothing
+
+
 def scores(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, method, train, test, seed) with its table's metric: ``value`` x 100, and ``metric``
-    (auprc where the table's target is binary, i.e. where AUPRC was recorded; accuracy otherwise)."""
+    (auprc where the table's target is binary, i.e. where AUPRC was recorded; for more classes balanced accuracy
+    where the largest class holds MAJORITY of the rows or more (column ``majority``, from the manifests) and it was
+    recorded; accuracy otherwise)."""
     df = df[df["status"].fillna("ok") == "ok"] if "status" in df else df
     if "epochs" in df and "epoch" not in df:
         df = df.rename(columns={"epochs": "epoch"})
     if "epoch" in df:  # a run's final evaluation only (budget rows are earlier epochs)
         last = df.groupby("run_id")["epoch"].transform("max")
         df = df[df["epoch"] == last]
-    binary = df[df["metric"] == "auprc"].groupby("dataset")["value"].apply(lambda v: v.notna().any())
-    metric_of = {d: ("auprc" if binary.get(d, False) else "accuracy") for d in df["dataset"].unique()}
+    metric_of = table_metrics(df)
     df = with_wrong_blocks(df)
     screened = df[df["metric"] == df["dataset"].map(metric_of) + "@screen"].copy()  # --screen: a variant of its method
     screened["method"], screened["metric"] = screened["method"] + "+screen", screened["metric"].str[: -len("@screen")]
     keep = pd.concat([df[df["metric"] == df["dataset"].map(metric_of)], screened])
-    sizes = [c for c in ("n_train", "n_test") if c in keep]  # the corrected t-test's n_test / n_train
+    sizes = [c for c in ("n_train", "n_test", "majority") if c in keep]  # n_test / n_train: the corrected t-test
     out = keep[["dataset", "method", "train_missing", "test_missing", "seed", "metric", "value", *sizes]].copy()
     out["value"] = out["value"].astype(float)
     return out.drop_duplicates(["dataset", "method", "train_missing", "test_missing", "seed"])
+
+
+def table_metrics(df: pd.DataFrame) -> dict[str, str]:
+    """Each table's metric: auprc where recorded (a binary target); balanced_accuracy where the largest class holds
+    MAJORITY of the rows or more and it was recorded; accuracy otherwise."""
+    recorded = df[df["value"].notna()].groupby("dataset")["metric"].agg(set)
+    majority = df.groupby("dataset")["majority"].max() if "majority" in df else pd.Series(dtype=float)
+    out = {}
+    for d in df["dataset"].unique():
+        has = recorded.get(d, set())
+        if "auprc" in has:
+            out[d] = "auprc"
+        elif majority.get(d, 0.0) >= MAJORITY and "balanced_accuracy" in has:
+            out[d] = "balanced_accuracy"
+        else:
+            out[d] = "accuracy"
+    return out
 
 
 def with_wrong_blocks(df: pd.DataFrame) -> pd.DataFrame:
@@ -228,6 +250,7 @@ def report(
         "difference (CD) of mean ranks.",
         "",
     ]
+    lines += _metric_lines(sc)
     rank_rows, vs_rows, table_rows = [], [], []
     for cond in conditions(sc, reference):
         lines += _condition_lines(cond, reference, display)
@@ -258,6 +281,25 @@ def report(
     text = "\n".join(lines)
     (out / "across_tables.md").write_text(text + "\n")
     return text
+
+
+def _metric_lines(sc: pd.DataFrame) -> list[str]:
+    """Which tables are scored by balanced accuracy, and which with a 90%+ majority still by accuracy (their runs did
+    not record balanced accuracy: re-run them)."""
+    if "majority" not in sc:
+        return []
+    maj = sc.groupby("dataset").agg(majority=("majority", "max"), metric=("metric", "first"))
+    high = maj[(maj["majority"] >= MAJORITY) & (maj["metric"] != "auprc")]  # a binary target: AUPRC already
+    lines = []
+    for d, r in high.iterrows():
+        if r.metric == "accuracy":
+            lines.append(
+                f"{d}: its largest class holds {100 * r.majority:.1f}% of the rows, so accuracy cannot separate the "
+                "methods; its runs recorded no balanced accuracy (runs before 2026-11-29): re-run them."
+            )
+        else:
+            lines.append(f"{d}: largest class {100 * r.majority:.1f}% of the rows: scored by {r.metric}.")
+    return [*lines, ""] if lines else []
 
 
 def _condition_lines(cond: Condition, reference: str, display) -> list[str]:
@@ -312,14 +354,20 @@ def _cost_lines(results: Path, display) -> list[str]:
 
 
 def with_train_rows(df: pd.DataFrame, results: Path) -> pd.DataFrame:
-    """The results' rows with ``n_train``, each run's training rows from its manifest (the corrected t-test's
-    n_test / n_train), where the manifests are there."""
-    if "n_train" in df or "run_id" not in df:
+    """The results' rows with ``n_train`` (each run's training rows: the corrected t-test's n_test / n_train) and
+    ``majority`` (its largest class's share of the training rows), from the manifests, where they are there."""
+    if "run_id" not in df:
         return df
     from .outputs import sweep_manifests
 
     try:
-        n = {m["run_id"]: (m.get("data") or {}).get("n_train") for m in sweep_manifests(Path(results))}
+        mans = sweep_manifests(Path(results))
     except (OSError, ValueError):
         return df
-    return df.assign(n_train=df["run_id"].map(n))
+    data = {m["run_id"]: m.get("data") or {} for m in mans}
+    counts = {r: d.get("train_class_counts") for r, d in data.items()}
+    majority = {r: (max(c) / sum(c) if c and sum(c) else np.nan) for r, c in counts.items()}
+    out = df.assign(majority=df["run_id"].map(majority))
+    return (
+        out if "n_train" in df else out.assign(n_train=df["run_id"].map({r: d.get("n_train") for r, d in data.items()}))
+    )

@@ -19,7 +19,8 @@ import numpy as np
 from ..core.errors import VFLBenchError
 
 F1_RULES = ("per_predictor_mean", "per_predictor_nonzero", "single")
-METRICS = ("accuracy", "f1", "auprc")  # every run's test metrics, in points (x 100)
+# every run's test metrics, in points (x 100); balanced accuracy where the target has more than two classes
+METRICS = ("accuracy", "f1", "auprc", "balanced_accuracy")
 
 
 def accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
@@ -30,6 +31,20 @@ def accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.nd
         return float("nan")
     credit = correct.sum(0)[use] / n_valid[use]
     return 100.0 * float(credit.mean())
+
+
+def balanced_accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
+    """Accuracy's credit (each counted sample the mean correctness of the predictors that answer it) averaged within
+    each true class, then over the classes present (%): scikit-learn's ``balanced_accuracy_score`` for one answering
+    predictor a sample. A 90%-majority target scored by accuracy cannot tell methods apart; this can."""
+    correct = (preds == y[None, :]) & valid
+    n_valid = valid.sum(0)
+    use = counted & (n_valid > 0)
+    if not use.any():
+        return float("nan")
+    credit = correct.sum(0)[use] / n_valid[use]
+    yu = y[use]
+    return 100.0 * float(np.mean([credit[yu == c].mean() for c in np.unique(yu)]))
 
 
 def _combine(values: list[float], rule: str) -> float:
@@ -111,4 +126,6 @@ def compute_metrics(
     }
     if scores is not None and n_classes == 2:
         out["auprc"] = 100.0 * auprc(scores, valid, counted, y, rule, positive_class)
+    if n_classes > 2:
+        out["balanced_accuracy"] = balanced_accuracy(preds, valid, counted, y)
     return out
