@@ -20,12 +20,12 @@ import torch
 from _testenv import TEST_DEVICE
 
 from vflbench.core import plugins
+from vflbench.core.metrics import F1_RULES, compute_metrics
 from vflbench.core.rng import Streams
 from vflbench.methods import METHODS, Method, MethodContext, Option
 from vflbench.nn.models import ModelSpec
 from vflbench.privacy.channel import Channel
 from vflbench.runs.config import RunConfig, config_from_manifest, resolve
-from vflbench.training.metrics import F1_RULES, compute_metrics
 from vflbench.training.trainer import BlockData, StageHP, TrainPolicy, TrainSet, fit, fit_at_once, predict
 
 from .helpers import batch

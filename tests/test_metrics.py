@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from vflbench.training.metrics import accuracy, auprc, compute_metrics, f1
+from vflbench.core.metrics import accuracy, auprc, compute_metrics, f1
 
 
 def test_accuracy_averages_over_observed_clients():
@@ -71,7 +71,7 @@ def test_f1_and_average_precision_equal_scikit_learns_bit_for_bit():
     from sklearn.metrics import average_precision_score as sk_ap
     from sklearn.metrics import f1_score as sk_f1
 
-    from vflbench.training.metrics import average_precision_score, f1_score
+    from vflbench.core.metrics import average_precision_score, f1_score
 
     rng = np.random.default_rng(0)
     for case in range(300):
@@ -97,7 +97,7 @@ def test_balanced_accuracy_is_scikit_learns_for_one_predictor_and_separates_a_ma
     finds half of each minority class scores 92.5 + 3.75 accuracy and 66.7 balanced accuracy."""
     from sklearn.metrics import balanced_accuracy_score
 
-    from vflbench.training.metrics import balanced_accuracy, compute_metrics
+    from vflbench.core.metrics import balanced_accuracy, compute_metrics
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 4, 500)

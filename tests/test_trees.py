@@ -940,3 +940,39 @@ def _square_or_fail(state, i):
     if i == 13:
         raise ValueError("no 13")
     return i * i
+
+
+def test_a_tree_methods_early_stop_keeps_the_best_round_count_on_the_validation_rows_by_the_patience_rule():
+    """--method-opt early_stop=N (issue 79, item 5): the trees train on the rows the neural methods train on (the run's
+    validation rows held out, 0.1 when none are), and keep the round count that scores best on those rows. Checked
+    against an independent computation: every prefix of the booster scored by scikit-learn's average precision on the
+    validation rows, the patience rule applied by hand; the test predictions are the booster's with that many rounds."""
+    from sklearn.metrics import average_precision_score
+
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.inputs import prepare
+    from vflbench.training.pipeline import build, early_stopping, train
+
+    cfg = RunConfig(dataset="breast_cancer", method="gbdt", method_options={"early_stop": 5, "trees": 60}, seed=3)
+    run = resolve(cfg)
+    assert run.protocol.val_split == pytest.approx(0.1)
+    inputs = prepare(run, "cpu")
+    assert len(inputs.train.y) + len(inputs.y_val) == len(inputs.prep.data.y_train)  # the rows held out: not trained
+    method = build(run, inputs)
+    stop = early_stopping(run, inputs, method)
+    train(run, inputs, method, [stop])
+    import xgboost as xgb
+
+    obs = inputs.val_train_obs.cpu().numpy()
+    blocks = [inputs.val.x[k, :, : method.ctx.widths[k]].float().cpu().numpy() for k in range(method.k)]
+    x = method.binned(method.categorical_codes(method.with_missing(blocks, obs)))
+    curve = []
+    for r in range(1, 61):
+        p = method.booster.predict(method.matrix(xgb, x), iteration_range=(0, r))
+        curve.append(100 * average_precision_score(inputs.y_val == 1, p))
+        best = int(np.argmax(curve)) + 1  # the first of the best
+        if r - best >= 5:
+            break
+    assert stop.extras()["best_epoch"] == best and stop.extras()["epochs_trained"] == len(curve)
+    assert stop.extras()["val_best"] == pytest.approx(max(curve), abs=1e-9)
+    assert method.round_limit == (best if best < 60 else None)

@@ -1,5 +1,5 @@
-"""Commands about data: `datasets`, `data fetch`, `masks` (what a partition and a mechanism draw) and `inspect`
-(what a loader inferred from a table)."""
+"""Commands about data: `datasets`, `data fetch`, `masks` (what a partition and a mechanism draw), `inspect`
+(what a loader inferred from a table) and `audit` (the suite's leakage audit)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,36 @@ def data_fetch(name: str = typer.Argument(..., help="dataset name (see `vflbench
     console.print(f"[green]{name}[/] ready under {spec.ds_dir()}")
     for f, s in sums.items():
         console.print(f"  {f}  sha256 {s}")
+
+
+@app.command()
+@friendly
+def audit(
+    tables: list[str] | None = typer.Argument(None, help="suite tables (default: every one of experiments/suite/)"),
+    out: str = typer.Option("results/audit", help="folder for audit.csv, tables.csv and audit.md"),
+    sample: int = typer.Option(20_000, help="at most this many training rows a table are screened"),
+    verdicts_only: bool = typer.Option(
+        False, "--verdicts-only", help="screen nothing: re-read the tables' verdicts into OUT's audit and its audit.md"
+    ),
+):
+    """The leakage audit of the suite's tables: each column alone (cross-validated AUROC, or accuracy lift for 3+
+    classes: a post-outcome column or a proxy of the label stands out), each repeated-level column as an entity
+    (leave-one-out accuracy from the other rows of its level: a panel ID under a row-wise split), and the test rows
+    equal to a training row; each flagged column with its verdict from the table's YAML (audit:, group:)."""
+    from ..data.datasets.suite import suite_names
+    from ..results.leakage import audit_suite, refresh_verdicts
+    from .app import out_path
+
+    if sample < 100:
+        raise VFLBenchError(f"--sample {sample}: screen at least 100 rows a table.")
+    folder = out_path(out)
+    if verdicts_only:
+        audit_rows = refresh_verdicts(folder)
+    else:
+        audit_rows, _ = audit_suite(list(tables or suite_names()), folder, sample, say=console.print)
+    flagged = audit_rows[audit_rows["flag_alone"] | audit_rows["flag_entity"]]
+    left = int((flagged["verdict"] == "").sum())
+    console.print(f"{len(flagged)} flagged column(s), {left} without a verdict -> {folder / 'audit.md'}")
 
 
 @app.command()

@@ -224,13 +224,13 @@ def columns(
     sources = _source_columns(data, shape[0])
     cols = list(dict.fromkeys(sources))
     prep = getattr(data, "preprocessing", None) or {}
-    not_features = {prep.get("target"): "the target"} | {
-        c: "dropped with drop=" for c in prep.get("dropped_columns", [])
-    }
-    # columns the loader itself left out (constant, all missing, an ID; a group column that is not an input): a
-    # party that lists one loses it, with a warning, and only a party left with no column is refused
+    not_features = {prep.get("target"): "the target"}
+    # columns left out before the split (drop=, among them a suite table's audit verdicts; constant, all missing or an
+    # ID; a group column that is not an input): a party that lists one loses it, with a warning, and only a party
+    # left with no column is refused
     split = prep.get("split") or {}
-    left_out = {c: "dropped by the loader as useless" for c in prep.get("auto_dropped_columns", [])}
+    left_out = {c: "dropped with drop=" for c in prep.get("dropped_columns", [])}
+    left_out |= {c: "dropped by the loader as useless" for c in prep.get("auto_dropped_columns", [])}
     if split.get("group") and not split.get("group_input"):
         left_out[split["group"]] = "the group column (the entity the split keeps on one side; not an input)"
     owner: dict[str, str] = {}

@@ -39,6 +39,15 @@ TREE_OPTIONS = (
     Option("reg_lambda", float, 1.0, "L2 penalty lambda on the leaf values", check=_at_least(0.0)),
     Option("gamma", float, 0.0, "the least gain a split needs (XGBoost's min_split_loss)", check=_at_least(0.0)),
     Option("min_child_weight", float, 1.0, "the least hessian on each side of a split", check=_at_least(0.0)),
+    Option(
+        "early_stop",
+        int,
+        0,
+        "rounds without a better validation score (AUPRC for a binary target, else accuracy) after which the rounds "
+        "stop counting: the model keeps the best round count, scored on the run's validation rows (protocol val_split; "
+        "0.1 of the training rows when the run holds none out), the neural methods' patience rule; 0: every round",
+        check=_at_least(0),
+    ),
 )
 
 TREE_SEARCH_SPACE = {
@@ -91,6 +100,7 @@ class TreeMethod(Method):
     def build(self) -> None:
         self.model = None
         self.max_bin = int(self.options["max_bin"]) or self.default_bin()
+        self.round_limit: int | None = None  # predict with the first rounds only (early_stop's choice)
 
     def default_bin(self) -> int:
         return 256

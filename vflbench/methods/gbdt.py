@@ -116,7 +116,8 @@ class GBDT(TreeMethod):
         x = self.binned(self.categorical_codes(self.with_missing(self.party_columns(batch.blocks), obs)))
         if self.options.get("categorical") == "target":
             x = self.target_statistics(x)
-        p = self.booster.predict(self.matrix(xgb, x))
+        rounds = (0, self.round_limit) if self.round_limit else (0, 0)  # (0, 0): every round
+        p = self.booster.predict(self.matrix(xgb, x), iteration_range=rounds)
         return np.stack([1 - p, p], 1) if self.c == 2 else p
 
     def embedded_columns(self) -> list[int]:

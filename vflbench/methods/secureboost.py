@@ -294,7 +294,7 @@ class SecureBoost(TreeMethod):
         obs = batch.obs.cpu().numpy().astype(bool)
         for k, c in enumerate(cols[: len(self.parties)]):
             self.parties[k].set_batch(c)
-        margin = self.label.predict(self.model, obs)
+        margin = self.label.predict(self.model, obs, self.round_limit)
         self._stop_parties()
         return self.model.objective.probabilities(margin)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import METHODS
+from .boosting import TREE_OPTIONS
 from .gbdt import GBDT
 
 YARDSTICK = {"trees": 300, "max_depth": 6, "learning_rate": 0.1}
@@ -24,7 +25,8 @@ class XGBoostCodes(GBDT):
     name, display = "xgboost", "XGBoost (codes)"
     paper = "XGBoost (Chen & Guestrin, KDD 2016), untuned on integer codes: the practitioner's yardstick, not VFL"
     runtime_refusal = "xgboost is the practitioner's yardstick: every block in one place, no parties"
-    option_specs = ()
+    # its one option: the rounds it stops after on the validation rows, as every tree method (0: all 300 rounds)
+    option_specs = tuple(o for o in TREE_OPTIONS if o.name == "early_stop")
     search_space = {}
     assumptions = (
         "XGBoost tree_method=hist, 300 trees, depth 6, eta 0.1, every other parameter XGBoost's default; missing "

@@ -131,7 +131,7 @@ def compare(raw: pd.DataFrame, agg: pd.DataFrame, alpha: float = ALPHA, margin: 
 def in_points(metric: str) -> bool:
     """A metric recorded in points (x 100: accuracy, F1, AUPRC and their validation, screened and exact variants),
     where the practical margin applies; other metrics (bytes, epsilons, attack scores) are compared without one."""
-    from ..training.metrics import METRICS
+    from ..core.metrics import METRICS
 
     base = str(metric).split("@", 1)[0]
     base = base[4:] if base.startswith("val_") else base

@@ -424,18 +424,23 @@ def resolve_model(cfg: RunConfig, preset: str, info, parties: int, batch_size: i
 EARLY_STOPPING_SPLIT = 0.1  # the validation rows early stopping holds out when the run names none (scikit-learn's)
 
 
-def early_stopping_split(proto, mcls, stages, stage_hp: dict[str, HParams], settings=None):
+def early_stopping_split(proto, mcls, stages, stage_hp: dict[str, HParams], settings=None, options=None):
     """The protocol with validation rows for early stopping: ``patience`` acts on the method's last stage (the one
     that predicts), scored on ``val_split`` of the training rows, 0.1 when the run holds none out. Trees stop by
-    rounds, not epochs: ``patience`` is refused there, as on an earlier stage (pretraining has no prediction to
-    score)."""
+    rounds, not epochs: ``patience`` is refused there (their option ``early_stop`` counts rounds, on the same
+    validation rows), as on an earlier stage (pretraining has no prediction to score)."""
     from dataclasses import replace as _replace
 
     early = [st.name for st in stages if stage_hp[st.name].patience]
+    if mcls.trains_whole and int((options or {}).get("early_stop", 0) or 0) and not early:
+        return proto if proto.val_split > 0 else _replace(proto, val_split=EARLY_STOPPING_SPLIT)
     if not early:
         return proto
     if mcls.trains_whole:
-        raise VFLBenchError(f"{mcls.display} grows trees, not epochs: patience (early stopping) does not apply.")
+        raise VFLBenchError(
+            f"{mcls.display} grows trees, not epochs: patience (early stopping) does not apply; --method-opt "
+            "early_stop=N stops its rounds on the validation rows."
+        )
     if early != [stages[-1].name]:
         raise VFLBenchError(
             f"patience (early stopping) applies to the last stage, {stages[-1].name}, which predicts; drop it for "
@@ -504,7 +509,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     stage_hp, hp_sources = resolve_stage_hp(
         cfg, mcls, stages, preset, base, overrides, proto, train_missing, user_table
     )
-    proto = early_stopping_split(proto, mcls, stages, stage_hp, settings)
+    proto = early_stopping_split(proto, mcls, stages, stage_hp, settings, options)
     es = ["preset.user_table"] if user_table and stage_hp[stages[-1].name].patience else []  # its behaviour version
     hp = stage_hp[stages[0].name]
     model = resolve_model(cfg, preset, info, int(settings["parties"]), hp.batch_size)

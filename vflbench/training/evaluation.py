@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.metrics import METRICS, compute_metrics
 from ..methods import Method
 from ..runs.config import ResolvedRun
 from .inputs import RunInputs
-from .metrics import METRICS, compute_metrics
 from .screening import Screen, detection
 from .trainer import BlockData, predict
 

@@ -192,7 +192,17 @@ def hold_out_validation(run: ResolvedRun, prep: Prepared, train_masks: Masks, de
         )
         full.observed = full.observed[val_idx]
         val_masks[s] = full
-    train_masks.info.update({"validation_samples": int(len(val_idx)), "val_split": proto.val_split})
+    import hashlib
+
+    train_masks.info.update(
+        {
+            "validation_samples": int(len(val_idx)),
+            "val_split": proto.val_split,
+            "val_by": "groups" if getattr(data, "groups_train", None) is not None else proto.val_by,
+            # which rows: every method of a seed trains and validates on the same ones (compare across manifests)
+            "validation_rows_sha256": hashlib.sha256(np.asarray(val_idx, np.int64).tobytes()).hexdigest(),
+        }
+    )
     return keep, val, y_val, val_train_obs, val_masks
 
 

@@ -216,6 +216,45 @@ class EarlyStopping(Callback):
         }
 
 
+class TreeRounds(Callback):
+    """``early_stop`` of a tree method (gbdt, xgboost, secureboost): the neural methods' patience rule on rounds. When
+    the trees are grown, the validation rows (the run's ``val_split`` of the training rows, which the trees did not
+    train on) are scored under their training masks with the first r rounds, r = 1, 2, ...: AUPRC for a binary target,
+    else accuracy. The count stops after ``patience`` rounds without a strictly better score, and the model predicts
+    with the best count from then on. The rows record the same columns as the neural early stopping (best_epoch: the
+    rounds kept)."""
+
+    def __init__(self, inputs: RunInputs, method: Method, patience: int, batch_size: int):
+        if inputs.val is None or inputs.val_train_obs is None:
+            raise VFLBenchError("early_stop needs validation rows: set the protocol option val_split > 0.")
+        self.inputs, self.method, self.patience, self.batch_size = inputs, method, int(patience), batch_size
+        self.metric = "auprc" if inputs.prep.data.n_classes == 2 else "accuracy"
+        self.curve: list[float] = []
+        self.best, self.best_round = -math.inf, 0
+
+    def on_stage_end(self, loop) -> None:
+        i, m = self.inputs, self.method
+        total = int(m.options["trees"])
+        for r in range(1, total + 1):
+            m.round_limit = r
+            v = float(score(m, i, i.val, i.val_train_obs, i.y_val, self.batch_size, phase="monitor")[self.metric])
+            v = -math.inf if math.isnan(v) else v
+            self.curve.append(v)
+            if v > self.best:
+                self.best, self.best_round = v, r
+            elif r - self.best_round >= self.patience:
+                break
+        m.round_limit = self.best_round if 0 < self.best_round < total else None
+
+    def extras(self) -> dict[str, Any]:
+        return {
+            "early_stop_metric": f"val_{self.metric}",
+            "best_epoch": float(self.best_round),
+            "epochs_trained": float(len(self.curve)),
+            "val_best": self.best if math.isfinite(self.best) else float("nan"),
+        }
+
+
 def _generators(method: Method) -> list[torch.Generator]:
     """The random generators a prediction may draw from: the method's, its channel's and its boundary's (each an
     attribute holding a torch.Generator), so that scoring between epochs changes no draw of the training."""

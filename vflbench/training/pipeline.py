@@ -1,6 +1,6 @@
 """One run as a pipeline: :func:`prepare` (data, partition, masks from the named streams) ->
 :func:`build` (the method from the registry) -> :func:`train` (:func:`vflbench.training.trainer.fit`) ->
-:func:`evaluate` (every test setting, :mod:`vflbench.training.metrics`) -> :func:`record` (CSV rows and the
+:func:`evaluate` (every test setting, :mod:`vflbench.core.metrics`) -> :func:`record` (CSV rows and the
 manifest). :func:`execute` chains them; writing files is :mod:`vflbench.results.outputs`' job. The
 benchmark script calls the same steps."""
 
@@ -27,7 +27,7 @@ from .evaluation import METRICS, Evaluation, cost_extras, evaluate, mask_summary
 
 # the pipeline's steps, re-exported
 from .inputs import RunInputs, prepare, report_alignment, validation_split  # noqa: F401
-from .monitors import BudgetEvaluator, EarlyStopping, SSLProbe, TargetMonitor  # noqa: F401
+from .monitors import BudgetEvaluator, EarlyStopping, SSLProbe, TargetMonitor, TreeRounds  # noqa: F401
 from .trainer import Callback, History, StageHP, TrainPolicy, fit, fit_at_once
 
 
@@ -174,9 +174,12 @@ def party_faults(run: ResolvedRun, wire=None):
     return faults
 
 
-def early_stopping(run: ResolvedRun, inputs: RunInputs, method: Method) -> EarlyStopping | None:
-    """The early stopping of the method's last stage when its ``patience`` is set (vflbench.runs.config:
-    early_stopping_split gives it validation rows)."""
+def early_stopping(run: ResolvedRun, inputs: RunInputs, method: Method) -> EarlyStopping | TreeRounds | None:
+    """The early stopping of the method's last stage when its ``patience`` is set, or of a tree method's rounds when
+    its ``early_stop`` is (vflbench.runs.config: early_stopping_split gives both validation rows)."""
+    if method.trains_whole:
+        rounds = int(method.options.get("early_stop", 0) or 0)
+        return TreeRounds(inputs, method, rounds, run.eval_batch_size) if rounds else None
     last = method.stages[-1].name
     hp = run.stage_hp[last]
     return EarlyStopping(inputs, method, last, hp.patience, run.eval_batch_size) if hp.patience else None

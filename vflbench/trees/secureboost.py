@@ -460,27 +460,28 @@ class LabelParty:
         return go_left
 
     # -- prediction
-    def predict(self, model: Model, observed: np.ndarray) -> np.ndarray:
+    def predict(self, model: Model, observed: np.ndarray, rounds: int | None = None) -> np.ndarray:
         """Margins [B, outputs] of a batch whose parties hold its columns (``observed`` [B, K]: a party whose block
-        is missing for a sample is asked nothing about it)."""
+        is missing for a sample is asked nothing about it); ``rounds``: the first trees only (None: every tree)."""
         b = observed.shape[0]
-        t_n = len(model.trees)
-        arrays = [t.arrays() for t in model.trees]
-        width = max(t.n_nodes for t in model.trees) if t_n else 1
+        trees = model.trees[:rounds] if rounds else model.trees
+        t_n = len(trees)
+        arrays = [t.arrays() for t in trees]
+        width = max(t.n_nodes for t in trees) if t_n else 1
         feat = np.full((t_n, width), -1, dtype=np.int64)
         dl = np.zeros((t_n, width), dtype=bool)
         lft = np.zeros((t_n, width), dtype=np.int64)
         rgt = np.zeros((t_n, width), dtype=np.int64)
         own = np.full((t_n, width), -1, dtype=np.int64)
         rec = np.zeros((t_n, width), dtype=np.int64)
-        for i, (a, o) in enumerate(zip(arrays, self.owner, strict=True)):
+        for i, (a, o) in enumerate(zip(arrays, self.owner[:t_n], strict=True)):
             n = len(a["feature"])
             feat[i, :n], dl[i, :n], lft[i, :n], rgt[i, :n] = a["feature"], a["default_left"], a["left"], a["right"]
             own[i, :n] = [p for p, _ in o]
             rec[i, :n] = [r for _, r in o]
         pos = np.zeros((b, t_n), dtype=np.int64)
         trees_idx = np.arange(t_n)[None, :].repeat(b, 0)
-        depth = max((max(t.depth) for t in model.trees), default=0)
+        depth = max((max(t.depth) for t in trees), default=0)
         for _ in range(depth):
             internal = feat[trees_idx, pos] >= 0
             if not internal.any():

@@ -32,7 +32,8 @@ class SuiteTable:
     data_options: dict[str, Any] = field(default_factory=dict)
     group: str = ""  # the entity column whose rows repeat (a firm, a person, a case): split by it
     group_input: str = ""  # why the group column is also an input (empty: it is not)
-    audit: dict[str, str] = field(default_factory=dict)  # column -> the leakage audit's verdict (results/audit)
+    # column -> the leakage audit's verdict (results/audit): a sentence; one that starts with "dropped" drops the column
+    audit: dict[str, str] = field(default_factory=dict)
 
 
 # Keys of a table's file that are about the evaluation protocol, not about its parties: a parties file's checksum
@@ -105,8 +106,9 @@ def expand(table: SuiteTable, data_options: dict[str, Any]) -> dict[str, Any]:
     opts: dict[str, Any] = dict(table.data_options)
     if table.target:
         opts["target"] = table.target
-    if table.drop:
-        opts["drop"] = ",".join(table.drop)
+    dropped = [c for c, v in table.audit.items() if v.strip().lower().startswith("dropped")]
+    if table.drop or dropped:  # the leakage audit's "dropped" verdicts join the table's own drop list
+        opts["drop"] = ",".join([*table.drop, *(c for c in dropped if c not in table.drop)])
     if table.categorical:
         opts["categorical"] = ",".join(table.categorical)
     if table.group:

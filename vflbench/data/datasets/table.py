@@ -237,9 +237,7 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     tgt = resolve_target(tab, opts)
     feats = feature_columns(tab, opts)
     target = str(opts["target"]).strip()
-    group = _group_column(tab, opts, target)
-    if group in feats and not str(opts.get("group_input") or "").strip():
-        feats.remove(group)  # an entity's ID is never an input unless the table says why
+    group = _group_column(tab, opts, target, feats)
     n_train_rows = len(tab.train)
     full = tab.train if tab.test is None else pd.concat([tab.train, tab.test], ignore_index=True)
     y_all = tgt.y_text
@@ -266,9 +264,7 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     X_df = full if keep.all() else full.loc[keep, feats].reset_index(drop=True)
     y = y_all[keep].map(tgt.mapping).to_numpy(np.int64)
     is_train = (np.arange(len(full)) < n_train_rows)[keep]
-    groups = None
-    if group:
-        groups = pd.factorize(full.loc[keep, group].reset_index(drop=True), use_na_sentinel=False)[0].astype(np.int64)
+    groups = _group_codes(full, keep, group)
     tr_idx, te_idx = _split(tab, opts, y, is_train, tgt.classes, groups)
     enc_opts = EncodingOptions.from_options(opts, f"{tab.label}: ")
     enc = encode(tab.label, X_df, feats, kinds, enc_opts, tr_idx, te_idx)
@@ -318,21 +314,11 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
         "encoded_width": int(Xtr.shape[1]),
     }
     if enc.embedded:
-        prep["embedding"] = {
-            "embed_above": enc_opts.embed_above,
-            "hash_buckets": enc_opts.hash_buckets,
-            "min_count": enc_opts.min_count,
-            "codes": "0 = missing cell, 1 = level unseen in training, 2 = pooled rare levels, 3.. = levels",
-        }
-    if group:
-        prep["split"] = {
-            "group": group,
-            "group_input": str(opts.get("group_input") or "") or None,
-            "groups_train": int(len(np.unique(groups[tr_idx]))),
-            "groups_test": int(len(np.unique(groups[te_idx]))),
-        }
+        prep["embedding"] = {"embed_above": enc_opts.embed_above, "hash_buckets": enc_opts.hash_buckets,
+                             "min_count": enc_opts.min_count, "codes": EMBEDDING_CODES}  # fmt: skip
     ds = Dataset(info, Xtr, y[tr_idx], Xte, y[te_idx], feature_names=names, embedded=enc.embedded)
-    if group:
+    if group:  # the entity of every row, and what the split did with them
+        prep["split"] = _group_record(group, opts, groups, tr_idx, te_idx)
         ds.groups_train, ds.groups_test = groups[tr_idx], groups[te_idx]
     ds.feature_sources = sources
     ds.empty_cells = {"columns": list(feats), "train": empty[tr_idx], "test": empty[te_idx]}
@@ -341,8 +327,28 @@ def build_dataset(tab: Table, opts: dict[str, Any]) -> Dataset:
     return ds
 
 
-def _group_column(tab: Table, opts: dict[str, Any], target: str) -> str:
-    """The data option ``group``: a column of the table, not the target (empty: rows are independent)."""
+EMBEDDING_CODES = "0 = missing cell, 1 = level unseen in training, 2 = pooled rare levels, 3.. = levels"
+
+
+def _group_codes(full: pd.DataFrame, keep: np.ndarray, group: str) -> np.ndarray | None:
+    """Each kept row's entity as an integer code (a missing value is an entity of its own); None without a group."""
+    if not group:
+        return None
+    return pd.factorize(full.loc[keep, group].reset_index(drop=True), use_na_sentinel=False)[0].astype(np.int64)
+
+
+def _group_record(group: str, opts: dict[str, Any], groups: np.ndarray, tr_idx, te_idx) -> dict[str, Any]:
+    return {
+        "group": group,
+        "group_input": str(opts.get("group_input") or "") or None,
+        "groups_train": int(len(np.unique(groups[tr_idx]))),
+        "groups_test": int(len(np.unique(groups[te_idx]))),
+    }
+
+
+def _group_column(tab: Table, opts: dict[str, Any], target: str, feats: list[str]) -> str:
+    """The data option ``group``: a column of the table, not the target (empty: rows are independent). It leaves
+    ``feats`` (an entity's ID is never an input) unless ``group_input`` gives the reason it is one."""
     group = str(opts.get("group") or "").strip()
     if not group:
         return ""
@@ -355,6 +361,8 @@ def _group_column(tab: Table, opts: dict[str, Any], target: str) -> str:
         raise VFLBenchError(
             f"{tab.label}: group={group!r} with a test file: the given split is used as it is; drop one of the two."
         )
+    if group in feats and not str(opts.get("group_input") or "").strip():
+        feats.remove(group)
     return group
 
 

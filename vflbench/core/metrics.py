@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import VFLBenchError
+from .errors import VFLBenchError
 
 F1_RULES = ("per_predictor_mean", "per_predictor_nonzero", "single")
 # every run's test metrics, in points (x 100); balanced accuracy where the target has more than two classes
