@@ -70,7 +70,18 @@ def test_every_flagged_column_of_the_committed_audit_has_a_verdict_and_the_named
         f"{r.table}:{r.column}" for r in flagged.itertuples() if not verdict(read_suite_table(r.table), r.column)
     ]
     assert not missing, f"flagged columns without a verdict in their table's YAML (audit:): {missing}"
-    named = {"covid": "rec_ver_tat", "mpls_stops": "race", "innovation": "institutions", "gss_wages": "realinc"}
+    named = {"covid": "rec_ver_tat", "mpls_stops": "race", "innovation": "institutions", "gss_wages": "realrinc"}
     for table, column in named.items():
         assert verdict(read_suite_table(table), column), (table, column)
     assert verdict(read_suite_table("mpls_stops"), "gender")
+
+
+def test_audit_refuses_an_unknown_table_and_verdicts_without_an_audit_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    r = CliRunner().invoke(app, ["audit", "nope", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "No suite table nope" in r.output and not (tmp_path / "a").exists()
+    r = CliRunner().invoke(app, ["audit", "--verdicts-only", "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "run vflbench audit --out" in r.output

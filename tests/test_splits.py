@@ -120,3 +120,33 @@ def test_a_parties_file_naming_a_column_the_loader_drops_loses_it_with_a_warning
     with pytest.raises(VFLBenchError, match="party 'two' ends up with no columns \\(its columns flat were left out"):
         with pytest.warns(Warning):
             run("bad.yaml")
+
+
+@pytest.mark.integration  # about two minutes: each of 5 splits of two tables is loaded and encoded
+def test_the_protocol_experiment_plans_five_splits_grouped_entities_audited_columns_and_equal_rows(tmp_path):
+    """experiments/suite_protocol.yaml, sliced to a panel table and the audited covid (the whole plan takes minutes):
+    5 seeds, each its own split; nlswork split by idcode; covid without rec_ver_tat; every method holds out the same
+    stratified 0.1 of the training rows and weighs no class; the trees stop on it."""
+    from vflbench.grids.experiment import load_experiment
+    from vflbench.grids.sweep import plan
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    exp = load_experiment(
+        str(root / "experiments" / "suite_protocol.yaml"),
+        datasets=["suite:nlswork", "suite:covid"],
+        methods_subset=["xgboost", "secureboost", "laser"],
+    )
+    with pytest.warns(Warning):
+        runs = plan(exp, tmp_path).todo
+    assert len(runs) == 2 * 3 * 2 * 5  # tables x methods x trainings x seeds
+    for r in runs:
+        assert r.data_options["split_seed"] == r.settings["seed"]
+        assert r.protocol.val_split == pytest.approx(0.1) and r.protocol.val_by == "stratified"
+        assert r.protocol.balanced_sampler is False
+        if "nlswork" in r.dataset:
+            assert r.data_options["group"] == "idcode"
+        else:
+            assert "rec_ver_tat" in r.data_options["drop"].split(",")
+        if r.method in ("xgboost", "secureboost"):
+            assert r.method_options["early_stop"] == 10
+    assert len({r.settings["seed"] for r in runs}) == 5
