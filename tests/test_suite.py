@@ -116,7 +116,7 @@ SUITE = sorted(
 
 
 def test_suite_name_is_its_long_form_with_its_own_parties(tmp_path):
-    """``suite:NAME`` runs the table's source with its target, drops and parties file: the same key as the long
+    """``suite:NAME`` runs the table's source with its target, drops, group and parties file: the same key as the long
     form; another --parties or --partitioner is refused in one line; an unknown name gets the closest."""
     from vflbench.core.errors import VFLBenchError
     from vflbench.data.datasets.suite import read_suite_table
@@ -127,7 +127,7 @@ def test_suite_name_is_its_long_form_with_its_own_parties(tmp_path):
     long = resolve(
         RunConfig(dataset=t.source, method="svfl", test_missing=["none"], partitioner="columns",
                   partition_options={"file": str(t.path)}, settings={"parties": 3},
-                  data_options={"target": "dead", "drop": ",".join(t.drop), "categorical": "caseid"})
+                  data_options={"target": "dead", "drop": ",".join(t.drop), "categorical": "caseid", "group": "caseid"})
     )  # fmt: skip
     assert short.key == long.key and short.parties == 3 and short.partitioner == "columns"
     for kw, words in [

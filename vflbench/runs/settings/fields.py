@@ -161,7 +161,8 @@ declare_field(
 )
 # a test keeps it equal to the loader's
 TABLE_OPTIONS = (
-    "target, drop, test, test_size, split_seed, scaler, categorical, positive, sep, coerce, keep, embed_above, "
+    "target, drop, test, test_size, split_seed, scaler, categorical, positive, sep, coerce, keep, group, group_input, "
+    "embed_above, "
     "embed_dim, hash_buckets, min_count"
 )
 declare_field(
