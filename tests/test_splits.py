@@ -150,3 +150,16 @@ def test_the_protocol_experiment_plans_five_splits_grouped_entities_audited_colu
         if r.method in ("xgboost", "secureboost"):
             assert r.method_options["early_stop"] == 10
     assert len({r.settings["seed"] for r in runs}) == 5
+
+
+def test_the_holdout_list_is_fixed_names_12_or_more_new_tables_and_none_of_the_suites():
+    """experiments/suite_holdout.yaml: 12+ R tables fixed before any run, none already in the suite, no nycflights."""
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    tables = yaml.safe_load((root / "experiments" / "suite_holdout.yaml").read_text())["holdout"]
+    suite_sources = {read_suite_table(n).source for n in suite_names()}
+    sources = [t["source"] for t in tables.values()]
+    assert len(set(sources)) == len(sources) >= 12
+    assert not set(sources) & suite_sources and not any("nycflights" in s for s in sources)
+    assert all(t.get("target") and t.get("why") for t in tables.values())
