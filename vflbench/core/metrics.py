@@ -23,26 +23,27 @@ F1_RULES = ("per_predictor_mean", "per_predictor_nonzero", "single")
 METRICS = ("accuracy", "f1", "auprc", "balanced_accuracy")
 
 
-def accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
+def _credit(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray):
+    """(each scored sample's credit: the mean correctness of the predictors that answer it, which samples are scored:
+    counted and answered by one predictor or more)."""
     correct = (preds == y[None, :]) & valid
     n_valid = valid.sum(0)
     use = counted & (n_valid > 0)
-    if not use.any():
-        return float("nan")
-    credit = correct.sum(0)[use] / n_valid[use]
-    return 100.0 * float(credit.mean())
+    return correct.sum(0)[use] / np.maximum(n_valid[use], 1), use
+
+
+def accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
+    credit, use = _credit(preds, valid, counted, y)
+    return 100.0 * float(credit.mean()) if use.any() else float("nan")
 
 
 def balanced_accuracy(preds: np.ndarray, valid: np.ndarray, counted: np.ndarray, y: np.ndarray) -> float:
     """Accuracy's credit (each counted sample the mean correctness of the predictors that answer it) averaged within
     each true class, then over the classes present (%): scikit-learn's ``balanced_accuracy_score`` for one answering
     predictor a sample. A 90%-majority target scored by accuracy cannot tell methods apart; this can."""
-    correct = (preds == y[None, :]) & valid
-    n_valid = valid.sum(0)
-    use = counted & (n_valid > 0)
+    credit, use = _credit(preds, valid, counted, y)
     if not use.any():
         return float("nan")
-    credit = correct.sum(0)[use] / n_valid[use]
     yu = y[use]
     return 100.0 * float(np.mean([credit[yu == c].mean() for c in np.unique(yu)]))
 

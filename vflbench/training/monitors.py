@@ -208,12 +208,7 @@ class EarlyStopping(Callback):
             restore(loop.method, self.state)
 
     def extras(self) -> dict[str, Any]:
-        return {
-            "early_stop_metric": f"val_{self.metric}",
-            "best_epoch": float(self.best_epoch),
-            "epochs_trained": float(len(self.curve)),
-            "val_best": self.best if math.isfinite(self.best) else float("nan"),
-        }
+        return stopping_extras(self.metric, self.best, self.best_epoch, len(self.curve))
 
 
 class TreeRounds(Callback):
@@ -247,12 +242,17 @@ class TreeRounds(Callback):
         m.round_limit = self.best_round if 0 < self.best_round < total else None
 
     def extras(self) -> dict[str, Any]:
-        return {
-            "early_stop_metric": f"val_{self.metric}",
-            "best_epoch": float(self.best_round),
-            "epochs_trained": float(len(self.curve)),
-            "val_best": self.best if math.isfinite(self.best) else float("nan"),
-        }
+        return stopping_extras(self.metric, self.best, self.best_round, len(self.curve))
+
+
+def stopping_extras(metric: str, best: float, best_at: int, scored: int) -> dict[str, Any]:
+    """The columns an early-stopped run records, neural (epochs) or trees (rounds) alike."""
+    return {
+        "early_stop_metric": f"val_{metric}",
+        "best_epoch": float(best_at),
+        "epochs_trained": float(scored),
+        "val_best": best if math.isfinite(best) else float("nan"),
+    }
 
 
 def _generators(method: Method) -> list[torch.Generator]:
