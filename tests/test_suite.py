@@ -428,7 +428,7 @@ def test_the_committed_suite_runs_are_the_runs_the_experiment_plans_wherever_the
     from vflbench.grids.sweep import plan
 
     root = Path(__file__).resolve().parents[1]
-    planned = set(plan(load_experiment(str(root / "experiments/suite.yaml")), root / "results/suite").run_ids)
+    planned = set(plan(load_experiment(str(root / "experiments/suite_rowwise.yaml")), root / "results/suite").run_ids)
     committed = {json.loads(line)["run_id"] for line in open(root / "results/suite/manifests.jsonl")}
     assert len(committed) == 1440 and planned == committed
 
@@ -461,3 +461,32 @@ def test_a_table_with_a_90_percent_majority_is_ranked_by_balanced_accuracy_where
     assert table_metrics(df.assign(majority=0.925)) == {"multi": "accuracy"}
     sc = scores(both.assign(majority=0.925))
     assert set(sc["metric"]) == {"balanced_accuracy"} and sc["value"].max() < 50
+
+
+def test_rank_tables_ranks_a_set_apart_and_refuses_an_unknown_table(tmp_path):
+    """--tables holdout ranks only the hold-out tables' runs (named by their sources, as results name them); a name
+    outside the suite is one line naming the sets and exit 2."""
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+    from vflbench.data.datasets.suite import read_suite_table, table_sets
+
+    holdout = table_sets()["holdout"][:5]
+    chosen = table_sets()["chosen"][:5]
+    v = {}
+    for name in holdout + chosen:
+        src = read_suite_table(name).source
+        v[(src, "xgboost")] = [60.0, 61.0, 62.0]
+        v[(src, "laser")] = [64.0, 65.0, 66.5] if name in holdout else [55.0, 56.0, 57.5]
+    _suite_rows(v).to_csv(tmp_path / "results.csv", index=False)
+    for which, result in (("holdout", [5, 0, 0]), ("chosen", [0, 0, 5])):
+        out = tmp_path / which
+        r = CliRunner().invoke(app, ["rank", str(tmp_path / "results.csv"), "--out", str(out), "--tables", which])
+        assert r.exit_code == 0, r.output
+        vs = pd.read_csv(out / "versus_xgboost.csv").set_index("method")
+        assert vs.loc["laser", ["wins", "ties", "losses"]].tolist() == result
+        assert set(pd.read_csv(out / "scores.csv")["dataset"]) == {
+            read_suite_table(n).source for n in (holdout if which == "holdout" else chosen)
+        }
+    r = CliRunner().invoke(app, ["rank", str(tmp_path / "results.csv"), "--tables", "hmda,nope"])
+    assert r.exit_code == 2 and "no suite table nope" in r.output and "give chosen or holdout" in r.output

@@ -100,6 +100,11 @@ def rank(
     reference: str = typer.Option("xgboost", help="the method every other is set against, paired over seeds"),
     out: str | None = typer.Option(None, help="folder for ranks.csv, versus_REF.csv, CD diagrams (default: RESULTS)"),
     methods: str | None = typer.Option(None, help="rank only these methods (comma-separated; the reference joins)"),
+    tables: str | None = typer.Option(
+        None,
+        help="rank only these tables: holdout (experiments/suite_holdout.yaml's, ranked apart), chosen (the "
+        "tables that chose the defaults) or suite tables, comma-separated",
+    ),
 ):
     """Conclusions across tables: per training x test condition, each method's mean rank over the tables, Friedman's
     test and a critical-difference diagram; each method's wins, ties and losses against --reference (paired over
@@ -111,7 +116,9 @@ def rank(
     from ..core.textlists import split_items
 
     chosen = split_items(methods, "--methods", "laser,xgboost") if methods else None
-    text = report(Path(results), folder, reference, display, chosen)
+    from ..data.datasets.suite import table_sources
+
+    text = report(Path(results), folder, reference, display, chosen, table_sources(tables) if tables else None)
     print(text)
     console.print(f"-> {folder / 'across_tables.md'}")
 

@@ -219,12 +219,18 @@ def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
 
 
 def report(
-    results: Path, out: Path, reference: str = REFERENCE, display=lambda m: m, methods: list[str] | None = None
+    results: Path,
+    out: Path,
+    reference: str = REFERENCE,
+    display=lambda m: m,
+    methods: list[str] | None = None,
+    tables: list[str] | None = None,
 ) -> str:
     """Write ``ranks.csv``, ``versus_<reference>.csv`` (counts per method and condition),
     ``versus_<reference>_tables.csv`` (every table's gap, p, Holm p and decision), ``scores.csv`` and one
     critical-difference diagram per condition (three methods or more, five tables or more) under ``out``; return the
-    Markdown of the ranks and of the comparison with the reference."""
+    Markdown of the ranks and of the comparison with the reference. ``tables``: only these datasets (e.g. the
+    hold-out set, ranked apart from the tables that chose the defaults)."""
     from .loading import load_results
     from .stats import critical_difference
 
@@ -236,6 +242,10 @@ def report(
                 f"{results}: no run of {', '.join(unknown)}; its methods: {', '.join(sorted(set(sc['method'])))}."
             )
         sc = sc[sc["method"].isin([*methods, reference])]
+    if tables is not None:
+        sc = sc[sc["dataset"].isin(tables)]
+        if sc.empty:
+            raise VFLBenchError(f"{results}: no run on the tables asked for ({', '.join(tables)}).")
     if sc.empty:
         raise VFLBenchError(f"{results}: no finished run to rank.")
     if reference not in set(sc["method"]):

@@ -41,7 +41,8 @@ def verdict(table, column: str) -> str:
 
 
 def audit_suite(names: list[str], out: Path, sample: int = 20_000, say=print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Screen ``names`` (suite tables), write ``audit.csv``, ``tables.csv`` and ``audit.md`` under ``out``."""
+    """Screen ``names`` (suite tables), write ``audit.csv``, ``tables.csv`` and ``audit.md`` under ``out``. A folder
+    that holds an audit keeps the rows of the tables not named (a table added or edited is screened alone)."""
     import warnings
 
     from ..data.audit import audit_dataset
@@ -66,6 +67,13 @@ def audit_suite(names: list[str], out: Path, sample: int = 20_000, say=print) ->
         flagged = rows[rows["flag_alone"] | rows["flag_entity"]]["column"].tolist()
         say(f"[{i}/{len(names)}] {name}: {len(rows)} columns, flagged {', '.join(flagged) or 'none'}")
     audit, tables = pd.concat(cols, ignore_index=True), pd.DataFrame(facts)
+    if (out / "audit.csv").is_file() and (out / "tables.csv").is_file():
+        # a subset refreshes its tables in the folder's audit; the other suite tables' rows stay as they were screened
+        old_audit, old_tables = pd.read_csv(out / "audit.csv"), pd.read_csv(out / "tables.csv")
+        keep = lambda df: df[~df["table"].isin(names) & df["table"].isin(known)]  # noqa: E731
+        audit = pd.concat([keep(old_audit), audit], ignore_index=True)
+        tables = pd.concat([keep(old_tables), tables], ignore_index=True)
+        audit["verdict"] = audit["verdict"].fillna("")
     out.mkdir(parents=True, exist_ok=True)
     audit.to_csv(out / "audit.csv", index=False)
     tables.to_csv(out / "tables.csv", index=False)

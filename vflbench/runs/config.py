@@ -339,13 +339,25 @@ def natural_missing_blocks(dataset: str, data_options, partitioner: str, partiti
 
     if partitioner != "columns" or not is_table_name(dataset):
         return False
+    import json
+
     from ..data.preparation import prepare
 
-    prep = prepare(
-        dataset, data_options, int(settings["parties"]), partitioner, partition_options, int(settings["seed"])
+    key = json.dumps(
+        [dataset, data_options, int(settings["parties"]), partition_options, int(settings["seed"])],
+        sort_keys=True,
+        default=str,
     )
-    counts = (prep.data.preprocessing or {}).get("natural_missing_blocks", {})
-    return any(int(v) > 0 for split in counts.values() for v in split)
+    if key not in _NATURAL_MISSING:  # planning a grid asks once per table, split and parties, not once per run
+        prep = prepare(
+            dataset, data_options, int(settings["parties"]), partitioner, partition_options, int(settings["seed"])
+        )
+        counts = (prep.data.preprocessing or {}).get("natural_missing_blocks", {})
+        _NATURAL_MISSING[key] = any(int(v) > 0 for split in counts.values() for v in split)
+    return _NATURAL_MISSING[key]
+
+
+_NATURAL_MISSING: dict[str, bool] = {}
 
 
 def resolve_stage_hp(

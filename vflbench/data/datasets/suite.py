@@ -63,6 +63,36 @@ def suite_names(folder: Path = SUITE_DIR) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
+HOLDOUT_LIST = SUITE_DIR.parent / "suite_holdout.yaml"
+
+
+def table_sets(folder: Path = SUITE_DIR, holdout_list: Path = HOLDOUT_LIST) -> dict[str, list[str]]:
+    """The suite's two sets of tables: ``holdout``, the pre-registered tables of ``experiments/suite_holdout.yaml``
+    that have a parties file (a table that failed a criterion has none), and ``chosen``, every other table, on which
+    the suite's defaults were chosen."""
+    from ...core import yamlio
+
+    listed = (yamlio.load(holdout_list.read_text()) or {}).get("holdout") or {} if holdout_list.is_file() else {}
+    names = suite_names(folder)
+    holdout = [n for n in names if n in listed and not (listed[n] or {}).get("failed")]
+    return {"chosen": [n for n in names if n not in holdout], "holdout": holdout}
+
+
+def table_sources(spec: str) -> list[str]:
+    """The datasets (as results name them: a table's source) of ``spec``: a set of :func:`table_sets` (``holdout``,
+    ``chosen``) or suite tables, comma-separated."""
+    sets = table_sets()
+    names = sets.get(spec.strip()) or [n.strip().removeprefix("suite:") for n in spec.split(",") if n.strip()]
+    known = suite_names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise VFLBenchError(
+            f"--tables {spec}: {'no suite table ' + ', '.join(unknown) if unknown else 'names no table'}; give "
+            f"{' or '.join(sets)}, or suite tables (comma-separated): {', '.join(known)}."
+        )
+    return [read_suite_table(n).source for n in names]
+
+
 def read_suite_table(name: str, folder: Path = SUITE_DIR) -> SuiteTable:
     """``experiments/suite/NAME.yaml``, checked: one line naming the fix for a missing or malformed file."""
     from ...core import yamlio

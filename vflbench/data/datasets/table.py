@@ -585,6 +585,19 @@ def file_checksum(name: str, opts: dict[str, Any]) -> str:
 
 
 _BUILT: dict[str, Dataset] = {}
+_INFO: dict[str, DatasetInfo] = {}  # every table's facts probed in this process (small: classes, width, names)
+
+
+def _build_key(name: str, opts: dict[str, Any]) -> str:
+    """The key of a table built under ``opts``: its name, options and the size and time of its user files (an
+    edited file is rebuilt)."""
+    import json
+
+    files = [table_path(name)] if name.startswith("csv:") else []
+    if str(opts.get("test") or "").strip():
+        files.append(user_path(opts["test"]))
+    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
+    return json.dumps([name, opts, stamp], sort_keys=True, default=str)
 
 
 def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -> Dataset:
@@ -592,13 +605,8 @@ def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -
     probes it, preparing the run uses it; the options hold the file's sha256). A shallow copy, so a
     caller's reassignments never reach the cache."""
     import copy
-    import json
 
-    files = [table_path(name)] if name.startswith("csv:") else []
-    if str(opts.get("test") or "").strip():
-        files.append(user_path(opts["test"]))
-    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]  # an edited file is rebuilt
-    key = json.dumps([name, opts, stamp], sort_keys=True, default=str)
+    key = _build_key(name, opts)
     if key not in _BUILT:
         o = dict(opts)
         ds = build_dataset(read_source(name, o, download), o)
@@ -606,13 +614,18 @@ def load_table_dataset(name: str, opts: dict[str, Any], download: bool = True) -
         ds.options = dict(o)
         _BUILT.clear()  # keep one table in memory
         _BUILT[key] = ds
+        _INFO[key] = ds.info
     return copy.copy(_BUILT[key])
 
 
 def probe_info(name: str, opts: dict[str, Any]) -> DatasetInfo:
     """What a run needs to know before training (classes, width), with every bad input reported
-    now, before anything is written."""
-    return load_table_dataset(name, opts, download=True).info
+    now, before anything is written. Remembered per name and options, so planning a grid builds each
+    table once per split, not once per run (a sweep of 10 methods x 5 splits probed it 50 times)."""
+    key = _build_key(name, opts)
+    if key not in _INFO:
+        load_table_dataset(name, opts, download=True)
+    return _INFO[key]
 
 
 _SPECS: dict[str, Any] = {}
