@@ -92,3 +92,26 @@ def test_legends_cover_no_data(kind, folder, extra, tmp_path, monkeypatch):
     r = runner.invoke(app, ["plot", kind, str(root / folder), "--out", str(tmp_path / kind), *extra])
     assert r.exit_code == 0, r.output
     assert seen == [kind]
+
+
+def test_the_demo_chart_says_how_every_method_weighs_the_classes(tmp_path):
+    """The bars' title reads the weighting from the manifests: XGBoost never weighs, the neural methods sample in
+    balance and gbdt weighs rows when the protocol balances (Credit's old default); one kind for all says so."""
+    import json
+
+    from vflbench.results.report import class_weighting
+
+    def runs(folder, balanced):
+        for m in ("laser", "xgboost", "gbdt"):
+            d = folder / "runs" / f"{m}_{balanced}"
+            d.mkdir(parents=True)
+            cfg = {"method": m, "protocol": {"balanced_sampler": balanced}}
+            (d / "manifest.json").write_text(json.dumps({"run_id": d.name, "config": cfg}))
+        return folder
+
+    mixed = class_weighting(runs(tmp_path / "a", True))
+    assert mixed == (
+        "class weighting: balanced sampling: LASER-VFL; balanced weights: GBDT (central); none: XGBoost (codes)"
+    )
+    assert class_weighting(runs(tmp_path / "b", False)) == "class weighting: none (every method)"
+    assert class_weighting(tmp_path / "nothing") == ""

@@ -200,11 +200,13 @@ def _plot_cd(results: list[Path], out: Path) -> list[Path]:
 
 def _plot_bars(results: Path, out: Path) -> list[Path]:
     from ..results.plot import plot_bars
-    from ..results.report import make_table
+    from ..results.report import class_weighting, make_table
 
     _, agg = make_table(results, "generic")
     seeds = "/".join(map(str, sorted(set(agg["n_seeds"]))))
-    return plot_bars(agg, out, title=f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds")
+    title = f"{', '.join(dict.fromkeys(agg['dataset']))}: mean ± std over {seeds} seeds"
+    weighting = class_weighting(results)  # a comparison at unequal class weights says so on its face
+    return plot_bars(agg, out, title=f"{title}\n{weighting}" if weighting else title)
 
 
 def _drawer(name: str):

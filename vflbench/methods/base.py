@@ -241,6 +241,15 @@ class Method:
         return []
 
     @classmethod
+    def class_weighting(cls, balanced: bool) -> str:
+        """How a run weighs the classes when its protocol samples them in balance (``balanced``) or not: the neural
+        methods draw each class equally often (a class-balanced sampler), the methods trained at once weigh each row
+        by ``n / (C n_c)`` (:func:`vflbench.training.train_set.class_weights`); ``none`` otherwise."""
+        if not balanced:
+            return "none"
+        return "balanced weights" if cls.trains_whole else "balanced sampling"
+
+    @classmethod
     def settings_refusal(cls, settings: dict[str, Any]) -> str | None:
         """Why this method cannot run with these run settings (checked when a run is resolved); None: it can."""
         return None

@@ -47,5 +47,9 @@ class XGBoostCodes(GBDT):
         self.options.update(min_child_weight=1.0, binning="library", categorical="codes")  # codes read as numbers
         super().build()
 
+    @classmethod
+    def class_weighting(cls, balanced: bool) -> str:
+        return "none"  # XGBoost's default, whatever the protocol
+
     def fit_whole(self, blocks, y, observed, weights, progress):
         return super().fit_whole(blocks, y, observed, np.ones(len(y)), progress)  # unweighted: XGBoost's default

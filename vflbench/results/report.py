@@ -449,3 +449,22 @@ def convergence_note(df: pd.DataFrame, layout: Layout, fmt: str = "md") -> str:
             f"{display(v[last])} at {'' if shares else 'epoch '}{last}{unit}."
         )
     return "\n".join(lines) + "\n"
+
+
+def class_weighting(results: Path) -> str:
+    """One line saying how the runs of ``results`` weigh the classes, from their manifests (each run's method and
+    its protocol's class-balanced sampling, :meth:`vflbench.methods.base.Method.class_weighting`): ``class weighting:
+    none (every method)``, or each kind with its methods; empty when no manifest says."""
+    from ..methods import METHODS
+    from .outputs import sweep_manifests
+
+    kinds: dict[str, set[str]] = {}
+    for m in sweep_manifests(Path(results)) if Path(results).is_dir() else []:
+        cfg = m.get("config") or {}
+        balanced = (cfg.get("protocol") or {}).get("balanced_sampler")
+        if cfg.get("method") in METHODS and balanced is not None:
+            kind = METHODS.get(cfg["method"]).class_weighting(bool(balanced))
+            kinds.setdefault(kind, set()).add(display(cfg["method"]))
+    if len(kinds) <= 1:
+        return f"class weighting: {next(iter(kinds))} (every method)" if kinds else ""
+    return "class weighting: " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in sorted(kinds.items()))
