@@ -216,3 +216,25 @@ def test_the_protocol_report_counts_a_table_complete_only_with_every_method_both
     assert done.loc["hmda", "complete"] and done.loc["hmda", "set"] == "holdout"
     assert not done.loc["monica", "complete"] and not done.loc["males", "complete"]
     assert done.loc["caravan", "set"] == "chosen" and done.loc["caravan", "runs"] == 0
+
+
+def test_a_command_prints_each_warning_once_and_the_next_command_again(tmp_path):
+    """Resolving a run and preparing it each raised a table's warnings (a party's lost column twice a run, and a
+    sweep's plan once more a run); the command line prints each distinct message once a command, and the next command
+    prints it again."""
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    t = tmp_path / "t.csv"
+    t.write_text("a,b,flat,y\n" + "".join(f"{(i * 7) % 11},{i % 5},1,{i % 2}\n" for i in range(60)))
+    (tmp_path / "p.yaml").write_text("one: [a, flat]\ntwo: [b]\n")
+    for _ in range(2):
+        r = CliRunner().invoke(
+            app,
+            ["run", "--dataset", f"csv:{t}", "--data-opt", "target=y", "--method", "svfl", "--parties", "2",
+             "--partitioner", "columns", "--part-opt", f"file={tmp_path / 'p.yaml'}", "--epochs", "1",
+             "--out", str(tmp_path / "o")],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert r.output.count("loses 'flat'") == 1, r.output

@@ -48,13 +48,20 @@ err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 _show_warning = warnings.showwarning
 
 
+_shown: set[str] = set()  # vflbench's warnings already printed by this process
+
+
 def _warning_line(message, category, filename, lineno, file=None, line=None):
-    """vflbench's own warnings as one yellow line on stderr; others as Python prints them."""
+    """vflbench's own warnings as one yellow line on stderr, each distinct message once a process (planning a sweep
+    resolves a table's runs one by one, and each would repeat the table's warnings); others as Python prints them."""
     from rich.markup import escape
 
     from ..core.errors import VFLBenchWarning
 
     if issubclass(category, VFLBenchWarning):
+        if str(message) in _shown:
+            return
+        _shown.add(str(message))
         err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
     else:
         _show_warning(message, category, filename, lineno, file, line)
@@ -74,6 +81,7 @@ def friendly(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _shown.clear()  # each command prints its own warnings once
         try:
             return fn(*args, **kwargs)
         except VFLBenchError as e:
