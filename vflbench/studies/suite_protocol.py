@@ -11,7 +11,7 @@ The report reads the sweep as far as it has gone and writes:
 3. **the early-stopping default on the hold-out tables**: Standard VFL and LASER-VFL stopped early (this sweep's runs)
    against the fixed 30 epochs it replaced (``results/suite_holdout_defaults``,
    experiments/suite_holdout_defaults.yaml), paired by table, method, condition and split;
-4. **the cost**: summed run hours, the largest peak RSS and the costliest runs.
+and, with each set's ranks, the cost: summed run hours, the largest peak RSS and the costliest runs.
 
     vflbench sweep experiments/suite.yaml --out results/suite_protocol --gather
     vflbench report results/suite_protocol
@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..data.datasets.suite import read_suite_table, table_sets
 from ..methods.base import display_name
-from ..results.across_tables import costs, report, scores, with_train_rows
+from ..results.across_tables import report, scores, with_train_rows
 from ..results.loading import load_results
 from .registry import register
 
@@ -92,8 +92,8 @@ def early_stopping_lines(folder: Path, sc: pd.DataFrame) -> list[str]:
 
 @register(
     "suite_protocol",
-    "summary.md (progress per table, ranks of the complete tables of each set apart, the early-stopping default on the "
-    "hold-out tables, the cost) and chosen/, holdout/ (vflbench rank over each set)",
+    "summary.md (progress per table, ranks of the complete tables of each set apart with the cost, the early-stopping "
+    "default on the hold-out tables) and chosen/, holdout/ (vflbench rank over each set)",
 )
 def build(folder: Path) -> dict[str, str]:
     from ..results.verdicts import display
@@ -130,21 +130,4 @@ def build(folder: Path) -> dict[str, str]:
         lines += [f"`vflbench rank results/suite_protocol --tables {','.join(names)} --out {which}`:", ""]
         lines += [ln.replace("](cd_", f"]({which}/cd_") for ln in text.splitlines()] + [""]
     lines += early_stopping_lines(folder, sc)
-    total, top = costs(folder)
-    if total.get("runs"):
-        lines += [
-            "## Cost",
-            "",
-            f"{total['runs']} runs, {total['run_hours']} run hours summed (each run's wall time; two workers on the "
-            f"2-core machine), largest peak RSS {total['peak_rss_gb']} GB. Costliest runs:",
-            "",
-            "| table | method | training | seed | seconds | peak RSS (GB) |",
-            "|---|---|---|---|---|---|",
-            *(
-                f"| {r.dataset} | {display_name(r.method)} | {r.train_missing} | {r.seed} | {r.seconds:.0f} | "
-                f"{r.peak_rss_gb:.2f} |"
-                for r in top.itertuples()
-            ),
-            "",
-        ]
     return {"summary.md": "\n".join(lines)}
