@@ -976,3 +976,28 @@ def test_a_tree_methods_early_stop_keeps_the_best_round_count_on_the_validation_
     assert stop.extras()["best_epoch"] == best and stop.extras()["epochs_trained"] == len(curve)
     assert stop.extras()["val_best"] == pytest.approx(max(curve), abs=1e-9)
     assert method.round_limit == (best if best < 60 else None)
+
+
+@pytest.mark.parametrize("name", ["gbdt", "xgboost", "secureboost"])
+def test_early_stop_grows_no_round_after_the_count_stops_and_scores_as_growing_them_all(name, monkeypatch):
+    """A tree method that predicts while growing is scored round by round and stops growing where the count stops:
+    the same rounds kept, validation curve and test scores as growing every round and scoring them after (the path
+    of parties as processes and of encrypted SecureBoost), with only the rounds scored grown."""
+    from vflbench.methods import METHODS
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training.pipeline import execute
+
+    trees = 300 if name == "xgboost" else 60  # the yardstick's rounds are fixed
+    options = {"early_stop": 5, **({"trees": trees} if name != "xgboost" else {})}
+    cfg = RunConfig(dataset="breast_cancer", method=name, method_options=options, seed=3,
+                    test_missing=["none", "mcar:0.5"], train_missing="mcar:0.3")  # fmt: skip
+    run = resolve(cfg)
+    assert run.behaviour["method.trees.early_stop"] == 2
+    live, _ = execute(run, device="cpu")
+    monkeypatch.setattr(METHODS.get(name), "predicts_while_growing", lambda self: False)
+    after, _ = execute(run, device="cpu")
+    cols = ["test_missing", "metric", "value", "best_epoch", "epochs_trained", "val_best"]
+    assert [[r[c] for c in cols] for r in live] == [[r[c] for c in cols] for r in after]
+    scored = int(live[0]["epochs_trained"])
+    assert scored < trees and int(after[0]["trees_grown"]) == trees
+    assert int(live[0]["trees_grown"]) == scored

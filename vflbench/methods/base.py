@@ -240,6 +240,13 @@ class Method:
         and for SecureBoost's sketch binning)."""
         return []
 
+    def predicts_while_growing(self) -> bool:
+        """Whether a :attr:`trains_whole` method can predict with the rounds grown so far, in the middle of its
+        training (then ``early_stop`` scores each round as it is grown and ends the training when the count stops,
+        instead of growing every round and scoring them after): the same rounds kept, the same numbers, fewer rounds
+        grown."""
+        return False
+
     @classmethod
     def class_weighting(cls, balanced: bool) -> str:
         """How a run weighs the classes when its protocol samples them in balance (``balanced``) or not: the neural

@@ -43,9 +43,10 @@ TREE_OPTIONS = (
         "early_stop",
         int,
         0,
-        "rounds without a better validation score (AUPRC for a binary target, else accuracy) after which the rounds "
-        "stop counting: the model keeps the best round count, scored on the run's validation rows (protocol val_split; "
-        "0.1 of the training rows when the run holds none out), the neural methods' patience rule; 0: every round",
+        "rounds without a better validation score (AUPRC for a binary target, else accuracy) after which no more "
+        "rounds are grown: the model keeps the best round count, scored on the run's validation rows (protocol "
+        "val_split; 0.1 of the training rows when the run holds none out), the neural methods' patience rule; 0: every "
+        "round",
         check=_at_least(0),
     ),
 )

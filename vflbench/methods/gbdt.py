@@ -96,18 +96,27 @@ class GBDT(TreeMethod):
         rounds = int(o["trees"])
         losses: list[float] = []
 
+        method = self
+
         class Report(xgb.callback.TrainingCallback):
             def after_iteration(self, model, epoch, evals_log):
                 loss = list(evals_log["train"].values())[0][-1]
                 losses.append(float(loss))
-                progress(epoch + 1, rounds, float(loss))
-                return False
+                method.booster = model  # the rounds so far predict (early stopping scores them as they are grown)
+                return bool(progress(epoch + 1, rounds, float(loss)))  # True: XGBoost grows no more rounds
 
         self.booster = xgb.train(
             params, dtrain, num_boost_round=rounds, evals=[(dtrain, "train")], verbose_eval=False, callbacks=[Report()]
         )
         self.nodes = int(sum(t.strip().count("\n") + 1 for t in self.booster.get_dump()))  # splits and leaves
         return losses
+
+    def predicts_while_growing(self) -> bool:
+        return True
+
+    @classmethod
+    def behaviour_components(cls, options, info=None):
+        return ["method.trees.early_stop"] if int(options.get("early_stop") or 0) > 0 else []
 
     def probabilities(self, batch: Batch) -> np.ndarray:
         import xgboost as xgb

@@ -127,7 +127,8 @@ class SecureBoost(TreeMethod):
 
     @classmethod
     def behaviour_components(cls, options, info=None):
-        return ["method.secureboost.paillier"] if options.get("encryption", "none") != "none" else []
+        paillier = ["method.secureboost.paillier"] if options.get("encryption", "none") != "none" else []
+        return paillier + (["method.trees.early_stop"] if int(options.get("early_stop") or 0) > 0 else [])
 
     @classmethod
     def libraries(cls, options):
@@ -221,12 +222,13 @@ class SecureBoost(TreeMethod):
                 "sees ciphertexts only (attack the instance spaces with leaves)"
             )
 
-        def tree_done(t: int, loss: float) -> None:
+        def tree_done(t: int, loss: float, model) -> bool:
             for p in self.parties:  # what each party holds of the tree (in this process: the attacks' view)
                 for w in watchers:
                     if p.k not in self.link.lost:
                         w.on_tree(p.k, p.rows, p.node_of.copy(), None if p.g is None else p.g.copy())
-            progress(t, params.trees, loss)
+            self.model = model  # the trees so far predict (early stopping scores them as they are grown)
+            return bool(progress(t, params.trees, loss))
 
         self.model = self.label.fit(y, weights, self.c, progress=tree_done)
         self._stop_parties()
@@ -290,13 +292,20 @@ class SecureBoost(TreeMethod):
             self.party.set_batch(cols[self.me])
             serve(self.party, self.transport)
             return np.full((cols[0].shape[0], self.c), 1.0 / self.c)  # (the server scores the run)
-        self.link.phase = "eval"
+        was, self.link.phase = self.link.phase, "eval"
         obs = batch.obs.cpu().numpy().astype(bool)
         for k, c in enumerate(cols[: len(self.parties)]):
             self.parties[k].set_batch(c)
         margin = self.label.predict(self.model, obs, self.round_limit)
         self._stop_parties()
+        self.link.phase = was  # a prediction between rounds: the next round's messages count as training again
         return self.model.objective.probabilities(margin)
+
+    def predicts_while_growing(self) -> bool:
+        """In one process and in clear: its parties answer a prediction between two trees as after the last (their
+        training state is untouched, and a clear party has no workers to stop). Parties as processes, or encrypted
+        training, grow every round and are scored after."""
+        return self.transport is None and not self.encrypted and self.faults is None
 
     def prediction_rounds(self) -> int:
         """One round per tree level: the label party asks each party about the samples at its nodes of that level

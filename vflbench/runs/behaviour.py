@@ -64,6 +64,15 @@ COMPONENTS: dict[str, Component] = {
         ),
         "every secureboost run",
     ),
+    "method.trees.early_stop": Component(
+        2,
+        (
+            "2 (2026-11-29): a tree method stopped early grows no round after its count stops (it grew every round "
+            "and scored them after): the same rounds kept and the same scores (tested), fewer rounds grown, so its "
+            "trees_grown and bytes count those rounds only",
+        ),
+        "a gbdt, xgboost or secureboost run with early_stop above 0",
+    ),
     "method.ensemble.score": Component(
         2,
         (

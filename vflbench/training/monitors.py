@@ -226,20 +226,38 @@ class TreeRounds(Callback):
         self.metric = "auprc" if inputs.prep.data.n_classes == 2 else "accuracy"
         self.curve: list[float] = []
         self.best, self.best_round = -math.inf, 0
+        self.live = self.stopped = False  # scored while growing; the count stopped
+
+    def _round(self, r: int) -> bool:
+        """Score the first ``r`` rounds on the validation rows; True when the count stops there."""
+        i, m = self.inputs, self.method
+        m.round_limit = r
+        v = float(score(m, i, i.val, i.val_train_obs, i.y_val, self.batch_size, phase="monitor")[self.metric])
+        m.round_limit = None
+        v = -math.inf if math.isnan(v) else v
+        self.curve.append(v)
+        if v > self.best:
+            self.best, self.best_round = v, r
+            return False
+        return r - self.best_round >= self.patience
+
+    def on_epoch_end(self, loop) -> None:
+        """A method that predicts while growing (:meth:`Method.predicts_while_growing`) is scored round by round as
+        it grows, and told to stop (``loop.stop``) when the count stops: the rounds and scores of scoring them after,
+        without growing the rest."""
+        if self.stopped or not self.method.predicts_while_growing():
+            return
+        self.live = True
+        if self._round(len(self.curve) + 1):
+            self.stopped = loop.stop = True
 
     def on_stage_end(self, loop) -> None:
-        i, m = self.inputs, self.method
-        total = int(m.options["trees"])
-        for r in range(1, total + 1):
-            m.round_limit = r
-            v = float(score(m, i, i.val, i.val_train_obs, i.y_val, self.batch_size, phase="monitor")[self.metric])
-            v = -math.inf if math.isnan(v) else v
-            self.curve.append(v)
-            if v > self.best:
-                self.best, self.best_round = v, r
-            elif r - self.best_round >= self.patience:
-                break
-        m.round_limit = self.best_round if 0 < self.best_round < total else None
+        total = int(self.method.options["trees"])
+        if not self.live:  # grown in full: the rounds scored now, in order, until the count stops
+            for r in range(1, total + 1):
+                if self._round(r):
+                    break
+        self.method.round_limit = self.best_round if 0 < self.best_round < total else None
 
     def extras(self) -> dict[str, Any]:
         return stopping_extras(self.metric, self.best, self.best_round, len(self.curve))

@@ -520,7 +520,8 @@ def fit_at_once(method: Method, data: TrainSet, balanced: bool, callbacks: Seque
     loop = Loop(method, stage, None, None, hist)
     last = [time.perf_counter()]
 
-    def progress(done: int, total: int, loss: float) -> None:
+    def progress(done: int, total: int, loss: float) -> bool:
+        """A round grown: the callbacks see it as an epoch; True asks the method to grow no more (early stopping)."""
         now = time.perf_counter()
         loop.epochs, loop.epoch = total, done - 1
         loop.epoch_loss = loop.shown_loss = float(loss)
@@ -534,6 +535,7 @@ def fit_at_once(method: Method, data: TrainSet, balanced: bool, callbacks: Seque
                 cb.on_stage_start(loop)
         for cb in callbacks:
             cb.on_epoch_end(loop)
+        return loop.stop
 
     method.fit_whole(blocks, y, obs, class_weights(y, method.c, balanced), progress)
     for cb in callbacks:

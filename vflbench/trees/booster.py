@@ -497,24 +497,27 @@ def boost(
     n_classes: int,
     params: BoostParams,
     grow_tree: Callable[[np.ndarray, np.ndarray, FixedPoint], tuple[Tree, np.ndarray]],
-    progress: Callable[[int, float], None] | None = None,
+    progress: Callable[[int, float, Model], bool | None] | None = None,
 ) -> Model:
     """Boost ``params.trees`` rounds: each round the label holder's g and h at the current margins, as integers, and
-    one tree grown from them (``grow_tree``: central or federated); the margins move by the leaf of each row."""
+    one tree grown from them (``grow_tree``: central or federated); the margins move by the leaf of each row.
+    ``progress(rounds, loss, model)`` after each round, with the model so far (it predicts with the trees grown);
+    True from it ends the boosting there (early stopping: a tree depends only on the trees before it, so the trees
+    kept are the ones every round would have given)."""
     obj = Objective(n_classes)
     base = obj.base_margin(y, w)
     margin = np.tile(base, (len(y), 1))
     fp = FixedPoint.for_rows(len(y), float(np.max(w)))  # |g| <= w and h <= w / 2 for both losses
     model = Model(obj, base, [], params)
+    model.fixed_point = fp
     for t in range(params.trees):
         g, h = obj.grad_hess(margin, y, w)
         tree, leaf = grow_tree(fp.encode(g), fp.encode(h), fp)
         model.trees.append(tree)
         margin += np.stack(tree.value)[leaf]
         model.history.append(obj.loss(margin, y, w))
-        if progress is not None:
-            progress(t + 1, model.history[-1])
-    model.fixed_point = fp
+        if progress is not None and progress(t + 1, model.history[-1], model):
+            break
     return model
 
 
