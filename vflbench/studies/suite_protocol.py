@@ -90,17 +90,52 @@ def early_stopping_lines(folder: Path, sc: pd.DataFrame) -> list[str]:
     return lines
 
 
+def complete_sets(folder: Path, df: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+    """The progress table, and per set its complete tables' (sources, suite names)."""
+    df = load_results(folder) if df is None else df
+    done = progress(df, df["method"].nunique())
+    sets = {}
+    for which in ("chosen", "holdout"):
+        rows = done[(done["set"] == which) & done["complete"]]
+        sets[which] = (rows["source"].tolist(), rows["table"].tolist())
+    return done, sets
+
+
+def rank_sets(folder: Path) -> list[Path]:
+    """``vflbench rank`` over each set's complete tables into ``chosen/`` and ``holdout/`` (ranks, tests and diagrams);
+    the paths written."""
+    from ..results.verdicts import display
+
+    _, sets = complete_sets(folder)
+    out = []
+    for which, (sources, _) in sets.items():
+        if len(sources) >= 2:
+            report(folder, folder / which, "xgboost", display, None, sources)
+            out += sorted((folder / which).iterdir())
+    return out
+
+
+def _ranks_text(folder: Path, sources: list[str]) -> str:
+    """rank's Markdown for these tables, its files written to a folder thrown away (the report's figures are
+    ``rank_sets``')."""
+    import tempfile
+
+    from ..results.verdicts import display
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return report(folder, Path(tmp), "xgboost", display, None, sources)
+
+
 @register(
     "suite_protocol",
     "summary.md (progress per table, ranks of the complete tables of each set apart with the cost, the early-stopping "
     "default on the hold-out tables) and chosen/, holdout/ (vflbench rank over each set)",
+    figures=rank_sets,
 )
 def build(folder: Path) -> dict[str, str]:
-    from ..results.verdicts import display
-
     df = load_results(folder)
     methods = df["method"].nunique()
-    done = progress(df, methods)
+    done, sets = complete_sets(folder, df)
     sc = scores(with_train_rows(df, folder))
     lines = [
         "# The suite under the referee's protocol: progress and conclusions so far",
@@ -120,14 +155,16 @@ def build(folder: Path) -> dict[str, str]:
         "",
     ]
     for which in ("chosen", "holdout"):
-        rows = done[(done["set"] == which) & done["complete"]]
-        complete, names = rows["source"].tolist(), rows["table"].tolist()
+        complete, names = sets[which]
         lines += [f"## Ranks over the complete {which} tables ({len(complete)})", ""]
         if len(complete) < 2:
             lines += ["(fewer than two complete tables: not ranked yet)", ""]
             continue
-        text = report(folder, folder / which, "xgboost", display, None, complete)
-        lines += [f"`vflbench rank results/suite_protocol --tables {','.join(names)} --out {which}`:", ""]
+        text = _ranks_text(folder, complete)
+        lines += [
+            f"`vflbench rank results/suite_protocol --tables {','.join(names)} --out results/suite_protocol/{which}`:",
+            "",
+        ]
         lines += [ln.replace("](cd_", f"]({which}/cd_") for ln in text.splitlines()] + [""]
     lines += early_stopping_lines(folder, sc)
     return {"summary.md": "\n".join(lines)}
