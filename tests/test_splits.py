@@ -218,14 +218,19 @@ def test_the_protocol_report_counts_a_table_complete_only_with_every_method_both
     assert done.loc["caravan", "set"] == "chosen" and done.loc["caravan", "runs"] == 0
 
 
-def test_a_command_prints_each_warning_once_and_the_next_command_again(tmp_path):
+def test_a_command_prints_each_warning_once_and_the_next_command_again(tmp_path, monkeypatch):
     """Resolving a run and preparing it each raised a table's warnings (a party's lost column twice a run, and a
     sweep's plan once more a run); the command line prints each distinct message once a command, and the next command
     prints it again."""
+    import importlib
+    import warnings
+
     from typer.testing import CliRunner
 
     from vflbench.cli import app
 
+    # the command line's own hook (pytest records warnings in place of it once the CLI was imported by another test)
+    monkeypatch.setattr(warnings, "showwarning", importlib.import_module("vflbench.cli.app")._warning_line)
     t = tmp_path / "t.csv"
     t.write_text("a,b,flat,y\n" + "".join(f"{(i * 7) % 11},{i % 5},1,{i % 2}\n" for i in range(60)))
     (tmp_path / "p.yaml").write_text("one: [a, flat]\ntwo: [b]\n")
