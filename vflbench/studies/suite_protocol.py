@@ -101,29 +101,37 @@ def complete_sets(folder: Path, df: pd.DataFrame | None = None) -> tuple[pd.Data
     return done, sets
 
 
-def rank_sets(folder: Path) -> list[Path]:
-    """``vflbench rank`` over each set's complete tables into ``chosen/`` and ``holdout/`` (ranks, tests and diagrams);
-    the paths written."""
-    from ..results.verdicts import display
-
-    _, sets = complete_sets(folder)
-    out = []
-    for which, (sources, _) in sets.items():
-        if len(sources) >= 2:
-            report(folder, folder / which, "xgboost", display, None, sources)
-            out += sorted((folder / which).iterdir())
-    return out
+# rank's output per (folder, tables), kept in memory by the summary's build (which writes nothing) so that the
+# figures step writes the same files without ranking again: {(folder, tables): (Markdown, {file name: bytes})}
+_RANKED: dict[tuple[str, tuple[str, ...]], tuple[str, dict[str, bytes]]] = {}
 
 
-def _ranks_text(folder: Path, sources: list[str]) -> str:
-    """rank's Markdown for these tables, its files written to a folder thrown away (the report's figures are
-    ``rank_sets``')."""
+def _ranked(folder: Path, sources: list[str]) -> tuple[str, dict[str, bytes]]:
+    """rank's Markdown and files for these tables, built once per process in a folder thrown away."""
     import tempfile
 
     from ..results.verdicts import display
 
-    with tempfile.TemporaryDirectory() as tmp:
-        return report(folder, Path(tmp), "xgboost", display, None, sources)
+    key = (str(folder.resolve()), tuple(sources))
+    if key not in _RANKED:
+        with tempfile.TemporaryDirectory() as tmp:
+            text = report(folder, Path(tmp), "xgboost", display, None, sources)
+            _RANKED[key] = (text, {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()})
+    return _RANKED[key]
+
+
+def rank_sets(folder: Path) -> list[Path]:
+    """``vflbench rank`` over each set's complete tables into ``chosen/`` and ``holdout/`` (ranks, tests and diagrams;
+    the files the summary's build ranked, else ranked now); the paths written."""
+    _, sets = complete_sets(folder)
+    out = []
+    for which, (sources, _) in sets.items():
+        if len(sources) >= 2:
+            (folder / which).mkdir(parents=True, exist_ok=True)
+            for name, data in _ranked(folder, sources)[1].items():
+                (folder / which / name).write_bytes(data)
+            out += sorted((folder / which).iterdir())
+    return out
 
 
 @register(
@@ -160,7 +168,7 @@ def build(folder: Path) -> dict[str, str]:
         if len(complete) < 2:
             lines += ["(fewer than two complete tables: not ranked yet)", ""]
             continue
-        text = _ranks_text(folder, complete)
+        text = _ranked(folder, complete)[0]
         lines += [
             f"`vflbench rank results/suite_protocol --tables {','.join(names)} --out results/suite_protocol/{which}`:",
             "",
