@@ -14,7 +14,8 @@ tables, Friedman) and answers:
    median over tables and a Wilcoxon signed-rank test over the tables' means, on clean test blocks and on wrong ones,
    and how well the score finds the wrong blocks (median AUROC over tables).
 3. **Which method degrades most gracefully?** Per method, the median over tables of the drop from every block to each
-   wrong setting at rate 0.5, and their mean.
+   wrong setting at rate 0.5, and their mean; a Wilcoxon signed-rank test over tables of each method's per-table mean
+   drop against the most graceful method's.
 
 and the cost: the runs' summed hours and the largest peak RSS (:func:`vflbench.results.across_tables.costs`).
 
@@ -102,19 +103,37 @@ def _screening(sc: pd.DataFrame, raw: pd.DataFrame, train: str) -> list[str]:
 
 
 def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
+    """Per method the median over tables of the drop from every block to each wrong kind at 0.5, their mean, and a
+    Wilcoxon signed-rank test over tables of the method's per-table mean drop against the most graceful method's."""
+    from scipy import stats
+
     plain = sc[(sc["train_missing"] == train) & ~sc["method"].str.endswith("+screen")]
     means = plain.groupby(["dataset", "method", "test_missing"])["value"].mean().unstack("test_missing")
     if "none" not in means:
         return []
-    lines = ["| method | drop, missing 0.5 | drop, corrupted 0.5 | drop, misaligned 0.5 | mean drop |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
-    rows = []
+    rows, per_table = [], {}
     for m, g in means.groupby(level="method"):
-        drops = [float((g["none"] - g[KINDS[k].format(r="0.5")]).median()) if KINDS[k].format(r="0.5") in g else
-                 float("nan") for k in ("missing", "corrupted", "misaligned")]  # fmt: skip
+        kinds = [KINDS[k].format(r="0.5") for k in ("missing", "corrupted", "misaligned")]
+        drops = [float((g["none"] - g[c]).median()) if c in g else float("nan") for c in kinds]
         rows.append((m, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
-    for m, drops, mean in sorted(rows, key=lambda r: r[2]):
-        lines.append(f"| {m} | " + " | ".join(_fmt(d, 2) for d in drops) + f" | {_fmt(mean, 2)} |")
+        present = [c for c in kinds if c in g]
+        per_table[m] = (g["none"].to_numpy()[:, None] - g[present].to_numpy()).mean(axis=1) if present else None
+        per_table[m] = pd.Series(per_table[m], index=g.index.get_level_values("dataset")) if present else None
+    rows.sort(key=lambda r: r[2])
+    best = rows[0][0]
+    lines = [f"| method | drop, missing 0.5 | drop, corrupted 0.5 | drop, misaligned 0.5 | mean drop | "
+             f"Wilcoxon p, per-table mean drop against {best} |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for m, drops, mean in rows:
+        p = float("nan")
+        a, b = per_table.get(m), per_table.get(best)
+        if m != best and a is not None and b is not None:
+            common = sorted(set(a.dropna().index) & set(b.dropna().index))
+            d = a[common] - b[common]
+            if len(common) >= 5 and (d != 0).any():
+                p = float(stats.wilcoxon(d.to_numpy()).pvalue)
+        lines.append(f"| {m} | " + " | ".join(_fmt(d, 2) for d in drops) + f" | {_fmt(mean, 2)} | "
+                     + ("-" if not np.isfinite(p) else f"{p:.2g}") + " |")  # fmt: skip
     return lines
 
 
