@@ -115,11 +115,11 @@ encrypted-suite: $(STAMP)  ## the same on three suite tables of different shapes
 	  $(BIN)/vflbench gather results/trees/encrypted/$$t || exit 1; done
 	$(BIN)/vflbench report results/trees/encrypted
 
-robustness: $(STAMP)  ## blocks present but wrong (corrupted, misaligned) beside missing ones on 12 suite tables, 8 methods, 3 seeds, trained clean and trained wrong, with screening -> results/robustness/ and its summary.md; hours on 2 cores (resumable)
+robustness: $(STAMP)  ## blocks present but wrong (corrupted, misaligned) beside missing ones on 12 suite tables, 8 methods, 3 splits, trained clean and trained wrong, with screening -> results/robustness/ and its summary.md; hours on 2 cores (resumable)
 	$(BIN)/vflbench sweep experiments/robustness.yaml --out results/robustness/clean --workers 2
-	$(BIN)/vflbench gather results/robustness/clean
+	$(BIN)/vflbench gather results/robustness/clean --experiment experiments/robustness.yaml
 	$(BIN)/vflbench sweep experiments/robustness_trained.yaml --out results/robustness/trained --workers 2
-	$(BIN)/vflbench gather results/robustness/trained
+	$(BIN)/vflbench gather results/robustness/trained --experiment experiments/robustness_trained.yaml
 	$(BIN)/vflbench report results/robustness
 
 runtime-wan: $(STAMP)  ## parties as processes: LASER-VFL vs Standard VFL vs PBM-VFL over an emulated WAN (docs/RUNTIME.md), ~5 min
