@@ -117,8 +117,7 @@ def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
         drops = [float((g["none"] - g[c]).median()) if c in g else float("nan") for c in kinds]
         rows.append((m, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
         present = [c for c in kinds if c in g]
-        per_table[m] = (g["none"].to_numpy()[:, None] - g[present].to_numpy()).mean(axis=1) if present else None
-        per_table[m] = pd.Series(per_table[m], index=g.index.get_level_values("dataset")) if present else None
+        per_table[m] = (g["none"] - g[present].mean(axis=1)).droplevel("method") if present else None
     rows.sort(key=lambda r: r[2])
     best = rows[0][0]
     lines = [f"| method | drop, missing 0.5 | drop, corrupted 0.5 | drop, misaligned 0.5 | mean drop | "

@@ -130,6 +130,7 @@ def rank_sets(folder: Path) -> list[Path]:
             (folder / which).mkdir(parents=True, exist_ok=True)
             for name, data in _ranked(folder, sources)[1].items():
                 (folder / which / name).write_bytes(data)
+            _RANKED.pop((str(folder.resolve()), tuple(sources)), None)  # used once: a later report ranks afresh
             out += sorted((folder / which).iterdir())
     return out
 
