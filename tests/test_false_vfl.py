@@ -221,3 +221,33 @@ def test_the_fused_block_likelihood_gives_autograds_values_and_gradients_bit_for
     num = ~g0.isnan()
     assert torch.equal(g0[num].view(torch.int32), g1[num].view(torch.int32))  # signed zeros too
     assert bool((g0[..., w:] == 0).any())  # the clamp cut some log-variance gradients
+
+
+def test_labeled_all_labels_every_training_sample_as_a_draw_of_all_of_them_would():
+    """``--labeled all`` runs a semi-supervised method supervised, on the rows (and validation rows) of a supervised
+    run, with no draw from the stream ``labeled``. Oracle: the drawn path, ``--labeled N`` with N the training set's
+    size, labels the same samples by another route (a uniform draw of all of them, an empty reserve); the numbers
+    must agree bit for bit. ``all`` with a reserve, and a word that is neither, are refused."""
+    from vflbench.core.errors import VFLBenchError
+    from vflbench.runs.config import RunConfig, resolve
+    from vflbench.training import pipeline
+
+    def go(labeled):
+        run = resolve(
+            RunConfig(dataset="synthetic", data_options={"n": 800}, method="false1", train_missing="mcar:0.3",
+                      test_missing=["none", "mcar:0.5"], hp={"epochs": 1}, labeled=labeled)
+        )  # fmt: skip
+        return pipeline.execute(run, device="cpu")
+
+    rows_all, man_all = go("ALL")
+    assert man_all["config"]["labeled"] == "all" and man_all["masks"]["train"]["labeled"] == "all"
+    n = man_all["data"]["n_train"]
+    rows_n, man_n = go(n)
+    assert man_n["masks"]["train"]["labeled"] == n and man_n["run_key"] != man_all["run_key"]
+    assert [(r["test_missing"], r["metric"], r["value"]) for r in rows_all] == [
+        (r["test_missing"], r["metric"], r["value"]) for r in rows_n
+    ]
+    with pytest.raises(VFLBenchError, match="--aligned"):
+        resolve(RunConfig(dataset="synthetic", method="false1", labeled="all", aligned=5))
+    with pytest.raises(VFLBenchError, match="--labeled takes"):
+        resolve(RunConfig(dataset="synthetic", method="false1", labeled="most"))

@@ -114,9 +114,12 @@ def draw_masks(
     granularity: str = "sample",
     batch_size: int | None = None,
     all_missing: str = "keep",
-    labeled: int | None = None,
+    labeled: int | str | None = None,
     aligned: int = 0,
 ) -> Masks:
+    """The split's mask under ``spec``, each from its own named stream; on the training split, ``labeled`` samples
+    (an int: a uniform draw from the stream ``labeled``, with an ``aligned`` reserve inside; ``"all"``: every sample,
+    as a supervised run, with no draw) mark what a semi-supervised method may read labels from."""
     mech = parse_mechanism(spec)
     n = len(prep.data.y_train if split == "train" else prep.data.y_test)
     mean = var = None
@@ -134,7 +137,9 @@ def draw_masks(
         batch_size=batch_size,
         all_missing=all_missing,
     )
-    if labeled is not None and split == "train":
+    if labeled == "all" and split == "train":
+        m.info["labeled"] = "all"
+    elif labeled is not None and split == "train":
         lab, res = labeled_split(n, labeled, aligned, prep.streams.numpy("labeled"))
         m.observed = apply_aligned_reserve(m.observed, res)
         m.info.update({"labeled": int(labeled), "aligned_reserve": int(aligned)})

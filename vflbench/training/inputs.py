@@ -68,7 +68,7 @@ def prepare(run: ResolvedRun, device: str | torch.device = "auto") -> RunInputs:
     if proto.permute_once:  # the authors' HAPT loader permutes rows once with the seed
         prep.permute_rows(prep.streams.numpy("permute"))
     data = prep.data
-    if run.labeled is not None and run.labeled > len(data.y_train):
+    if isinstance(run.labeled, int) and run.labeled > len(data.y_train):
         raise VFLBenchError(f"--labeled {run.labeled} is larger than the training set ({len(data.y_train)} samples).")
     bs = run.hp.batch_size
     train_masks = draw_masks(

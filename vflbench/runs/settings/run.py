@@ -284,14 +284,29 @@ declare(
 )
 
 
+ALL_LABELED = "all"  # --labeled all: every training sample is labeled (a semi-supervised method run supervised)
+
+
+def _labeled(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == ALL_LABELED:
+        return ALL_LABELED
+    return _int_at_least("--labeled", 1, "a number of labeled training samples or 'all'")(value)
+
+
 def _check_labeled(values: dict[str, Any], mcls) -> None:
     lab, al = values["labeled"], values["aligned"]
     if mcls is not None and mcls.needs_labeled and lab is None:
         raise VFLBenchError(
             f"{mcls.display} is semi-supervised: give --labeled N (and --aligned M), e.g. --labeled 500 --aligned 100 "
-            "as in the FALSE-VFL paper."
+            "as in the FALSE-VFL paper, or --labeled all to label every training sample (the supervised protocol's "
+            "rows)."
         )
-    if lab is not None and al > lab:
+    if lab == ALL_LABELED and al:
+        raise VFLBenchError(
+            "--aligned needs a number of labeled samples; with --labeled all every training sample is labeled and "
+            "there is no reserve to draw (drop --aligned or give --labeled N)."
+        )
+    if isinstance(lab, int) and al > lab:
         raise VFLBenchError(f"Need 1 <= --labeled and 0 <= --aligned <= --labeled; got labeled={lab}, aligned={al}.")
     if lab is None and al:
         raise VFLBenchError("--aligned needs --labeled (the aligned reserve lies inside the labeled set).")
@@ -301,9 +316,10 @@ declare(
     Setting(
         "labeled",
         None,
-        "semi-supervised run: number of labeled training samples",
-        _int_at_least("--labeled", 1, "a number of labeled training samples"),
-        metavar="N",
+        "semi-supervised run: number of labeled training samples; 'all' labels every training sample (the rows and "
+        "validation rows of a supervised run)",
+        _labeled,
+        metavar="N|all",
         column=False,
         since=2,
         placement="top",
