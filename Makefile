@@ -115,7 +115,7 @@ encrypted-suite: $(STAMP)  ## the same on three suite tables of different shapes
 	  $(BIN)/vflbench gather results/trees/encrypted/$$t || exit 1; done
 	$(BIN)/vflbench report results/trees/encrypted
 
-robustness: $(STAMP)  ## blocks present but wrong (corrupted, misaligned) beside missing ones on 12 suite tables, 8 methods, 3 splits, trained clean and trained wrong, with screening -> results/robustness/ and its summary.md; hours on 2 cores (resumable)
+robustness: $(STAMP)  ## blocks present but wrong (corrupted, misaligned) beside missing ones on 12 suite tables, 9 methods, 3 splits, trained clean and trained wrong, with screening -> results/robustness/ and its summary.md; hours on 2 cores (resumable)
 	$(BIN)/vflbench sweep experiments/robustness.yaml --out results/robustness/clean --workers 2
 	$(BIN)/vflbench gather results/robustness/clean --experiment experiments/robustness.yaml
 	$(BIN)/vflbench sweep experiments/robustness_trained.yaml --out results/robustness/trained --workers 2

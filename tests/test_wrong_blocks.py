@@ -350,7 +350,8 @@ def test_the_robustness_reports_degradation_is_the_median_drop_and_tests_each_me
     """results/robustness question 3 on a hand-built case: per method the median over tables of the drop from every
     block to each wrong kind at 0.5, the mean of the three, and a Wilcoxon signed-rank test over tables of each
     method's per-table mean drop against the most graceful method: six tables on which b always loses 2 points more
-    than a give the exact two-sided p of six positive differences, 2 / 2^6."""
+    than a give the exact two-sided p of six positive differences, 2 / 2^6; beside the drops, each method's level with
+    every block (median score over tables, mean rank)."""
     import pandas as pd
 
     from vflbench.studies.robustness import _degradation
@@ -358,13 +359,15 @@ def test_the_robustness_reports_degradation_is_the_median_drop_and_tests_each_me
     rows = []
     for t in range(6):
         for m, drop in (("a", 1.0), ("b", 3.0)):
-            base = 70.0 + t
+            base = 70.0 + t + (m == "b")  # b starts a point higher on every table, and drops further
             for test, v in (("none", base), ("mcar:0.5", base - drop), ("gauss:0.5:3", base - drop),
                             ("permute:0.5", base - drop)):  # fmt: skip
                 rows.append(dict(dataset=f"t{t}", method=m, train_missing="none", test_missing=test, value=v, seed=0))
     lines = _degradation(pd.DataFrame(rows), "none")
     assert "against a" in lines[0]
     a, b = (ln.split(" | ") for ln in lines[2:4])
-    assert a[0] == "| a" and [float(x) for x in a[1:5]] == [1.0, 1.0, 1.0, 1.0] and a[5] == "- |"
-    assert b[0] == "| b" and [float(x) for x in b[1:5]] == [3.0, 3.0, 3.0, 3.0]
-    assert float(b[5].rstrip(" |")) == pytest.approx(2 / 2**6, abs=5e-4)  # printed to 2 significant digits
+    # the level with every block: a starts at 70 + t (median 72.5 over the six tables), second on each; b a point higher
+    assert a[0] == "| a" and [float(x) for x in a[1:3]] == [72.5, 2.0] and [float(x) for x in a[3:7]] == [1.0] * 4
+    assert a[7] == "- |"
+    assert b[0] == "| b" and [float(x) for x in b[1:3]] == [73.5, 1.0] and [float(x) for x in b[3:7]] == [3.0] * 4
+    assert float(b[7].rstrip(" |")) == pytest.approx(2 / 2**6, abs=5e-4)  # printed to 2 significant digits

@@ -13,9 +13,9 @@ tables, Friedman) and answers:
 2. **What does screening as missing gain or cost?** Per method, the paired gap screened minus plain (points), its
    median over tables and a Wilcoxon signed-rank test over the tables' means, on clean test blocks and on wrong ones,
    and how well the score finds the wrong blocks (median AUROC over tables).
-3. **Which method degrades most gracefully?** Per method, the median over tables of the drop from every block to each
-   wrong setting at rate 0.5, and their mean; a Wilcoxon signed-rank test over tables of each method's per-table mean
-   drop against the most graceful method's.
+3. **Which method degrades most gracefully?** Per method, its level with every block (median score over tables, mean
+   rank), the median over tables of the drop from every block to each wrong setting at rate 0.5, and their mean; a
+   Wilcoxon signed-rank test over tables of each method's per-table mean drop against the most graceful method's.
 
 and the cost: the runs' summed hours and the largest peak RSS (:func:`vflbench.results.across_tables.costs`).
 
@@ -103,27 +103,31 @@ def _screening(sc: pd.DataFrame, raw: pd.DataFrame, train: str) -> list[str]:
 
 
 def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
-    """Per method the median over tables of the drop from every block to each wrong kind at 0.5, their mean, and a
-    Wilcoxon signed-rank test over tables of the method's per-table mean drop against the most graceful method's."""
+    """Per method its level with every block (the median over tables of its score, and its mean rank among the plain
+    methods: a small drop from a low start is no strength), the median over tables of the drop from every block to
+    each wrong kind at 0.5, their mean, and a Wilcoxon signed-rank test over tables of the method's per-table mean
+    drop against the most graceful method's."""
     from scipy import stats
 
     plain = sc[(sc["train_missing"] == train) & ~sc["method"].str.endswith("+screen")]
     means = plain.groupby(["dataset", "method", "test_missing"])["value"].mean().unstack("test_missing")
     if "none" not in means:
         return []
+    rank = means["none"].unstack("method").rank(axis=1, ascending=False).mean()  # 1 = best on a table
     rows, per_table = [], {}
     for m, g in means.groupby(level="method"):
         kinds = [KINDS[k].format(r="0.5") for k in ("missing", "corrupted", "misaligned")]
         drops = [float((g["none"] - g[c]).median()) if c in g else float("nan") for c in kinds]
-        rows.append((m, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
+        level = (float(g["none"].median()), float(rank[m]))
+        rows.append((m, level, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
         present = [c for c in kinds if c in g]
         per_table[m] = (g["none"] - g[present].mean(axis=1)).droplevel("method") if present else None
-    rows.sort(key=lambda r: r[2])
+    rows.sort(key=lambda r: r[3])
     best = rows[0][0]
-    lines = [f"| method | drop, missing 0.5 | drop, corrupted 0.5 | drop, misaligned 0.5 | mean drop | "
-             f"Wilcoxon p, per-table mean drop against {best} |",
-             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for m, drops, mean in rows:
+    lines = [f"| method | score, every block | mean rank, every block | drop, missing 0.5 | drop, corrupted 0.5 | "
+             f"drop, misaligned 0.5 | mean drop | Wilcoxon p, per-table mean drop against {best} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for m, (score, mrank), drops, mean in rows:
         p = float("nan")
         a, b = per_table.get(m), per_table.get(best)
         if m != best and a is not None and b is not None:
@@ -131,8 +135,8 @@ def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
             d = a[common] - b[common]
             if len(common) >= 5 and (d != 0).any():
                 p = float(stats.wilcoxon(d.to_numpy()).pvalue)
-        lines.append(f"| {m} | " + " | ".join(_fmt(d, 2) for d in drops) + f" | {_fmt(mean, 2)} | "
-                     + ("-" if not np.isfinite(p) else f"{p:.2g}") + " |")  # fmt: skip
+        lines.append(f"| {m} | {score:.2f} | {mrank:.2f} | " + " | ".join(_fmt(d, 2) for d in drops)
+                     + f" | {_fmt(mean, 2)} | " + ("-" if not np.isfinite(p) else f"{p:.2g}") + " |")  # fmt: skip
     return lines
 
 
