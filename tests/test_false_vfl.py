@@ -251,3 +251,19 @@ def test_labeled_all_labels_every_training_sample_as_a_draw_of_all_of_them_would
         resolve(RunConfig(dataset="synthetic", method="false1", labeled="all", aligned=5))
     with pytest.raises(VFLBenchError, match="--labeled takes"):
         resolve(RunConfig(dataset="synthetic", method="false1", labeled="most"))
+
+
+def test_masks_draws_labeled_all_as_a_run_does_and_refuses_another_word():
+    """``vflbench masks --labeled all`` records every training sample as labeled (no draw), as the run does; a word
+    that is neither a number nor ``all`` is one line and exit 2."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vflbench.cli import app
+
+    r = CliRunner().invoke(app, ["masks", "--dataset", "synthetic", "--labeled", "all", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["info"]["labeled"] == "all"
+    r = CliRunner().invoke(app, ["masks", "--dataset", "synthetic", "--labeled", "some"])
+    assert r.exit_code == 2 and "--labeled takes" in r.output

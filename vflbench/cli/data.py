@@ -123,7 +123,9 @@ def masks(
     all_missing: str = typer.Option("keep", help="keep | resample"),
     split: str = typer.Option("train", help="train | test"),
     seed: int = typer.Option(0, help="run seed"),
-    labeled: int | None = typer.Option(None, help="number of labeled training samples (FALSE-VFL)"),
+    labeled: str | None = typer.Option(
+        None, metavar="N|all", help="labeled training samples (FALSE-VFL); 'all' labels every one, with no draw"
+    ),
     aligned: int = typer.Option(0, help="fully aligned reserve inside the labeled set"),
     data_opt: list[str] | None = DATA_OPT,
     part_opt: list[str] | None = PART_OPT,
@@ -142,7 +144,10 @@ def masks(
     if split not in ("train", "test"):
         raise VFLBenchError(f"Unknown split '{split}'. Choices: train, test.")
     from ..results.inspection import mask_report
+    from ..runs.settings import SETTINGS
 
+    if labeled is not None:
+        labeled = SETTINGS["labeled"].parse(labeled)
     stats, m, prep = mask_report(
         dataset,
         parse_kv(data_opt, "--data-opt"),

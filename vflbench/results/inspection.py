@@ -143,7 +143,7 @@ def mask_report(
     granularity: str,
     batch_size: int,
     all_missing: str,
-    labeled: int | None,
+    labeled: int | str | None,
     aligned: int,
     corrupt: str = "none",
     misalign: str = "none",
