@@ -115,8 +115,8 @@ def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
         return []
     rank = means["none"].unstack("method").rank(axis=1, ascending=False).mean()  # 1 = best on a table
     rows, per_table = [], {}
+    kinds = [KINDS[k].format(r="0.5") for k in ("missing", "corrupted", "misaligned")]
     for m, g in means.groupby(level="method"):
-        kinds = [KINDS[k].format(r="0.5") for k in ("missing", "corrupted", "misaligned")]
         drops = [float((g["none"] - g[c]).median()) if c in g else float("nan") for c in kinds]
         level = (float(g["none"].median()), float(rank[m]))
         rows.append((m, level, drops, float(np.nanmean(drops)) if np.isfinite(drops).any() else float("nan")))
