@@ -1,5 +1,6 @@
 """Every bounded run setting (vflbench.core.limits.LIMITS) refuses a huge value in one line that names its
-limit, within a second and before any data is loaded or model built; conformance over the registry,
+limit, promptly (seconds, not the minutes of building what it asks for) and before any data is loaded or model
+built; conformance over the registry,
 so a bound added later is tried with no edit here beyond how to pass it."""
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def test_a_huge_value_is_refused_within_a_second_naming_its_limit(name, tmp_path
         with pytest.raises(VFLBenchError) as e:
             resolve(_huge_run(name, lim.huge))
         msg = str(e.value)
-    assert time.perf_counter() - t0 < 1.0
+    # 10 s, not 1: on CI's two loaded cores the threads case took 1.8 s (CliRunner's own start); a refusal that
+    # came after loading data or building the model would take far longer at these sizes
+    assert time.perf_counter() - t0 < 10.0
     assert "limit" in msg and msg.strip().count("\n") <= 2, msg  # one line (the CLI wraps it at the terminal width)
 
 
