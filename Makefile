@@ -10,7 +10,7 @@ DEVICE   ?= auto
 comma    := ,
 export VFLBENCH_DATA_MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: install test test-slow test-gpu lint bench bench-compare big-tables demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan encrypted-credit encrypted-suite robustness
+.PHONY: install test test-slow test-gpu lint bench bench-compare big-tables demo reproduce-table1 reproduce-credit-clean reproduce-credit-budget reproduce-fmnist reproduce-fmnist-long reproduce-pbm reproduce-false reproduce-false-fmnist false-controlled clean runtime-wan encrypted-credit encrypted-suite robustness robustness-false
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -120,6 +120,13 @@ robustness: $(STAMP)  ## blocks present but wrong (corrupted, misaligned) beside
 	$(BIN)/vflbench gather results/robustness/clean --experiment experiments/robustness.yaml
 	$(BIN)/vflbench sweep experiments/robustness_trained.yaml --out results/robustness/trained --workers 2
 	$(BIN)/vflbench gather results/robustness/trained --experiment experiments/robustness_trained.yaml
+	$(BIN)/vflbench report results/robustness
+
+robustness-false: $(STAMP)  ## FALSE-VFL-I in the robustness grids (supervised, on a CUDA device: ~0.7 run-hours a training on one H200, some 7 on 2 CPU cores) -> results/robustness/clean-false1, trained-false1, then the report
+	$(BIN)/vflbench sweep experiments/robustness_false.yaml --out results/robustness/clean-false1 --device cuda --workers 6
+	$(BIN)/vflbench gather results/robustness/clean-false1 --experiment experiments/robustness_false.yaml
+	$(BIN)/vflbench sweep experiments/robustness_false_trained.yaml --out results/robustness/trained-false1 --device cuda --workers 6
+	$(BIN)/vflbench gather results/robustness/trained-false1 --experiment experiments/robustness_false_trained.yaml
 	$(BIN)/vflbench report results/robustness
 
 runtime-wan: $(STAMP)  ## parties as processes: LASER-VFL vs Standard VFL vs PBM-VFL over an emulated WAN (docs/RUNTIME.md), ~5 min

@@ -237,7 +237,10 @@ def test_a_large_file_is_read_exactly_and_a_late_text_value_makes_a_text_column(
     got = reading.read_table(path)
     assert got["b"].dtype == np.float32  # small integers: float32 holds them all
     assert got["a"].dtype == np.float64 and got.attrs["kept_wide"] == ["a"]  # decimals float32 would round
-    np.testing.assert_array_equal(got["a"].to_numpy(), pd.read_csv(path)["a"].to_numpy())
+    # the oracle is the values written (to_csv writes each float's shortest round-trip text), not pd.read_csv: on the
+    # H200 host's pandas 3.0.6 (make test-gpu, 2026-11-30) read_csv's default parser was one ulp off on 32% of these
+    # values, and vflbench's reader gave the written ones
+    np.testing.assert_array_equal(got["a"].to_numpy(), df["a"].to_numpy())
     assert got["late_decimal"].iloc[n - 2] == 2.5
     assert not pd.api.types.is_numeric_dtype(got["late"]) and got["late"].iloc[n - 3] == "oops"
     reading.read_table(path)

@@ -192,10 +192,13 @@ def test_a_run_has_the_same_parameters_on_one_thread_and_on_two(monkeypatch):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_the_fused_block_likelihood_gives_autograds_values_and_gradients_bit_for_bit(masked):
-    """block_loglik's folded backward (_BlockLoglik) against autograd over gauss_logpdf(x, *halves(out)): the
-    forward and the output's gradient are identical, with log-variances on both sides of the clamp, exactly at
-    its bounds, NaN among them, and padded columns masked out."""
+def test_the_fused_block_likelihood_gives_autograds_values_bit_for_bit_and_its_gradients_within_a_tolerance(masked):
+    """block_loglik's folded backward (_BlockLoglik) against autograd over gauss_logpdf(x, *halves(out)), with
+    log-variances on both sides of the clamp, exactly at its bounds, NaN among them, and padded columns masked out:
+    the forward is identical; the gradient has its NaN and its clamp's zeros in the same places and every other value
+    within rtol = atol = 1e-5. Bit for bit on this project's AMD EPYC machines (torch 2.x), but not on the H200 host's
+    CPU with torch 2.11 (`make test-gpu`, 2026-11-30): autograd's vectorised kernels there round differently, so the
+    identity is a tolerance, as the brief asks of a bit-for-bit claim that does not hold on Intel and AMD alike."""
     gen = torch.Generator().manual_seed(0)
     k, s, b, w = 3, 4, 33, 19
     out = torch.randn(k, s, b, 2 * w, generator=gen) * 3
@@ -217,9 +220,9 @@ def test_the_fused_block_likelihood_gives_autograds_values_and_gradients_bit_for
         got.append((lp.detach(), o.grad))
     (lp0, g0), (lp1, g1) = got
     assert torch.equal(lp0.nan_to_num(7.0), lp1.nan_to_num(7.0)) and torch.equal(lp0.isnan(), lp1.isnan())
-    assert torch.equal(g0.nan_to_num(7.0), g1.nan_to_num(7.0)) and torch.equal(g0.isnan(), g1.isnan())
-    num = ~g0.isnan()
-    assert torch.equal(g0[num].view(torch.int32), g1[num].view(torch.int32))  # signed zeros too
+    assert torch.equal(g0.isnan(), g1.isnan())
+    torch.testing.assert_close(g1.nan_to_num(7.0), g0.nan_to_num(7.0), rtol=1e-5, atol=1e-5)
+    assert torch.equal(g0[..., w:] == 0, g1[..., w:] == 0)  # the clamp cuts the same log-variance gradients
     assert bool((g0[..., w:] == 0).any())  # the clamp cut some log-variance gradients
 
 

@@ -371,3 +371,15 @@ def test_the_robustness_reports_degradation_is_the_median_drop_and_tests_each_me
     assert a[7] == "- |"
     assert b[0] == "| b" and [float(x) for x in b[1:3]] == [73.5, 1.0] and [float(x) for x in b[3:7]] == [3.0] * 4
     assert float(b[7].rstrip(" |")) == pytest.approx(2 / 2**6, abs=5e-4)  # printed to 2 significant digits
+
+
+def test_the_robustness_report_joins_a_companion_sweep_to_its_base_section():
+    """`clean-false1` (a method whose options re-key its runs) is ranked in `clean`'s section, after `clean`, and a
+    folder with no dash is a section of its own."""
+    from pathlib import Path
+
+    from vflbench.studies.robustness import companions
+
+    subs = [Path("r/trained-false1"), Path("r/clean-false1"), Path("r/trained"), Path("r/clean"), Path("r/clean-a")]
+    got = {k: [p.name for p in v] for k, v in companions(subs).items()}
+    assert got == {"clean": ["clean", "clean-a", "clean-false1"], "trained": ["trained", "trained-false1"]}

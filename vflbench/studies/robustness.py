@@ -2,10 +2,12 @@
 tables, and screening a suspect block as missing (issue "blocks that are present but wrong").
 
 Each sub-folder is one sweep (``clean``: experiments/robustness.yaml, trained with clean blocks; ``trained``:
-experiments/robustness_trained.yaml, trained at rate 0.2 of every kind). The report reads each run's seven *pure* test
-settings (every block; MCAR, Gaussian corruption at severity 3 and permutation misalignment, each at 0.2 and 0.5 alone)
-through the project's ranking (:mod:`vflbench.results.across_tables`: a table's metric, mean over seeds, ranks over
-tables, Friedman) and answers:
+experiments/robustness_trained.yaml, trained at rate 0.2 of every kind). A sub-folder named ``BASE-SUFFIX`` joins
+``BASE``'s section: the same grid for a method whose options re-key its runs (``clean-false1``:
+experiments/robustness_false.yaml, FALSE-VFL-I supervised), ranked with the others and costed on its own line.
+The report reads each run's seven *pure* test settings (every block; MCAR, Gaussian corruption at severity 3 and
+permutation misalignment, each at 0.2 and 0.5 alone) through the project's ranking
+(:mod:`vflbench.results.across_tables`: a table's metric, mean over seeds, ranks over tables, Friedman) and answers:
 
 1. **Does the ranking under missing blocks carry over to wrong blocks?** Spearman's rho between the methods' mean
    ranks under MCAR at a rate and under corruption (misalignment) at the same rate, with its p-value, and the method
@@ -140,22 +142,39 @@ def _degradation(sc: pd.DataFrame, train: str) -> list[str]:
     return lines
 
 
-def section(folder: Path) -> list[str]:
-    raw = load_results(folder)
-    sc = scores(raw)
+def _cost_line(folder: Path, sc: pd.DataFrame) -> str:
+    """One sweep's size and cost: its tables, methods, seeds, runs, summed run-hours, largest peak RSS and device."""
+    from ..results.outputs import sweep_manifests
+
+    total, _ = costs(folder)
+    devices = sorted({str(m.get("device", "cpu")) for m in sweep_manifests(folder)})
+    methods = sorted({m for m in sc["method"] if not m.endswith("+screen")})
+    seeds = sc.groupby("dataset")["seed"].nunique()
+    short = seeds[seeds < seeds.max()]  # tables with fewer seeds than the others: named, not hidden in a count
+    fewer = "; fewer seeds on " + ", ".join(f"{d} ({n})" for d, n in short.items()) if len(short) else ""
+    return (
+        f"`{folder.name}`: {sc['dataset'].nunique()} tables, {len(methods)} method(s)"
+        + (f" ({', '.join(methods)})" if len(methods) <= 2 else "")
+        + f", seeds {', '.join(map(str, sorted(set(sc['seed']))))}{fewer}; {total.get('runs', 0)} runs, "
+        f"{total.get('run_hours', 0)} run-hours on {', '.join(devices)}, largest peak RSS "
+        f"{total.get('peak_rss_gb', float('nan'))} GB."
+    )
+
+
+def section(folders: list[Path]) -> list[str]:
+    """One training's section: its sweep and the companion sweeps that join it (``BASE-SUFFIX``)."""
     from ..results.across_tables import with_wrong_blocks
 
+    per = [(f, load_results(f)) for f in folders]
+    raw = pd.concat([r for _, r in per], ignore_index=True)
+    sc = scores(raw)
     raw = with_wrong_blocks(raw)
-    train = TRAINED.get(folder.name, sorted(set(sc["train_missing"]))[0])
-    total, top = costs(folder)
-    seeds = sorted(set(sc["seed"]))
-    methods = {m for m in sc["method"] if not m.endswith("+screen")}
+    base = folders[0]
+    train = TRAINED.get(base.name, sorted(set(sc["train_missing"]))[0])
     lines = [
-        f"## {folder.name}: trained {train}",
+        f"## {base.name}: trained {train}",
         "",
-        f"{sc['dataset'].nunique()} tables, {len(methods)} methods, seeds {', '.join(map(str, seeds))}; "
-        f"{total.get('runs', 0)} runs, {total.get('run_hours', 0)} run-hours, largest peak RSS "
-        f"{total.get('peak_rss_gb', float('nan'))} GB.",
+        *[_cost_line(f, scores(r)) + "  " for f, r in per],
         "",
         "### 1. Does the ranking under missing blocks carry over to wrong blocks?",
         "",
@@ -173,9 +192,18 @@ def section(folder: Path) -> list[str]:
     return lines
 
 
+def companions(subs: list[Path]) -> dict[str, list[Path]]:
+    """The sweeps of each section: ``BASE`` first, then its companions ``BASE-SUFFIX`` in name order."""
+    groups: dict[str, list[Path]] = {}
+    for sub in sorted(subs, key=lambda p: (p.name.split("-", 1)[0], "-" in p.name, p.name)):
+        groups.setdefault(sub.name.split("-", 1)[0], []).append(sub)
+    return groups
+
+
 @register("robustness", "summary.md: missing vs corrupted vs misaligned blocks, ranks, screening and degradation")
 def build(folder: Path) -> dict[str, str]:
     subs = sorted(p for p in Path(folder).iterdir() if p.is_dir() and is_sweep_folder(p))
+    groups = companions(subs)
     lines = [
         "# Blocks present but wrong",
         "",
@@ -184,6 +212,6 @@ def build(folder: Path) -> dict[str, str]:
         "`METHOD+screen` is the same run's predictions with the flagged blocks missing.",
         "",
     ]
-    for sub in subs:
-        lines += section(sub)
+    for base in sorted(groups):
+        lines += section(groups[base])
     return {"summary.md": "\n".join(lines) + "\n"}
