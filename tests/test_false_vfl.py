@@ -256,9 +256,9 @@ def test_labeled_all_labels_every_training_sample_as_a_draw_of_all_of_them_would
         resolve(RunConfig(dataset="synthetic", method="false1", labeled="most"))
 
 
-def test_masks_draws_labeled_all_as_a_run_does_and_refuses_another_word():
+def test_masks_draws_labeled_all_as_a_run_does_and_refuses_what_a_run_refuses():
     """``vflbench masks --labeled all`` records every training sample as labeled (no draw), as the run does; a word
-    that is neither a number nor ``all`` is one line and exit 2."""
+    that is neither a number nor ``all``, and an aligned reserve a run would refuse, are one line and exit 2."""
     import json
 
     from typer.testing import CliRunner
@@ -270,3 +270,7 @@ def test_masks_draws_labeled_all_as_a_run_does_and_refuses_another_word():
     assert json.loads(r.output)["info"]["labeled"] == "all"
     r = CliRunner().invoke(app, ["masks", "--dataset", "synthetic", "--labeled", "some"])
     assert r.exit_code == 2 and "--labeled takes" in r.output
+    # what a run refuses, masks refuses too: an aligned reserve with every sample labeled, one larger than the labeled
+    for args, msg in ((["all", "--aligned", "5"], "no reserve to draw"), (["10", "--aligned", "20"], "--aligned <=")):
+        r = CliRunner().invoke(app, ["masks", "--dataset", "synthetic", "--labeled", *args])
+        assert r.exit_code == 2 and msg in r.output, r.output

@@ -148,6 +148,7 @@ def masks(
 
     if labeled is not None:
         labeled = SETTINGS["labeled"].parse(labeled)
+    SETTINGS["labeled"].check({"labeled": labeled, "aligned": aligned}, None)  # a run's refusals (e.g. all + aligned)
     stats, m, prep = mask_report(
         dataset,
         parse_kv(data_opt, "--data-opt"),
