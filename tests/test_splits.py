@@ -218,6 +218,66 @@ def test_the_protocol_report_counts_a_table_complete_only_with_every_method_both
     assert done.loc["caravan", "set"] == "chosen" and done.loc["caravan", "runs"] == 0
 
 
+def test_isolets_secureboost_needs_three_splits_and_every_other_cell_five():
+    """Issue 79 lets a cell whose runs cost over 15 minutes each keep 3 splits (Isolet's SecureBoost, named in
+    FEWER_SPLITS and in the summary); every other method of that table still needs 5, and 2 splits are too few."""
+    import pandas as pd
+
+    from vflbench.studies.suite_protocol import FEWER_SPLITS, progress
+
+    assert FEWER_SPLITS == {("isolet", "secureboost"): 3}
+    src = read_suite_table("isolet").source
+
+    def table(sb: int, other: int) -> bool:
+        rows = [
+            dict(dataset=src, method=m, train_missing=tr, seed=s, run_id=f"{m}{tr}{s}")
+            for m, n in (("secureboost", sb), ("xgboost", other))
+            for tr in ("none", "mcar:0.5")
+            for s in range(n)
+        ]
+        return bool(progress(pd.DataFrame(rows), methods=2).set_index("table").loc["isolet", "complete"])
+
+    assert table(3, 5) and table(5, 5)
+    assert not table(2, 5) and not table(3, 4)
+
+
+def test_a_claim_across_tables_needs_holm_and_the_margin_and_the_verdict_names_the_sets_it_held_on(tmp_path):
+    """The summary's claims table (hand-built versus_xgboost rows): a direction needs Holm p < 0.05 and a median gap
+    of 0.5 points or more; an old claim held on both sets, on one, or on neither is said so, and a gap of 0.3 points
+    at p = 0.001 is no claim."""
+    import pandas as pd
+
+    from vflbench.studies.suite_protocol import claims_lines
+
+    def versus(rows):
+        return pd.DataFrame(
+            [
+                dict(train_missing=tr, test_missing="none", method=m, median_gap=g, wilcoxon_p_holm=p, tables=12)
+                for tr, m, g, p in rows
+            ]  # fmt: skip
+        )
+
+    old = tmp_path / "suite" / "all_methods"
+    old.mkdir(parents=True)
+    versus([("none", "laser", 2.0, 0.001), ("mcar:0.5", "laser", 1.2, 0.01), ("none", "local", -3.0, 0.01),
+            ("mcar:0.5", "local", 0.3, 0.001)]).to_csv(old / "versus_xgboost.csv", index=False)  # fmt: skip
+    chosen = versus([("none", "laser", 1.5, 0.01), ("mcar:0.5", "laser", 0.9, 0.2), ("none", "local", -2.0, 0.3),
+                     ("mcar:0.5", "local", 0.4, 0.0001)])  # fmt: skip
+    holdout = versus([("none", "laser", 2.5, 0.004), ("mcar:0.5", "laser", 1.7, 0.02), ("none", "local", 1.0, 0.6),
+                      ("mcar:0.5", "local", 0.6, 0.001)])  # fmt: skip
+    folder = tmp_path / "suite_protocol"
+    folder.mkdir()
+    text = "\n".join(claims_lines(folder, {"chosen": chosen, "holdout": holdout}))
+    rows = {tuple(c.strip() for c in ln.split("|")[1:3]): ln for ln in text.splitlines() if ln.startswith("| ")}
+    assert rows[("none -> none", "LASER-VFL")].endswith("| ahead: held on both sets |")
+    assert rows[("mcar:0.5 -> none", "LASER-VFL")].endswith("| ahead: held on the hold-out tables only |")
+    assert rows[("none -> none", "Local")].endswith("| behind: did not hold |")
+    # 0.3 and 0.4 points are below the margin at any p; 0.6 on the hold-out tables is a claim there alone
+    assert rows[("mcar:0.5 -> none", "Local")].endswith("| no claim before; ahead on the hold-out tables |")
+    assert "+2.0 (p = 0.001, 12)" in rows[("none -> none", "LASER-VFL")]
+    assert "## Which claims across tables hold" in text
+
+
 def test_a_command_prints_each_warning_once_and_the_next_command_again(tmp_path, monkeypatch):
     """Resolving a run and preparing it each raised a table's warnings (a party's lost column twice a run, and a
     sweep's plan once more a run); the command line prints each distinct message once a command, and the next command

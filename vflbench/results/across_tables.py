@@ -189,13 +189,14 @@ def conditions(sc: pd.DataFrame, reference: str = REFERENCE) -> list[Condition]:
     return [condition(sc, tr, te, reference) for tr, te in sorted(pairs)]
 
 
-def costs(results: Path, top: int = 5) -> tuple[dict, pd.DataFrame]:
-    """What the sweep cost, from its runs' manifests (run folders or gathered): the runs' summed wall seconds, the
-    largest peak RSS, and the ``top`` costliest runs (dataset, method, training, seconds, peak RSS)."""
+def costs(results: Path, top: int = 5, manifests: list[dict] | None = None) -> tuple[dict, pd.DataFrame]:
+    """What the sweep cost, from its runs' manifests (run folders or gathered; ``manifests``: those already read): the
+    runs' summed wall seconds, the largest peak RSS, and the ``top`` costliest runs (dataset, method, training,
+    seconds, peak RSS)."""
 
     from .outputs import sweep_manifests
 
-    mans = sweep_manifests(Path(results))
+    mans = sweep_manifests(Path(results)) if manifests is None else manifests
     rows = [
         {
             "dataset": m["config"]["dataset"],

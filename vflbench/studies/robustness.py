@@ -146,8 +146,9 @@ def _cost_line(folder: Path, sc: pd.DataFrame) -> str:
     """One sweep's size and cost: its tables, methods, seeds, runs, summed run-hours, largest peak RSS and device."""
     from ..results.outputs import sweep_manifests
 
-    total, _ = costs(folder)
-    devices = sorted({str(m.get("device", "cpu")) for m in sweep_manifests(folder)})
+    mans = sweep_manifests(folder)  # read once: the cost and the devices
+    total, _ = costs(folder, manifests=mans)
+    devices = sorted({str(m.get("device", "cpu")) for m in mans})
     methods = sorted({m for m in sc["method"] if not m.endswith("+screen")})
     seeds = sc.groupby("dataset")["seed"].nunique()
     short = seeds[seeds < seeds.max()]  # tables with fewer seeds than the others: named, not hidden in a count

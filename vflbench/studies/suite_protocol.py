@@ -4,11 +4,15 @@ The report reads the sweep as far as it has gone and writes:
 
 1. **progress**: per table of each set (the 24 that chose the suite's defaults, ``chosen``, and the 12 hold-out tables
    of experiments/suite_holdout.yaml, ``holdout``) its finished runs, methods, trainings and splits; a table is
-   *complete* with every method of the experiment, both trainings and 5 splits (Isolet: its official split, 5 seeds);
+   *complete* with every method of the experiment, both trainings and 5 splits (Isolet: its official split, 5 seeds;
+   its SecureBoost runs, over 15 minutes each, 3: ``FEWER_SPLITS``);
 2. **ranks, each set apart**, over its complete tables only (a half-run table would leave the ranks unevenly):
    ``vflbench rank`` into ``chosen/`` and ``holdout/`` (ranks, Friedman and Nemenyi over every method, per table the
    corrected resampled t-test with Holm and the 0.5-point margin against xgboost, Wilcoxon over tables);
-3. **the early-stopping default on the hold-out tables**: Standard VFL and LASER-VFL stopped early (this sweep's runs)
+3. **which claims across tables hold**: per condition and method against xgboost, the old protocol's 24 tables
+   (results/suite/all_methods), the complete chosen tables and the hold-out tables side by side, with a verdict (a
+   claim: Wilcoxon over the tables passes Holm at 0.05 and the median gap is 0.5 points or more);
+4. **the early-stopping default on the hold-out tables**: Standard VFL and LASER-VFL stopped early (this sweep's runs)
    against the fixed 30 epochs it replaced (``results/suite_holdout_defaults``,
    experiments/suite_holdout_defaults.yaml), paired by table, method, condition and split;
 and, with each set's ranks, the cost: summed run hours, the largest peak RSS and the costliest runs.
@@ -19,6 +23,7 @@ and, with each set's ranks, the cost: summed run hours, the largest peak RSS and
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +37,11 @@ from .registry import register
 SPLITS = 5
 FIXED = "results/suite_holdout_defaults"  # the fixed-epoch arm, beside this folder under results/
 EARLY_STOPPED = ("svfl", "laser")
+# cells whose runs cost over 15 minutes each (results/suite: 20-36 min on one core), where 3 splits will do (issue 79)
+FEWER_SPLITS = {("isolet", "secureboost"): 3}
+ROWWISE = "results/suite/all_methods"  # the 24 tables under the old protocol (one split, 3 seeds): the claims tested
+MARGIN = 0.5  # points: a claim across tables needs a median gap this large as well as Holm p < ALPHA
+ALPHA = 0.05
 
 
 def progress(df: pd.DataFrame, methods: int) -> pd.DataFrame:
@@ -43,7 +53,9 @@ def progress(df: pd.DataFrame, methods: int) -> pd.DataFrame:
             d = df[df["dataset"] == source]
             runs, m = d["run_id"].nunique(), d["method"].nunique()
             trainings, splits = d["train_missing"].nunique(), d["seed"].nunique()
-            full = m >= methods and trainings >= 2 and splits >= SPLITS and runs >= methods * 2 * SPLITS
+            per = d.groupby(["method", "train_missing"])["seed"].nunique()  # splits per method and training
+            need = [FEWER_SPLITS.get((name, method), SPLITS) for method, _ in per.index]
+            full = m >= methods and trainings >= 2 and len(per) >= methods * 2 and bool((per.to_numpy() >= need).all())
             rows.append(dict(set=which, table=name, source=source, runs=runs, methods=m, trainings=trainings,
                              splits=splits, complete=bool(full)))  # fmt: skip
     return pd.DataFrame(rows)
@@ -88,6 +100,75 @@ def early_stopping_lines(folder: Path, sc: pd.DataFrame) -> list[str]:
         "",
     ]
     return lines
+
+
+def _direction(row) -> int:
+    """+1 (ahead of xgboost) or -1 (behind) where the Wilcoxon test over the tables passes Holm at ALPHA and the
+    median gap is at least MARGIN points that way; else 0 (not told apart, or too small to matter)."""
+    if row is None:
+        return 0
+    p, gap = float(row["wilcoxon_p_holm"]), float(row["median_gap"])
+    if not (p < ALPHA) or abs(gap) < MARGIN:
+        return 0
+    return 1 if gap > 0 else -1
+
+
+def _cell(row) -> str:
+    if row is None:
+        return "-"
+    p = float(row["wilcoxon_p_holm"])
+    return f"{float(row['median_gap']):+.1f} (p = {p:.2g}, {int(row['tables'])})" if p == p else "-"
+
+
+def _verdict(old: int, chosen: int, holdout: int) -> str:
+    """The old claim (the 24 tables, one split) against the two sets of this protocol; each -1, 0 or +1."""
+    word = {1: "ahead", -1: "behind"}
+    found = [f"{word[v]} on the {n} tables" for n, v in (("chosen", chosen), ("hold-out", holdout)) if v]
+    if old:
+        if chosen == old and holdout == old:
+            return f"{word[old]}: held on both sets"
+        kept = [n for n, v in (("chosen", chosen), ("hold-out", holdout)) if v == old]
+        return f"{word[old]}: held on the {kept[0]} tables only" if kept else f"{word[old]}: did not hold"
+    if chosen and chosen == holdout:
+        return f"no claim before; {word[chosen]} on both sets"
+    return "no claim before; " + (", ".join(found) if found else "none on either set")
+
+
+def claims_lines(folder: Path, versus: dict[str, pd.DataFrame]) -> list[str]:
+    """Which across-table claims hold: per condition and method, its median gap to xgboost and Wilcoxon p (Holm) on
+    the old protocol's 24 tables (``ROWWISE``), on this sweep's complete chosen tables and on its hold-out tables,
+    and a verdict. A claim is a direction (ahead or behind) that needs Holm p < ALPHA and a median gap of MARGIN
+    points or more; the chosen tables under this protocol are the same tables as the old 24 with splits that vary,
+    grouped entities and audited columns, the hold-out tables are new."""
+    old_file = folder.parent / Path(ROWWISE).parent.name / Path(ROWWISE).name / "versus_xgboost.csv"
+    sets = dict(versus)
+    if old_file.exists():
+        sets = {"rowwise": pd.read_csv(old_file), **sets}
+    lines = ["## Which claims across tables hold", ""]
+    if not {"chosen", "holdout"} <= set(sets):
+        return [*lines, "(each set needs two complete tables or more: not compared yet)", ""]
+    key = ["train_missing", "test_missing", "method"]
+    index = {n: {tuple(r[k] for k in key): r for _, r in d.iterrows()} for n, d in sets.items()}
+    cells = sorted(set().union(*(set(i) for i in index.values())))
+    lines += [
+        f"Each method against xgboost: the median over tables of its gap (points), the Wilcoxon signed-rank p over "
+        f"the tables (Holm over the methods) and the tables counted. A claim is a direction that passes Holm at "
+        f"{ALPHA} with a median gap of {MARGIN} points or more. `rowwise`: the 24 tables under the old protocol "
+        f"(`{ROWWISE}`: one split, 3 seeds, entities across it); `chosen`: the same tables under this protocol, the "
+        f"complete ones; `hold-out`: the 12 tables fixed before any run.",
+        "",
+        "| training -> test | method | rowwise | chosen | hold-out | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell in cells:
+        rows = {n: index[n].get(cell) for n in index}
+        tr, te, m = cell
+        verdict = _verdict(_direction(rows.get("rowwise")), _direction(rows["chosen"]), _direction(rows["holdout"]))
+        lines.append(
+            f"| {tr} -> {te} | {display_name(m)} | {_cell(rows.get('rowwise'))} | {_cell(rows['chosen'])} | "
+            f"{_cell(rows['holdout'])} | {verdict} |"
+        )
+    return [*lines, ""]
 
 
 def complete_sets(folder: Path, df: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
@@ -152,7 +233,10 @@ def build(folder: Path) -> dict[str, str]:
         f"{df['run_id'].nunique()} runs finished of {len(done)} tables x {methods} methods x 2 trainings x {SPLITS} "
         f"splits; complete tables: {int(done[done['set'] == 'chosen']['complete'].sum())} of "
         f"{int((done['set'] == 'chosen').sum())} chosen, {int(done[done['set'] == 'holdout']['complete'].sum())} of "
-        f"{int((done['set'] == 'holdout').sum())} hold-out. Rebuilt by `vflbench report results/suite_protocol`.",
+        f"{int((done['set'] == 'holdout').sum())} hold-out. Rebuilt by `vflbench report results/suite_protocol`. "
+        + "Fewer splits, where a run costs over 15 minutes: "
+        + ", ".join(f"{t}'s {display_name(m)} ({n})" for (t, m), n in FEWER_SPLITS.items())
+        + ".",
         "",
         "| set | table | runs | methods | trainings | splits | complete |",
         "|---|---|---|---|---|---|---|",
@@ -163,6 +247,12 @@ def build(folder: Path) -> dict[str, str]:
         ),
         "",
     ]
+    versus = {}
+    for which in ("chosen", "holdout"):
+        complete, names = sets[which]
+        if len(complete) >= 2:
+            versus[which] = pd.read_csv(io.BytesIO(_ranked(folder, complete)[1]["versus_xgboost.csv"]))
+    lines += claims_lines(folder, versus)
     for which in ("chosen", "holdout"):
         complete, names = sets[which]
         lines += [f"## Ranks over the complete {which} tables ({len(complete)})", ""]
