@@ -189,10 +189,11 @@ def conditions(sc: pd.DataFrame, reference: str = REFERENCE) -> list[Condition]:
     return [condition(sc, tr, te, reference) for tr, te in sorted(pairs)]
 
 
-def costs(results: Path, top: int = 5, manifests: list[dict] | None = None) -> tuple[dict, pd.DataFrame]:
-    """What the sweep cost, from its runs' manifests (run folders or gathered; ``manifests``: those already read): the
-    runs' summed wall seconds, the largest peak RSS, and the ``top`` costliest runs (dataset, method, training,
-    seconds, peak RSS)."""
+def cost_rows(results: Path, manifests: list[dict] | None = None) -> pd.DataFrame:
+    """One row per run of a sweep, from its manifests (run folders or gathered; ``manifests``: those already read):
+    dataset, method, training, seed, wall seconds, peak RSS (GB) and ``pack`` (how many runs trained together). A
+    packed run's manifest holds its whole pack's wall time: each run counts its share (the wall time over the pack's
+    size), so a pack is summed once."""
 
     from .outputs import sweep_manifests
 
@@ -203,12 +204,28 @@ def costs(results: Path, top: int = 5, manifests: list[dict] | None = None) -> t
             "method": m["config"]["method"],
             "train_missing": m["config"].get("train_missing"),
             "seed": (m["config"].get("settings") or {}).get("seed", 0),
-            "seconds": float(m["timings"].get("wall_s") or m["timings"].get("train_s", 0.0)),
+            "seconds": float(m["timings"].get("wall_s") or m["timings"].get("train_s", 0.0)) / _pack_size(m),
             "peak_rss_gb": float((m.get("memory") or {}).get("peak_rss_gb") or float("nan")),
+            "pack": _pack_size(m),
         }
         for m in mans
     ]
-    df = pd.DataFrame(rows)
+    columns = ["dataset", "method", "train_missing", "seed", "seconds", "peak_rss_gb", "pack"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _pack_size(manifest: dict) -> int:
+    return max(1, int((manifest.get("pack") or {}).get("size") or 1))
+
+
+def costs(
+    results: Path, top: int = 5, manifests: list[dict] | None = None, datasets: list[str] | None = None
+) -> tuple[dict, pd.DataFrame]:
+    """What the sweep cost (``datasets``: on these tables only): the runs' summed wall seconds, the largest peak RSS,
+    and the ``top`` costliest runs (dataset, method, training, seed, seconds, peak RSS)."""
+    df = cost_rows(results, manifests)
+    if datasets is not None:
+        df = df[df["dataset"].isin(datasets)]
     if df.empty:
         return {"runs": 0}, df
     total = {
@@ -281,7 +298,7 @@ def report(
             for m, r in cond.versus.iterrows()
         ]
         table_rows.append(cond.per_table.assign(train_missing=cond.train, test_missing=cond.test))
-    lines += _cost_lines(results, display)
+    lines += _cost_lines(results, display, tables)
     pd.DataFrame(rank_rows).to_csv(out / "ranks.csv", index=False)
     pd.DataFrame(vs_rows).to_csv(out / f"versus_{reference}.csv", index=False)
     per_table = pd.concat(table_rows) if table_rows else pd.DataFrame()
@@ -346,11 +363,12 @@ def _condition_lines(cond: Condition, reference: str, display) -> list[str]:
     return lines
 
 
-def _cost_lines(results: Path, display) -> list[str]:
-    total, costliest = costs(results)
+def _cost_lines(results: Path, display, tables: list[str] | None = None) -> list[str]:
+    total, costliest = costs(results, datasets=tables)
+    on = f" on these {len(tables)} tables" if tables is not None else ""
     lines = [
-        f"### Cost: {total['runs']} runs, {total.get('run_hours', 0)} hours of run time summed, the largest peak RSS "
-        f"{total.get('peak_rss_gb', 0)} GB",
+        f"### Cost{on}: {total['runs']} runs, {total.get('run_hours', 0)} hours of run time summed, the largest "
+        f"peak RSS {total.get('peak_rss_gb', 0)} GB",
         "",
     ]
     if len(costliest):

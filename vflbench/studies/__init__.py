@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     scalability,
     serving,
     suite_protocol,
+    suite_xgboost_rounds,
     trees,
     wan,
 )

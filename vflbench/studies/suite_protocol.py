@@ -5,7 +5,7 @@ The report reads the sweep as far as it has gone and writes:
 1. **progress**: per table of each set (the 24 that chose the suite's defaults, ``chosen``, and the 12 hold-out tables
    of experiments/suite_holdout.yaml, ``holdout``) its finished runs, methods, trainings and splits; a table is
    *complete* with every method of the experiment, both trainings and 5 splits (Isolet: its official split, 5 seeds;
-   its SecureBoost runs, over 15 minutes each, 3: ``FEWER_SPLITS``);
+   a cell whose runs cost over 15 minutes each may be listed in ``FEWER_SPLITS`` with 3);
 2. **ranks, each set apart**, over its complete tables only (a half-run table would leave the ranks unevenly):
    ``vflbench rank`` into ``chosen/`` and ``holdout/`` (ranks, Friedman and Nemenyi over every method, per table the
    corrected resampled t-test with Holm and the 0.5-point margin against xgboost, Wilcoxon over tables);
@@ -15,7 +15,8 @@ The report reads the sweep as far as it has gone and writes:
 4. **the early-stopping default on the hold-out tables**: Standard VFL and LASER-VFL stopped early (this sweep's runs)
    against the fixed 30 epochs it replaced (``results/suite_holdout_defaults``,
    experiments/suite_holdout_defaults.yaml), paired by table, method, condition and split;
-and, with each set's ranks, the cost: summed run hours, the largest peak RSS and the costliest runs.
+5. **the cost**: per method and per cell (a table and a method) the runs' summed hours, median and largest seconds
+   and peak RSS, naming the cells over 15 minutes a run; each set's ranks carry their own tables' cost.
 
     vflbench sweep experiments/suite.yaml --out results/suite_protocol --gather
     vflbench report results/suite_protocol
@@ -30,17 +31,21 @@ import pandas as pd
 
 from ..data.datasets.suite import read_suite_table, table_sets
 from ..methods.base import display_name
-from ..results.across_tables import report, scores, with_train_rows
+from ..results.across_tables import conditions, cost_rows, report, scores, with_train_rows
 from ..results.loading import load_results
-from ..results.stats import ALPHA, MARGIN  # the per-table rule's thresholds, one place for both
+from ..results.stats import ALPHA, MARGIN, holm  # the per-table rule's thresholds, one place for both
 from .registry import register
 
 SPLITS = 5
 FIXED = "results/suite_holdout_defaults"  # the fixed-epoch arm, beside this folder under results/
 EARLY_STOPPED = ("svfl", "laser")
-# cells whose runs cost over 15 minutes each (results/suite: 20-36 min on one core), where 3 splits will do (issue 79)
-FEWER_SPLITS = {("isolet", "secureboost"): 3}
+# cells whose runs cost over 15 minutes each, where 3 splits will do (issue 79): none. Isolet's SecureBoost took 20-36
+# min a run in results/suite, but about 8 with early stopping (summary.md, "Cost"), so it has 5 seeds like the rest
+FEWER_SPLITS: dict[tuple[str, str], int] = {}
 ROWWISE = "results/suite/all_methods"  # the 24 tables under the old protocol (one split, 3 seeds): the claims tested
+# the pair results/suite/README.md names beside the claims against xgboost: is LASER-VFL the best method, or level
+# with Combinatorial? Wilcoxon over the tables, Holm over the pair's four conditions
+PAIR = ("laser", "combinatorial")
 
 
 def progress(df: pd.DataFrame, methods: int) -> pd.DataFrame:
@@ -170,6 +175,104 @@ def claims_lines(folder: Path, versus: dict[str, pd.DataFrame]) -> list[str]:
     return [*lines, ""]
 
 
+def pair_versus(sc: pd.DataFrame, pair: tuple[str, str] = PAIR) -> pd.DataFrame:
+    """``pair[0]`` against ``pair[1]`` in each condition of these scores: per table the corrected t-test over the
+    splits (Holm over the tables, the margin), over the tables the median gap and the Wilcoxon p, Holm over the
+    conditions (the pair's tests, the family its claims come from)."""
+    a, b = pair
+    rows = []
+    for cond in conditions(sc[sc["method"].isin(pair)], reference=b):
+        if a in cond.versus.index:
+            rows.append({"train_missing": cond.train, "test_missing": cond.test, "method": a,
+                         **cond.versus.loc[a].drop("wilcoxon_p_holm").to_dict()})  # fmt: skip
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["wilcoxon_p_holm"] = holm(out["wilcoxon_p"].tolist())
+    return out
+
+
+def pair_lines(folder: Path, sc: pd.DataFrame, sets: dict, pair: tuple[str, str] = PAIR) -> list[str]:
+    """The pair's claims on the old protocol's 24 tables (its runs in ``folder``'s sibling ``suite``), the complete
+    chosen tables and the hold-out tables, with the claims table's verdicts."""
+    a, b = pair
+    found = {}
+    old = folder.parent / Path(ROWWISE).relative_to("results").parent
+    if (old / "results.csv").exists():
+        found["rowwise"] = pair_versus(scores(with_train_rows(load_results(old), old)), pair)
+    for which, (sources, _) in sets.items():
+        if len(sources) >= 2:
+            found[which] = pair_versus(sc[sc["dataset"].isin(sources)], pair)
+    lines = [f"## {display_name(a)} against {display_name(b)}", ""]
+    if not {"chosen", "holdout"} <= set(found):
+        return [*lines, "(each set needs two complete tables or more: not compared yet)", ""]
+    index = {n: {(r["train_missing"], r["test_missing"]): r for _, r in d.iterrows()} for n, d in found.items()}
+    lines += [
+        f"The pair `results/suite/README.md` names: {display_name(a)}'s median gap to {display_name(b)} over the "
+        f"tables (points), the Wilcoxon signed-rank p over the tables with Holm over the pair's four conditions, the "
+        f"tables counted, and per table {display_name(a)}'s wins / ties / losses (the corrected resampled t-test, "
+        f"Holm over the tables, {MARGIN}-point margin). The sets and the verdict as in the claims table above.",
+        "",
+        "| training -> test | rowwise | chosen | hold-out | chosen W/T/L | hold-out W/T/L | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cell in sorted(set().union(*(set(i) for i in index.values()))):
+        rows = {n: index[n].get(cell) for n in index}
+        wtl = {n: "-" if r is None else f"{r['wins']:.0f}/{r['ties']:.0f}/{r['losses']:.0f}" for n, r in rows.items()}
+        verdict = _verdict(_direction(rows.get("rowwise")), _direction(rows["chosen"]), _direction(rows["holdout"]))
+        lines.append(
+            f"| {cell[0]} -> {cell[1]} | {_cell(rows.get('rowwise'))} | {_cell(rows['chosen'])} | "
+            f"{_cell(rows['holdout'])} | {wtl['chosen']} | {wtl['holdout']} | {verdict} |"
+        )
+    return [*lines, ""]
+
+
+def cost_lines(costs: pd.DataFrame, names: dict[str, str], top: int = 8) -> list[str]:
+    """The sweep's cost: per method (runs, summed hours, median and largest seconds a run, largest peak RSS) and the
+    ``top`` costliest cells (a table and a method, by median seconds a run), naming the cells over 15 minutes a run.
+    ``costs``: one row per run (``cost_rows``); ``names``: source -> suite table name."""
+    if costs.empty:
+        return []
+    per = dict(runs=("seconds", "size"), hours=("seconds", "sum"), median_s=("seconds", "median"),
+               max_s=("seconds", "max"), rss=("peak_rss_gb", "max"))  # fmt: skip
+    by_method = costs.groupby("method").agg(**per).sort_values("hours", ascending=False)
+    cells = costs.groupby(["dataset", "method"]).agg(**per).sort_values("median_s", ascending=False)
+    slow = cells[cells["median_s"] > 15 * 60]
+    lines = [
+        f"## Cost: {len(costs)} runs, {costs['seconds'].sum() / 3600:.2f} hours of run time summed, the largest peak "
+        f"RSS {costs['peak_rss_gb'].max():.2f} GB",
+        "",
+        "Each run's wall seconds and peak RSS from its manifest (two workers on a 2-core VM, so a run's seconds "
+        f"include sharing the machine; {int((costs['pack'] > 1).sum())} runs were trained in packs, a vectorised bank "
+        "of the runs that differ only in their seed and training, and count their share of the pack's seconds).",
+        "",
+        "| method | runs | hours summed | median s a run | largest s | largest peak RSS (GB) |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {display_name(m)} | {int(r.runs)} | {r.hours / 3600:.2f} | {r.median_s:.0f} | {r.max_s:.0f} | "
+            f"{r.rss:.2f} |"
+            for m, r in by_method.iterrows()
+        ),
+        "",
+        f"The {top} costliest cells (a table and a method, both trainings), by median seconds a run; "
+        + (
+            "over 15 minutes a run: " + ", ".join(f"{names.get(d, d)}'s {display_name(m)}" for d, m in slow.index)
+            if len(slow)
+            else "no cell takes over 15 minutes a run"
+        )
+        + ":",
+        "",
+        "| table | method | runs | hours summed | median s a run | largest s | largest peak RSS (GB) |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {names.get(d, d)} | {display_name(m)} | {int(r.runs)} | {r.hours / 3600:.2f} | {r.median_s:.0f} | "
+            f"{r.max_s:.0f} | {r.rss:.2f} |"
+            for (d, m), r in cells.head(top).iterrows()
+        ),
+        "",
+    ]
+    return lines
+
+
 def complete_sets(folder: Path, df: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
     """The progress table, and per set its complete tables' (sources, suite names)."""
     df = load_results(folder) if df is None else df
@@ -233,9 +336,13 @@ def build(folder: Path) -> dict[str, str]:
         f"splits; complete tables: {int(done[done['set'] == 'chosen']['complete'].sum())} of "
         f"{int((done['set'] == 'chosen').sum())} chosen, {int(done[done['set'] == 'holdout']['complete'].sum())} of "
         f"{int((done['set'] == 'holdout').sum())} hold-out. Rebuilt by `vflbench report results/suite_protocol`. "
-        + "Fewer splits, where a run costs over 15 minutes: "
-        + ", ".join(f"{t}'s {display_name(m)} ({n})" for (t, m), n in FEWER_SPLITS.items())
-        + ".",
+        + (
+            "Fewer splits, where a run costs over 15 minutes: "
+            + ", ".join(f"{t}'s {display_name(m)} ({n})" for (t, m), n in FEWER_SPLITS.items())
+            + "."
+            if FEWER_SPLITS
+            else f"Every cell needs {SPLITS} splits (no cell takes the 3 allowed where a run costs over 15 minutes)."
+        ),
         "",
         "| set | table | runs | methods | trainings | splits | complete |",
         "|---|---|---|---|---|---|---|",
@@ -252,6 +359,7 @@ def build(folder: Path) -> dict[str, str]:
         if len(complete) >= 2:
             versus[which] = pd.read_csv(io.BytesIO(_ranked(folder, complete)[1]["versus_xgboost.csv"]))
     lines += claims_lines(folder, versus)
+    lines += pair_lines(folder, sc, sets)
     for which in ("chosen", "holdout"):
         complete, names = sets[which]
         lines += [f"## Ranks over the complete {which} tables ({len(complete)})", ""]
@@ -264,5 +372,6 @@ def build(folder: Path) -> dict[str, str]:
             "",
         ]
         lines += [ln.replace("](cd_", f"]({which}/cd_") for ln in text.splitlines()] + [""]
+    lines += cost_lines(cost_rows(folder), dict(zip(done["source"], done["table"], strict=True)))
     lines += early_stopping_lines(folder, sc)
     return {"summary.md": "\n".join(lines)}
