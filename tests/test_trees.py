@@ -141,6 +141,30 @@ def test_the_best_split_of_many_features_and_outputs_is_the_one_a_loop_over_ever
         assert s.gain == pytest.approx(gain, rel=1e-12)
 
 
+def test_a_node_with_empty_bins_finds_the_split_the_loop_over_every_cut_finds():
+    """Deep nodes leave most bins empty, and a cut after an empty bin repeats the gain of the cut before it: with 70%
+    of the bins empty the split and its gain are the ones the loop over every feature, cut and direction finds (the
+    first maximum among equal gains)."""
+    rng = np.random.default_rng(11)
+    fp, params = FixedPoint(4), BoostParams(min_child_weight=1.0, reg_lambda=0.5)
+    nodes, d, b, outputs = 6, 9, 12, 3
+    G = rng.integers(-200, 200, (nodes, d, b, outputs))
+    H = rng.integers(1, 60, (nodes, d, b, outputs))
+    empty = rng.random((nodes, d, b)) < 0.7
+    G[empty], H[empty] = 0, 0
+    tot_g = G.sum((1, 2)) + rng.integers(-300, 300, (nodes, outputs))
+    tot_h = H.sum((1, 2)) + rng.integers(0, 90, (nodes, outputs))
+    n_cuts = rng.integers(1, b, d)
+    for v, s in enumerate(best_splits(list(G), list(H), tot_g, tot_h, n_cuts, params, fp)):
+        best = _best_split_by_loops(G[v], H[v], tot_g[v], tot_h[v], n_cuts, params, fp)
+        if best is None:
+            assert s is None
+            continue
+        gain, j, t, direction = best
+        assert (s.feature, s.bin, s.default_left) == (j, t, direction == 1)
+        assert s.gain == pytest.approx(gain, rel=1e-12)
+
+
 def test_the_best_split_by_hand_and_the_default_direction_follows_the_missing_mass():
     """One feature, two bins: rows {g: -1 x 3 in bin 0, +1 x 3 in bin 1}, lambda 0. The split at t = 1 separates
     them. The node's totals are g = -5, h = 8: its missing rows carry g = -5, h = 2, and go left with the negative
